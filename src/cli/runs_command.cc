@@ -1,0 +1,120 @@
+// `trainscope runs LOGDIR` and `trainscope show RUN`.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <ctime>
+
+#include "cli/commands.h"
+#include "store/run_store.h"
+
+namespace trainscope::cli {
+
+namespace {
+
+std::string FormatTime(double unix_seconds) {
+  if (unix_seconds <= 0) return "-";
+  const std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm local{};
+  localtime_r(&t, &local);
+  char out[32];
+  std::strftime(out, sizeof(out), "%Y-%m-%d %H:%M:%S", &local);
+  return out;
+}
+
+std::string FormatDuration(double seconds) {
+  if (seconds < 0) return "-";
+  if (seconds < 120) return fmt::format("{:.1f}s", seconds);
+  if (seconds < 7200) return fmt::format("{:.1f}m", seconds / 60);
+  return fmt::format("{:.1f}h", seconds / 3600);
+}
+
+int ListRunsCommand(const std::string& logdir) {
+  std::vector<RunEntry> runs;
+  Status s = ListRuns(logdir, &runs);
+  if (!s.ok()) {
+    fmt::print(stderr, "trainscope runs: {}\n", s.message());
+    return 2;
+  }
+  if (runs.empty()) {
+    fmt::print(stderr, "trainscope runs: {}: no runs here (a run is a directory holding {})\n", logdir,
+               kStoreFileName);
+    return 0;
+  }
+  fmt::print("{:<32} {:<9} {:>8} {:>7} {:<19} {:>8}\n", "RUN", "STATUS", "STEPS", "SERIES", "STARTED", "DURATION");
+  for (const RunEntry& run : runs) {
+    std::unique_ptr<RunStore> store;
+    s = RunStore::OpenReadOnly(run.dir, &store);
+    RunMeta meta;
+    std::vector<SeriesInfo> series;
+    int64_t max_step = 0;
+    if (s.ok()) s = store->ReadMeta(&meta);
+    if (s.ok()) s = store->ListSeries(&series);
+    if (s.ok()) s = store->MaxStep(&max_step);
+    if (!s.ok()) {
+      fmt::print("{:<32} {:<9} {}\n", run.name, "unreadable", s.message());
+      continue;
+    }
+    const std::string status = store->EffectiveStatus(meta);
+    const double end = meta.end_time > 0 ? meta.end_time : meta.heartbeat;
+    fmt::print("{:<32} {:<9} {:>8} {:>7} {:<19} {:>8}\n", run.name, status, max_step, series.size(),
+               FormatTime(meta.start_time), FormatDuration(end - meta.start_time));
+  }
+  return 0;
+}
+
+std::string FormatValue(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return fmt::format("{:.6g}", v);
+}
+
+int ShowRunCommand(const std::string& path) {
+  std::unique_ptr<RunStore> store;
+  Status s = RunStore::OpenReadOnly(path, &store);
+  RunMeta meta;
+  std::vector<SeriesInfo> series;
+  std::vector<Finding> findings;
+  if (s.ok()) s = store->ReadMeta(&meta);
+  if (s.ok()) s = store->ListSeries(&series);
+  if (s.ok()) s = store->ReadFindings(&findings);
+  if (!s.ok()) {
+    fmt::print(stderr, "trainscope show: {}\n", s.message());
+    return 2;
+  }
+  fmt::print("run {}  status {}  host {}  started {}\n", meta.name, store->EffectiveStatus(meta), meta.host,
+             FormatTime(meta.start_time));
+  if (!meta.git_commit.empty()) fmt::print("git {}\n", meta.git_commit);
+  if (!meta.command_line.empty()) fmt::print("command {}\n", meta.command_line);
+  fmt::print("config {}\n", meta.config_json);
+  if (meta.dropped_points) fmt::print("dropped points {}\n", meta.dropped_points);
+  if (meta.backward_steps) fmt::print("points whose step went backwards {}\n", meta.backward_steps);
+  fmt::print("\n{:<48} {:<12} {:>9} {:>10} {:>10} {:>14}\n", "SERIES", "KIND", "POINTS", "FIRST", "LAST",
+             "LAST VALUE");
+  for (const SeriesInfo& info : series) {
+    const std::string last = info.kind == SeriesKind::kScalar        ? FormatValue(info.last_value)
+                             : info.kind == SeriesKind::kTensorStats ? "|x|=" + FormatValue(info.last_value)
+                                                                     : "-";
+    fmt::print("{:<48} {:<12} {:>9} {:>10} {:>10} {:>14}\n", info.tag, SeriesKindName(info.kind), info.points,
+               info.first_step, info.last_step, last);
+  }
+  if (!findings.empty()) fmt::print("\n{} findings recorded (trainscope diagnose {} for the report)\n", findings.size(), path);
+  return 0;
+}
+
+}  // namespace
+
+void AddRunsCommand(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("runs", "List the runs of a logdir with status and step counts.");
+  auto logdir = std::make_shared<std::string>();
+  cmd->add_option("LOGDIR", *logdir, "Directory holding runs (each a directory with trainscope.db)")->required();
+  cmd->callback([logdir, exit_code] { *exit_code = ListRunsCommand(*logdir); });
+}
+
+void AddShowCommand(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("show", "Show a run: metadata, its series and their last values.");
+  auto path = std::make_shared<std::string>();
+  cmd->add_option("RUN", *path, "Run directory (or its trainscope.db)")->required();
+  cmd->callback([path, exit_code] { *exit_code = ShowRunCommand(*path); });
+}
+
+}  // namespace trainscope::cli

@@ -1,0 +1,98 @@
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "core/sample.h"
+
+namespace trainscope {
+namespace {
+
+TEST(TensorStats, CountsAndMomentsMatchDirectComputation) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.5f, 2.0f);
+  std::vector<float> v(10007);
+  for (auto& x : v) x = normal(rng);
+  v[3] = 0.0f;
+  v[10] = -0.0f;
+  v[100] = std::numeric_limits<float>::quiet_NaN();
+  v[200] = std::numeric_limits<float>::infinity();
+  v[300] = -std::numeric_limits<float>::infinity();
+  const TensorStats s = ComputeTensorStats(v.data(), v.size(), true);
+  double sum = 0, sq = 0, mn = 1e300, mx = -1e300, am = 0;
+  for (float x : v) {
+    if (!std::isfinite(x)) continue;
+    sum += x; sq += double(x) * x; mn = std::min<double>(mn, x); mx = std::max<double>(mx, x);
+    am = std::max<double>(am, std::fabs(x));
+  }
+  EXPECT_EQ(s.numel, v.size());
+  EXPECT_EQ(s.nan, 1u);
+  EXPECT_EQ(s.inf, 2u);
+  EXPECT_EQ(s.zeros, 2u);
+  EXPECT_DOUBLE_EQ(s.sum, sum);
+  EXPECT_DOUBLE_EQ(s.sum_squares, sq);
+  EXPECT_EQ(s.min, mn);
+  EXPECT_EQ(s.max, mx);
+  EXPECT_EQ(s.abs_max, am);
+  EXPECT_NEAR(s.l2_norm(), std::sqrt(sq), 1e-9);
+  EXPECT_NEAR(s.mean(), sum / (v.size() - 3), 1e-12);
+  uint64_t histogram_total = 0;
+  for (auto c : s.exponent_counts) histogram_total += c;
+  EXPECT_EQ(histogram_total, v.size() - 3 - 2);  // every finite non-zero value, once
+}
+
+TEST(TensorStats, ExponentBinsFollowPowersOfTwo) {
+  const float v[] = {1.0f, 1.5f, 1.999f, 2.0f, 0.5f, -0.75f, 1e-30f, 1e30f, 3e38f};
+  const TensorStats s = ComputeTensorStats(v, std::size(v), true);
+  const int bin_of_one = 0 - TensorStats::kMinExponent;  // [1, 2)
+  EXPECT_EQ(s.exponent_counts[bin_of_one], 3u);
+  EXPECT_EQ(s.exponent_counts[bin_of_one + 1], 1u);  // 2.0
+  EXPECT_EQ(s.exponent_counts[bin_of_one - 1], 2u);  // 0.5, -0.75
+  EXPECT_EQ(s.exponent_counts[0], 1u);               // 1e-30 < 2^-64: clamped low
+  EXPECT_EQ(s.exponent_counts[TensorStats::kExponentBins - 1], 2u);  // 1e30, 3e38 >= 2^64: clamped high
+  EXPECT_EQ(TensorStats::ExponentBin(1.0), bin_of_one);
+  EXPECT_EQ(TensorStats::ExponentBin(0.999), bin_of_one - 1);
+}
+
+TEST(TensorStats, HalfAndBFloat16DecodeLikeFloat) {
+  // 1.0, -2.5, 65504 (fp16 max), smallest fp16 subnormal 2^-24, +inf, NaN
+  const uint16_t half[] = {0x3c00, 0xc100, 0x7bff, 0x0001, 0x7c00, 0x7e00};
+  const TensorStats h = ComputeTensorStatsHalf(half, 6, true);
+  EXPECT_EQ(h.inf, 1u);
+  EXPECT_EQ(h.nan, 1u);
+  EXPECT_DOUBLE_EQ(h.max, 65504.0);
+  EXPECT_DOUBLE_EQ(h.min, -2.5);
+  EXPECT_EQ(h.exponent_counts[-24 - TensorStats::kMinExponent], 1u);
+  EXPECT_EQ(h.exponent_counts[15 - TensorStats::kMinExponent], 1u);  // 65504 in [2^15, 2^16)
+  const uint16_t bf[] = {0x3f80, 0xc020, 0x0000};  // 1.0, -2.5, 0
+  const TensorStats b = ComputeTensorStatsBFloat16(bf, 3, true);
+  EXPECT_DOUBLE_EQ(b.sum, -1.5);
+  EXPECT_EQ(b.zeros, 1u);
+}
+
+TEST(TensorStats, EmptyAndAllNonFinite) {
+  const TensorStats empty = ComputeTensorStats(static_cast<const float*>(nullptr), 0, true);
+  EXPECT_EQ(empty.numel, 0u);
+  EXPECT_TRUE(std::isnan(empty.mean()));
+  const double v[] = {std::nan(""), std::numeric_limits<double>::infinity()};
+  const TensorStats s = ComputeTensorStats(v, 2, false);
+  EXPECT_EQ(s.finite(), 0u);
+  EXPECT_TRUE(std::isnan(s.stddev()));
+}
+
+TEST(TensorStats, MergeEqualsWhole) {
+  std::vector<float> v(1000);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(float(i)) * 10;
+  TensorStats a = ComputeTensorStats(v.data(), 400, true);
+  MergeTensorStats(a, ComputeTensorStats(v.data() + 400, 600, true));
+  const TensorStats whole = ComputeTensorStats(v.data(), v.size(), true);
+  EXPECT_EQ(a.numel, whole.numel);
+  EXPECT_NEAR(a.sum, whole.sum, 1e-9);
+  EXPECT_EQ(a.max, whole.max);
+  EXPECT_EQ(a.exponent_counts, whole.exponent_counts);
+}
+
+}  // namespace
+}  // namespace trainscope

@@ -1,0 +1,120 @@
+// Recorder: what a training process talks to. The training thread only enqueues into a
+// bounded in-memory queue (never waits for disk); a writer thread batches the queue into
+// the run store at least every flush interval, at once on a critical finding or Flush().
+// When the queue is full, points are dropped and counted, never blocking the caller.
+//
+// All methods are thread-safe. A failure inside the recorder (disk full, a bad tag) is
+// reported once on stderr and recording goes on: the training it watches is never stopped.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/sample.h"
+#include "core/status.h"
+#include "core/tag.h"
+#include "store/run_store.h"
+
+namespace trainscope {
+
+class Recorder {
+ public:
+  struct Options {
+    std::string logdir = "runs";
+    std::string name;  // empty: a name is made from the start time
+    std::string config_json = "{}";
+    std::string command_line;
+    bool resume = false;  // append to an existing run of that name instead of failing
+    size_t queue_capacity = size_t{1} << 22;  // queued records before dropping (~100 MB)
+    double flush_interval_seconds = 1.0;
+    std::map<std::string, std::string> extra_meta;  // e.g. rank, world_size
+  };
+
+  static Status Open(const Options& options, std::unique_ptr<Recorder>* recorder);
+  ~Recorder();  // Close("finished") unless closed already
+
+  // ---- training-thread side: O(1) each, no disk ----
+  // The id of a series: validates the tag and remembers it. A tag keeps its first kind.
+  Status Series(std::string_view tag, SeriesKind kind, uint32_t* id);
+  void LogScalar(uint32_t id, int64_t step, double value);
+  // Many named scalars at one step under one lock. Invalid tags are skipped; their error
+  // messages are appended to `rejected` the first time each tag is seen.
+  void LogNamedScalars(const std::vector<std::pair<std::string_view, double>>& values, int64_t step,
+                       std::vector<std::string>* rejected);
+  void LogTensorStats(uint32_t id, int64_t step, const TensorStats& stats);
+  void LogVector(uint32_t id, int64_t step, std::vector<float> values);
+  void LogSpan(Span span);
+  void AddFinding(Finding finding);  // a critical finding is written at once
+
+  // Blocks until everything enqueued before the call is committed to the store.
+  void Flush();
+  // Flushes, marks the run "finished" or "crashed" (with the reason) and stops the writer.
+  Status Close(const std::string& status = "finished", const std::string& exit_reason = "");
+
+  const std::string& run_dir() const { return run_dir_; }
+  const std::string& name() const { return name_; }
+  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+  // The first error the writer met, if any (it keeps going and counts drops after it).
+  Status writer_status() const;
+
+ private:
+  Recorder() = default;
+  void WriterLoop();
+  void WriteOnce();  // writer thread: drain the queue into the store
+  bool QueueFull() const;
+  double Now() const;
+  uint32_t InternLocked(std::string_view tag, SeriesKind kind, Status* status);
+
+  struct TagHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+
+  std::string run_dir_;
+  std::string name_;
+  std::unique_ptr<RunStore> store_;  // writer thread only (after Open)
+  double flush_interval_ = 1.0;
+  size_t capacity_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_writer_;
+  std::condition_variable flushed_cv_;
+  WriteBatch queue_;  // series ids are recorder ids until the writer maps them
+  size_t queued_ = 0;
+  std::unordered_map<std::string, uint32_t, TagHash, std::equal_to<>> ids_;
+  std::vector<std::pair<std::string, SeriesKind>> tags_;  // by recorder id
+  std::set<std::string> rejected_tags_;
+  uint64_t flush_requested_ = 0;
+  uint64_t flush_done_ = 0;
+  bool urgent_ = false;
+  bool stopping_ = false;
+  bool closed_ = false;
+  Status writer_status_;
+  std::atomic<uint64_t> dropped_{0};
+
+  // Writer-thread state.
+  std::vector<int64_t> store_ids_;  // recorder id -> store series id
+  double last_commit_ = 0;
+  std::thread writer_;
+};
+
+// Facts about the process a run is recorded from.
+std::string HostName();
+// The commit checked out in the git work tree holding `dir` (read from .git, no git
+// process), or "" when there is none.
+std::string GitCommit(const std::string& dir);
+// A run name is one path component: 1-255 bytes, no "/", not "." or "..".
+Status ValidateRunName(const std::string& name);
+
+}  // namespace trainscope

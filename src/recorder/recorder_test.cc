@@ -1,0 +1,154 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "recorder/recorder.h"
+
+namespace trainscope {
+namespace {
+
+namespace fs = std::filesystem;
+
+class RecorderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    logdir_ = fs::temp_directory_path() / ("ts_recorder_" + std::to_string(::getpid()) + "_" +
+                                           ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(logdir_);
+  }
+  void TearDown() override { fs::remove_all(logdir_); }
+  Recorder::Options Options(const std::string& name) {
+    Recorder::Options o;
+    o.logdir = logdir_.string();
+    o.name = name;
+    return o;
+  }
+  fs::path logdir_;
+};
+
+TEST_F(RecorderTest, EverythingLoggedIsStoredAfterClose) {
+  std::unique_ptr<Recorder> rec;
+  ASSERT_TRUE(Recorder::Open(Options("r1"), &rec).ok());
+  uint32_t loss = 0;
+  ASSERT_TRUE(rec->Series("train/loss", SeriesKind::kScalar, &loss).ok());
+  for (int step = 0; step < 10000; ++step) rec->LogScalar(loss, step, step * 0.5);
+  std::vector<std::string> rejected;
+  rec->LogNamedScalars({{"opt/lr", 0.1}, {"", 1.0}, {"train/acc", 0.9}}, 10000, &rejected);
+  ASSERT_EQ(rejected.size(), 1u);
+  EXPECT_NE(rejected[0].find("empty"), std::string::npos);
+  ASSERT_TRUE(rec->Close().ok());
+
+  std::unique_ptr<RunStore> store;
+  ASSERT_TRUE(RunStore::OpenReadOnly((logdir_ / "r1").string(), &store).ok());
+  std::vector<Point> points;
+  ASSERT_TRUE(store->ReadScalars("train/loss", INT64_MIN, INT64_MAX, &points).ok());
+  ASSERT_EQ(points.size(), 10000u);
+  EXPECT_EQ(points[9999].value, 9999 * 0.5);
+  ASSERT_TRUE(store->ReadScalars("train/acc", INT64_MIN, INT64_MAX, &points).ok());
+  ASSERT_EQ(points.size(), 1u);
+  EXPECT_EQ(points[0].step, 10000);
+  RunMeta meta;
+  ASSERT_TRUE(store->ReadMeta(&meta).ok());
+  EXPECT_EQ(meta.status, "finished");
+  EXPECT_EQ(meta.pid, ::getpid());
+}
+
+TEST_F(RecorderTest, FlushMakesDataVisibleToAConcurrentReader) {
+  std::unique_ptr<Recorder> rec;
+  auto options = Options("live");
+  options.flush_interval_seconds = 60;  // only the explicit flush writes
+  ASSERT_TRUE(Recorder::Open(options, &rec).ok());
+  uint32_t id = 0;
+  ASSERT_TRUE(rec->Series("train/loss", SeriesKind::kScalar, &id).ok());
+  rec->LogScalar(id, 1, 3.0);
+  rec->Flush();
+  std::unique_ptr<RunStore> store;
+  ASSERT_TRUE(RunStore::OpenReadOnly(rec->run_dir(), &store).ok());
+  std::vector<Point> points;
+  ASSERT_TRUE(store->ReadScalars("train/loss", INT64_MIN, INT64_MAX, &points).ok());
+  ASSERT_EQ(points.size(), 1u);
+  RunMeta meta;
+  ASSERT_TRUE(store->ReadMeta(&meta).ok());
+  EXPECT_EQ(store->EffectiveStatus(meta), "running");
+}
+
+TEST_F(RecorderTest, FullQueueDropsAndCountsInsteadOfBlocking) {
+  std::unique_ptr<Recorder> rec;
+  auto options = Options("tiny");
+  options.queue_capacity = 100;
+  options.flush_interval_seconds = 60;
+  ASSERT_TRUE(Recorder::Open(options, &rec).ok());
+  uint32_t id = 0;
+  ASSERT_TRUE(rec->Series("x", SeriesKind::kScalar, &id).ok());
+  for (int i = 0; i < 250; ++i) rec->LogScalar(id, i, i);
+  EXPECT_EQ(rec->dropped(), 150u);
+  ASSERT_TRUE(rec->Close().ok());
+  std::unique_ptr<RunStore> store;
+  ASSERT_TRUE(RunStore::OpenReadOnly((logdir_ / "tiny").string(), &store).ok());
+  RunMeta meta;
+  ASSERT_TRUE(store->ReadMeta(&meta).ok());
+  EXPECT_EQ(meta.dropped_points, 150);
+}
+
+TEST_F(RecorderTest, CriticalFindingIsWrittenWithoutWaitingForTheInterval) {
+  std::unique_ptr<Recorder> rec;
+  auto options = Options("urgent");
+  options.flush_interval_seconds = 60;
+  ASSERT_TRUE(Recorder::Open(options, &rec).ok());
+  Finding f;
+  f.code = "NONFINITE_LOSS";
+  f.severity = Severity::kCritical;
+  rec->AddFinding(f);
+  std::vector<Finding> findings;
+  for (int i = 0; i < 200 && findings.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::unique_ptr<RunStore> store;
+    if (RunStore::OpenReadOnly(rec->run_dir(), &store).ok()) store->ReadFindings(&findings);
+  }
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].code, "NONFINITE_LOSS");
+}
+
+TEST_F(RecorderTest, ExistingRunNameIsRefusedUnlessResumed) {
+  std::unique_ptr<Recorder> rec;
+  ASSERT_TRUE(Recorder::Open(Options("same"), &rec).ok());
+  uint32_t id = 0;
+  rec->Series("x", SeriesKind::kScalar, &id);
+  rec->LogScalar(id, 0, 1.0);
+  rec->Close();
+  std::unique_ptr<Recorder> again;
+  Status s = Recorder::Open(Options("same"), &again);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("already exists"), std::string::npos);
+  auto resume = Options("same");
+  resume.resume = true;
+  ASSERT_TRUE(Recorder::Open(resume, &again).ok());
+  again->Series("x", SeriesKind::kScalar, &id);
+  again->LogScalar(id, 1, 2.0);
+  again->Close();
+  std::unique_ptr<RunStore> store;
+  ASSERT_TRUE(RunStore::OpenReadOnly((logdir_ / "same").string(), &store).ok());
+  std::vector<Point> points;
+  ASSERT_TRUE(store->ReadScalars("x", INT64_MIN, INT64_MAX, &points).ok());
+  EXPECT_EQ(points.size(), 2u);
+  EXPECT_FALSE(Recorder::Open(Options("../escape"), &again).ok());
+}
+
+TEST(GitCommit, ReadsHeadWithoutGit) {
+  const fs::path repo = fs::temp_directory_path() / ("ts_git_" + std::to_string(::getpid()));
+  fs::remove_all(repo);
+  fs::create_directories(repo / ".git" / "refs" / "heads");
+  fs::create_directories(repo / "sub");
+  std::ofstream(repo / ".git" / "HEAD") << "ref: refs/heads/main\n";
+  std::ofstream(repo / ".git" / "refs" / "heads" / "main") << "0123456789abcdef0123456789abcdef01234567\n";
+  EXPECT_EQ(GitCommit((repo / "sub").string()), "0123456789abcdef0123456789abcdef01234567");
+  fs::remove(repo / ".git" / "refs" / "heads" / "main");
+  std::ofstream(repo / ".git" / "packed-refs") << "# pack-refs\nfedcba9876543210fedcba9876543210fedcba98 refs/heads/main\n";
+  EXPECT_EQ(GitCommit(repo.string()), "fedcba9876543210fedcba9876543210fedcba98");
+  fs::remove_all(repo);
+}
+
+}  // namespace
+}  // namespace trainscope

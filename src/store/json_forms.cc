@@ -1,0 +1,67 @@
+#include "store/json_forms.h"
+
+#include <cmath>
+
+namespace trainscope {
+
+using json = nlohmann::json;
+
+json NumberOrNull(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  return value;
+}
+
+json FindingToJson(const Finding& f) {
+  json evidence = json::parse(f.evidence_json, nullptr, /*allow_exceptions=*/false);
+  if (!evidence.is_object()) evidence = json::object();
+  json causes = json::array();
+  for (const Cause& c : f.causes) causes.push_back({{"id", c.id}, {"confidence", c.confidence}});
+  return {{"code", f.code},         {"severity", SeverityName(f.severity)},
+          {"step", f.step},         {"last_step", f.last_step},
+          {"location", f.location}, {"summary", f.summary},
+          {"evidence", evidence},   {"causes", causes},
+          {"actions", f.actions}};
+}
+
+json TensorStatsToJson(const TensorStats& s) {
+  json out = {{"numel", s.numel},
+              {"nan", s.nan},
+              {"inf", s.inf},
+              {"zeros", s.zeros},
+              {"min", NumberOrNull(s.min)},
+              {"max", NumberOrNull(s.max)},
+              {"mean", NumberOrNull(s.mean())},
+              {"std", NumberOrNull(s.stddev())},
+              {"abs_max", NumberOrNull(s.abs_max)},
+              {"l2_norm", NumberOrNull(s.l2_norm())}};
+  if (!std::isnan(s.dead_fraction)) out["dead_fraction"] = s.dead_fraction;
+  if (!std::isnan(s.saturated_fraction)) out["saturated_fraction"] = s.saturated_fraction;
+  if (s.has_histogram) {
+    out["exponent_min"] = TensorStats::kMinExponent;
+    out["exponent_counts"] = s.exponent_counts;
+  }
+  return out;
+}
+
+json RunMetaToJson(const RunMeta& m, const std::string& effective_status) {
+  json config = json::parse(m.config_json, nullptr, false);
+  if (config.is_discarded()) config = m.config_json;
+  json out = {{"name", m.name},
+              {"status", effective_status},
+              {"start_time", m.start_time},
+              {"end_time", m.end_time},
+              {"host", m.host},
+              {"pid", m.pid},
+              {"config", config},
+              {"command_line", m.command_line},
+              {"git_commit", m.git_commit},
+              {"exit_reason", m.exit_reason},
+              {"heartbeat", m.heartbeat},
+              {"dropped_points", m.dropped_points},
+              {"backward_steps", m.backward_steps}};
+  for (const auto& [key, value] : m.extra) out["extra"][key] = value;
+  return out;
+}
+
+}  // namespace trainscope

@@ -1,0 +1,21 @@
+// The JSON forms of the sample model that users and tests rely on (DESIGN.md contracts):
+// one place, shared by the CLI, the server and the report.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "core/sample.h"
+#include "store/run_store.h"
+
+namespace trainscope {
+
+// {"code", "severity", "step", "last_step", "location", "summary", "evidence", "causes",
+//  "actions"}; evidence is the finding's JSON object (an unparsable one becomes {}).
+nlohmann::json FindingToJson(const Finding& finding);
+// JSON has no NaN or Inf: they become the strings "nan", "inf" and "-inf", so the evidence
+// survives (a null would hide that the value was non-finite).
+nlohmann::json NumberOrNull(double value);
+nlohmann::json TensorStatsToJson(const TensorStats& stats);
+nlohmann::json RunMetaToJson(const RunMeta& meta, const std::string& effective_status);
+
+}  // namespace trainscope

@@ -1,0 +1,42 @@
+// Moving whole runs between a RunStore and the sample stream (core/run_data.h).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "core/run_data.h"
+#include "core/tag.h"
+#include "store/run_store.h"
+
+namespace trainscope {
+
+// Reads every series, span, finding and metadata key of a store into `sink`
+// (meta keys: name, status, config, host, ... as stored; plus "format" = "trainscope").
+Status ReadRun(RunStore& store, SampleSink* sink);
+
+// A sink that writes what it receives into a store, in batches. Used by importers.
+// Call Finish() at the end; errors are kept and returned by Finish().
+class StoreSink : public SampleSink {
+ public:
+  explicit StoreSink(RunStore* store) : store_(store) {}
+  void OnScalar(std::string_view tag, int64_t step, double wall_time, double value) override;
+  void OnTensorStats(std::string_view tag, int64_t step, double wall_time, const TensorStats& stats) override;
+  void OnVector(std::string_view tag, int64_t step, double wall_time, const std::vector<float>& values) override;
+  void OnSpan(const Span& span) override;
+  void OnFinding(const Finding& finding) override;
+  void OnMeta(std::string_view key, std::string_view value) override;
+  Status Finish();
+
+ private:
+  int64_t Id(std::string_view tag, SeriesKind kind);
+  void MaybeWrite();
+
+  RunStore* store_;
+  WriteBatch batch_;
+  size_t pending_ = 0;
+  Status status_;
+  std::unordered_map<std::string, int64_t> ids_;
+};
+
+}  // namespace trainscope

@@ -1,0 +1,213 @@
+// RunStore: one training run in one SQLite file, <logdir>/<run>/trainscope.db.
+//
+// Writes come from one writer (the recorder's writer thread, or an importer); any number
+// of readers may open the same file at the same time (WAL mode). Every point is kept: the
+// reader decimates for display, it never samples.
+//
+// Scalars are stored in chunks of up to kChunkPoints points per row (steps, values and
+// wall-time offsets packed in one blob), as time-series stores do: one SQLite row costs
+// about a microsecond, a point in a chunk costs a few nanoseconds. The writer keeps each
+// series' last, partial chunk and rewrites it until it is full, so a series logged one
+// point a second still reads back as few rows.
+//
+// A store is not thread-safe: one RunStore object per thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/sample.h"
+#include "core/status.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace trainscope {
+
+inline constexpr char kStoreFileName[] = "trainscope.db";
+
+enum class SeriesKind : int { kScalar = 0, kTensorStats = 1, kSpan = 2, kVector = 3 };
+const char* SeriesKindName(SeriesKind kind);
+
+struct SeriesInfo {
+  int64_t id = 0;
+  std::string tag;
+  SeriesKind kind = SeriesKind::kScalar;
+  int64_t points = 0;
+  int64_t first_step = 0;  // smallest step
+  int64_t last_step = 0;   // largest step
+  double last_value = 0;   // value of the point appended last (scalars)
+};
+
+// One point as read back.
+struct Point {
+  int64_t step;
+  double wall_time;
+  double value;
+};
+
+// One decimation bucket: every point whose step falls in [step_begin, step_end) summarised
+// by the extremes and the last point, so no spike is lost at any zoom.
+struct Bucket {
+  int64_t step_begin;
+  int64_t step_end;
+  int64_t count;
+  double min;         // NaN-free: NaN/Inf points are counted in nonfinite, not here
+  double max;
+  int64_t last_step;  // the last point appended into this bucket
+  double last_wall_time;
+  double last;        // may be NaN/Inf: it is the value as logged
+  int64_t nonfinite;
+};
+
+struct TensorStatsPoint {
+  int64_t step;
+  double wall_time;
+  TensorStats stats;
+};
+
+struct VectorPoint {
+  int64_t step;
+  double wall_time;
+  std::vector<float> values;
+};
+
+// Run metadata. status is one of "running", "finished", "crashed".
+struct RunMeta {
+  std::string name;
+  double start_time = 0;
+  double end_time = 0;  // 0 while running
+  std::string host;
+  int64_t pid = 0;
+  std::string config_json = "{}";
+  std::string command_line;
+  std::string git_commit;
+  std::string status = "running";
+  std::string exit_reason;  // why a run ended as crashed: exception type, signal, ...
+  double heartbeat = 0;     // wall time of the writer's last commit
+  int64_t dropped_points = 0;
+  int64_t backward_steps = 0;  // points whose step went backwards in their series
+  std::map<std::string, std::string> extra;  // any other key
+};
+
+// Everything the recorder hands the store in one flush; written in one transaction.
+struct WriteBatch {
+  struct ScalarPoint {
+    int64_t series_id;
+    int64_t step;
+    double wall_time;
+    double value;
+  };
+  struct StatsPoint {
+    int64_t series_id;
+    int64_t step;
+    double wall_time;
+    TensorStats stats;
+  };
+  struct VectorRecord {
+    int64_t series_id;
+    int64_t step;
+    double wall_time;
+    std::vector<float> values;
+  };
+  std::vector<ScalarPoint> scalars;
+  std::vector<StatsPoint> tensor_stats;
+  std::vector<Span> spans;
+  std::vector<VectorRecord> vectors;
+  std::vector<Finding> findings;
+  bool empty() const {
+    return scalars.empty() && tensor_stats.empty() && spans.empty() && vectors.empty() && findings.empty();
+  }
+};
+
+class RunStore {
+ public:
+  static constexpr int kChunkPoints = 2048;
+
+  // Creates the run directory and a new store. Fails if a store is already there.
+  static Status Create(const std::string& run_dir, const RunMeta& meta, std::unique_ptr<RunStore>* store);
+  // Opens an existing store for appending (resume, import).
+  static Status OpenForWrite(const std::string& run_dir, std::unique_ptr<RunStore>* store);
+  // Opens an existing store read-only. `path` is a run directory or the .db file itself.
+  static Status OpenReadOnly(const std::string& path, std::unique_ptr<RunStore>* store);
+
+  ~RunStore();
+  RunStore(const RunStore&) = delete;
+  RunStore& operator=(const RunStore&) = delete;
+
+  const std::string& path() const { return db_path_; }
+
+  // ---- writing ----
+  // Returns the id of the series for tag, creating it with kind if it is new. A tag may
+  // hold only one kind.
+  Status EnsureSeries(std::string_view tag, SeriesKind kind, int64_t* id);
+  // Writes the batch in one transaction. Series ids come from EnsureSeries.
+  Status Write(const WriteBatch& batch);
+  Status SetMeta(const RunMeta& meta);
+  Status SetMetaValue(const std::string& key, const std::string& value);
+  // Marks the run ended: status "finished" or "crashed", with the reason for a crash.
+  Status Close(const std::string& status, const std::string& exit_reason);
+
+  // ---- reading ----
+  Status ReadMeta(RunMeta* meta);
+  // A run left "running" whose writer is gone is reported "crashed" (same host, pid dead).
+  std::string EffectiveStatus(const RunMeta& meta);
+  Status ListSeries(std::vector<SeriesInfo>* series);
+  Status FindSeries(std::string_view tag, SeriesInfo* info);  // error if no such tag
+  // Every point with step in [step_min, step_max], in the order it was appended.
+  Status ReadScalars(std::string_view tag, int64_t step_min, int64_t step_max, std::vector<Point>* points);
+  // Points in [step_min, step_max] summarised into at most `buckets` buckets of equal step
+  // width; empty buckets are left out.
+  Status ReadDecimated(std::string_view tag, size_t buckets, int64_t step_min, int64_t step_max,
+                       std::vector<Bucket>* out);
+  Status ReadTensorStats(std::string_view tag, int64_t step_min, int64_t step_max,
+                         std::vector<TensorStatsPoint>* out);
+  Status ReadVectors(std::string_view tag, int64_t step_min, int64_t step_max, std::vector<VectorPoint>* out);
+  Status ReadSpans(int64_t step_min, int64_t step_max, std::vector<Span>* out);
+  Status ReadFindings(std::vector<Finding>* out);
+  // Largest step of any series (0 for an empty run).
+  Status MaxStep(int64_t* step);
+
+ private:
+  RunStore() = default;
+  static Status OpenDb(const std::string& db_path, bool read_only, std::unique_ptr<RunStore>* store);
+  Status Exec(const char* sql);
+  Status Prepare(const char* sql, sqlite3_stmt** stmt);
+  Status SqlError(const char* what);
+  Status CreateSchema(const RunMeta& meta);
+  Status CheckSchema();
+  Status WriteScalars(const std::vector<WriteBatch::ScalarPoint>& points);
+  Status FlushChunk(int64_t series_id);
+
+  struct OpenChunk;  // a series' last, partial chunk (writer side)
+
+  sqlite3* db_ = nullptr;
+  std::string db_path_;
+  bool read_only_ = true;
+  std::unordered_map<int64_t, std::unique_ptr<OpenChunk>> open_chunks_;
+  std::unordered_map<std::string, std::pair<int64_t, SeriesKind>> series_cache_;
+  std::vector<sqlite3_stmt*> statements_;  // finalized on close
+  sqlite3_stmt* insert_chunk_ = nullptr;
+  sqlite3_stmt* update_chunk_ = nullptr;
+  sqlite3_stmt* insert_stats_ = nullptr;
+  sqlite3_stmt* insert_span_ = nullptr;
+  sqlite3_stmt* insert_vector_ = nullptr;
+  sqlite3_stmt* insert_finding_ = nullptr;
+  int64_t backward_steps_ = 0;
+  std::unordered_map<int64_t, int64_t> last_step_;  // per series, for backward-step counting
+};
+
+// The runs of a logdir: every directory below it (any depth) holding a trainscope.db.
+struct RunEntry {
+  std::string name;  // path relative to the logdir
+  std::string dir;
+};
+Status ListRuns(const std::string& logdir, std::vector<RunEntry>* runs);
+
+}  // namespace trainscope

@@ -1,0 +1,256 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "store/run_store.h"
+
+namespace trainscope {
+namespace {
+
+namespace fs = std::filesystem;
+
+class RunStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ts_store_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::unique_ptr<RunStore> NewStore(const std::string& name = "run") {
+    RunMeta meta;
+    meta.name = name;
+    meta.config_json = R"({"lr": 0.1})";
+    std::unique_ptr<RunStore> store;
+    Status s = RunStore::Create((dir_ / name).string(), meta, &store);
+    EXPECT_TRUE(s.ok()) << s.message();
+    return store;
+  }
+  fs::path dir_;
+};
+
+TEST_F(RunStoreTest, ScalarsRoundTripAcrossChunksInAppendOrder) {
+  auto store = NewStore();
+  int64_t loss = 0;
+  ASSERT_TRUE(store->EnsureSeries("train/loss", SeriesKind::kScalar, &loss).ok());
+  WriteBatch batch;
+  const int n = RunStore::kChunkPoints * 2 + 17;
+  for (int i = 0; i < n; ++i) batch.scalars.push_back({loss, i, 1000.0 + i * 0.01, 1.0 / (i + 1)});
+  ASSERT_TRUE(store->Write(batch).ok());
+  // A second flush extends the partial last chunk instead of adding tiny rows.
+  WriteBatch more;
+  more.scalars.push_back({loss, n, 2000.0, -1.0});
+  ASSERT_TRUE(store->Write(more).ok());
+  store.reset();
+
+  std::unique_ptr<RunStore> reader;
+  ASSERT_TRUE(RunStore::OpenReadOnly((dir_ / "run").string(), &reader).ok());
+  std::vector<Point> points;
+  ASSERT_TRUE(reader->ReadScalars("train/loss", INT64_MIN, INT64_MAX, &points).ok());
+  ASSERT_EQ(points.size(), size_t(n + 1));
+  EXPECT_EQ(points[123].step, 123);
+  EXPECT_DOUBLE_EQ(points[123].value, 1.0 / 124);
+  EXPECT_NEAR(points[123].wall_time, 1001.23, 1e-4);
+  EXPECT_DOUBLE_EQ(points.back().value, -1.0);
+  ASSERT_TRUE(reader->ReadScalars("train/loss", 10, 19, &points).ok());
+  ASSERT_EQ(points.size(), 10u);
+  EXPECT_EQ(points.front().step, 10);
+  std::vector<SeriesInfo> series;
+  ASSERT_TRUE(reader->ListSeries(&series).ok());
+  ASSERT_EQ(series.size(), 1u);
+  EXPECT_EQ(series[0].points, n + 1);
+  EXPECT_EQ(series[0].last_step, n);
+  EXPECT_DOUBLE_EQ(series[0].last_value, -1.0);
+}
+
+TEST_F(RunStoreTest, DecimationKeepsEverySpike) {
+  auto store = NewStore();
+  int64_t id = 0;
+  ASSERT_TRUE(store->EnsureSeries("train/loss", SeriesKind::kScalar, &id).ok());
+  WriteBatch batch;
+  const int n = 100000;
+  for (int i = 0; i < n; ++i) batch.scalars.push_back({id, i, 0.0, i == 54321 ? 1e6 : (i == 777 ? -5.0 : 1.0)});
+  ASSERT_TRUE(store->Write(batch).ok());
+  std::vector<Bucket> buckets;
+  ASSERT_TRUE(store->ReadDecimated("train/loss", 1000, INT64_MIN, INT64_MAX, &buckets).ok());
+  ASSERT_EQ(buckets.size(), 1000u);
+  int64_t total = 0;
+  double max = 0, min = 1;
+  for (const auto& b : buckets) {
+    total += b.count;
+    max = std::max(max, b.max);
+    min = std::min(min, b.min);
+    EXPECT_EQ(b.last_step, b.step_end - 1);
+  }
+  EXPECT_EQ(total, n);
+  EXPECT_EQ(max, 1e6);
+  EXPECT_EQ(min, -5.0);
+  // A zoomed range gets buckets of its own width.
+  ASSERT_TRUE(store->ReadDecimated("train/loss", 10, 54300, 54399, &buckets).ok());
+  ASSERT_EQ(buckets.size(), 10u);
+  EXPECT_EQ(buckets[2].max, 1e6);
+  EXPECT_EQ(buckets[2].step_begin, 54320);
+}
+
+TEST_F(RunStoreTest, NonFiniteValuesAreKeptAsEvidence) {
+  auto store = NewStore();
+  int64_t id = 0;
+  ASSERT_TRUE(store->EnsureSeries("train/loss", SeriesKind::kScalar, &id).ok());
+  WriteBatch batch;
+  batch.scalars = {{id, 0, 0, 1.0}, {id, 1, 0, NAN}, {id, 2, 0, INFINITY}, {id, 3, 0, -INFINITY}};
+  ASSERT_TRUE(store->Write(batch).ok());
+  std::vector<Point> points;
+  ASSERT_TRUE(store->ReadScalars("train/loss", 0, 10, &points).ok());
+  ASSERT_EQ(points.size(), 4u);
+  EXPECT_TRUE(std::isnan(points[1].value));
+  EXPECT_EQ(points[2].value, INFINITY);
+  EXPECT_EQ(points[3].value, -INFINITY);
+  std::vector<Bucket> buckets;
+  ASSERT_TRUE(store->ReadDecimated("train/loss", 1, INT64_MIN, INT64_MAX, &buckets).ok());
+  ASSERT_EQ(buckets.size(), 1u);
+  EXPECT_EQ(buckets[0].nonfinite, 3);
+  EXPECT_EQ(buckets[0].max, 1.0);
+  EXPECT_EQ(buckets[0].last, -INFINITY);
+}
+
+TEST_F(RunStoreTest, StepsGoingBackwardsAreKeptAndCounted) {
+  auto store = NewStore();
+  int64_t id = 0;
+  ASSERT_TRUE(store->EnsureSeries("train/loss", SeriesKind::kScalar, &id).ok());
+  WriteBatch batch;
+  batch.scalars = {{id, 10, 0, 1.0}, {id, 11, 0, 2.0}, {id, 5, 0, 3.0}, {id, 6, 0, 4.0}};
+  ASSERT_TRUE(store->Write(batch).ok());
+  std::vector<Point> points;
+  ASSERT_TRUE(store->ReadScalars("train/loss", INT64_MIN, INT64_MAX, &points).ok());
+  ASSERT_EQ(points.size(), 4u);
+  EXPECT_EQ(points[2].step, 5);
+  RunMeta meta;
+  ASSERT_TRUE(store->ReadMeta(&meta).ok());
+  EXPECT_EQ(meta.backward_steps, 1);
+}
+
+TEST_F(RunStoreTest, TensorStatsVectorsSpansFindingsAndMetaRoundTrip) {
+  auto store = NewStore();
+  int64_t grad = 0, units = 0;
+  ASSERT_TRUE(store->EnsureSeries("grad/fc.weight", SeriesKind::kTensorStats, &grad).ok());
+  ASSERT_TRUE(store->EnsureSeries("grad_units/fc.weight", SeriesKind::kVector, &units).ok());
+  int64_t wrong = 0;
+  EXPECT_FALSE(store->EnsureSeries("grad/fc.weight", SeriesKind::kScalar, &wrong).ok());
+  const float values[] = {1.0f, -2.0f, 0.0f, NAN, 1e-20f};
+  WriteBatch batch;
+  TensorStats stats = ComputeTensorStats(values, 5, true);
+  stats.dead_fraction = 0.25;
+  batch.tensor_stats.push_back({grad, 3, 5.0, stats});
+  batch.vectors.push_back({units, 3, 5.0, {0.5f, 1.5f}});
+  batch.spans.push_back({3, "forward", 10.0, 0.02});
+  Finding finding;
+  finding.code = "NONFINITE_GRAD";
+  finding.severity = Severity::kCritical;
+  finding.step = finding.last_step = 3;
+  finding.location = "fc.weight";
+  finding.summary = "NaN in the gradient";
+  finding.evidence_json = R"({"nan": 1})";
+  finding.causes = {{"lr_too_high", 0.6}, {"gradient_explosion", 0.3}};
+  finding.actions = {"lower the LR"};
+  batch.findings.push_back(finding);
+  ASSERT_TRUE(store->Write(batch).ok());
+  ASSERT_TRUE(store->Close("crashed", "SIGTERM").ok());
+  store.reset();
+
+  std::unique_ptr<RunStore> reader;
+  ASSERT_TRUE(RunStore::OpenReadOnly((dir_ / "run" / kStoreFileName).string(), &reader).ok());
+  std::vector<TensorStatsPoint> stats_back;
+  ASSERT_TRUE(reader->ReadTensorStats("grad/fc.weight", 0, 100, &stats_back).ok());
+  ASSERT_EQ(stats_back.size(), 1u);
+  EXPECT_EQ(stats_back[0].stats.nan, 1u);
+  EXPECT_EQ(stats_back[0].stats.zeros, 1u);
+  EXPECT_EQ(stats_back[0].stats.min, -2.0);
+  EXPECT_EQ(stats_back[0].stats.dead_fraction, 0.25);
+  EXPECT_TRUE(std::isnan(stats_back[0].stats.saturated_fraction));
+  EXPECT_EQ(stats_back[0].stats.exponent_counts, stats.exponent_counts);
+  std::vector<VectorPoint> vectors;
+  ASSERT_TRUE(reader->ReadVectors("grad_units/fc.weight", 0, 100, &vectors).ok());
+  ASSERT_EQ(vectors.size(), 1u);
+  EXPECT_EQ(vectors[0].values, (std::vector<float>{0.5f, 1.5f}));
+  std::vector<Span> spans;
+  ASSERT_TRUE(reader->ReadSpans(0, 100, &spans).ok());
+  ASSERT_EQ(spans.size(), 1u);
+  EXPECT_EQ(spans[0].phase, "forward");
+  std::vector<Finding> findings;
+  ASSERT_TRUE(reader->ReadFindings(&findings).ok());
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].code, "NONFINITE_GRAD");
+  EXPECT_EQ(findings[0].severity, Severity::kCritical);
+  ASSERT_EQ(findings[0].causes.size(), 2u);
+  EXPECT_EQ(findings[0].causes[0].id, "lr_too_high");
+  EXPECT_EQ(findings[0].actions, std::vector<std::string>{"lower the LR"});
+  RunMeta meta;
+  ASSERT_TRUE(reader->ReadMeta(&meta).ok());
+  EXPECT_EQ(meta.name, "run");
+  EXPECT_EQ(meta.status, "crashed");
+  EXPECT_EQ(meta.exit_reason, "SIGTERM");
+  EXPECT_EQ(meta.config_json, R"({"lr": 0.1})");
+  EXPECT_GT(meta.end_time, 0);
+}
+
+TEST_F(RunStoreTest, RefusesToCreateOverAnExistingStore) {
+  NewStore();
+  std::unique_ptr<RunStore> again;
+  Status s = RunStore::Create((dir_ / "run").string(), RunMeta(), &again);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("already exists"), std::string::npos);
+}
+
+TEST_F(RunStoreTest, NotSqliteTruncatedAndMissingFilesGiveClearErrors) {
+  fs::create_directories(dir_ / "text");
+  std::ofstream(dir_ / "text" / kStoreFileName) << "this is not a database, just text that is long enough to look like one";
+  std::unique_ptr<RunStore> store;
+  Status s = RunStore::OpenReadOnly((dir_ / "text").string(), &store);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("not a trainscope store"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find((dir_ / "text").string()), std::string::npos);
+
+  // A real store cut to 1.5 pages.
+  {
+    auto good = NewStore("cut");
+    int64_t id = 0;
+    good->EnsureSeries("x", SeriesKind::kScalar, &id);
+    WriteBatch batch;
+    for (int i = 0; i < 50000; ++i) batch.scalars.push_back({id, i, 0, double(i)});
+    good->Write(batch);
+    good->Close("finished", "");
+  }
+  const fs::path cut = dir_ / "cut" / kStoreFileName;
+  fs::resize_file(cut, 24576);
+  s = RunStore::OpenReadOnly(cut.string(), &store);
+  if (s.ok()) {
+    std::vector<Point> points;
+    s = store->ReadScalars("x", INT64_MIN, INT64_MAX, &points);
+  }
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(cut.string()), std::string::npos) << s.message();
+
+  s = RunStore::OpenReadOnly((dir_ / "nothing").string(), &store);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("no such file"), std::string::npos);
+}
+
+TEST_F(RunStoreTest, ListRunsFindsNestedRunsAndHandlesEmptyLogdir) {
+  fs::create_directories(dir_);
+  std::vector<RunEntry> runs;
+  ASSERT_TRUE(ListRuns(dir_.string(), &runs).ok());
+  EXPECT_TRUE(runs.empty());
+  NewStore("b");
+  NewStore("a/rank-0");
+  ASSERT_TRUE(ListRuns(dir_.string(), &runs).ok());
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].name, "a/rank-0");
+  EXPECT_EQ(runs[1].name, "b");
+  EXPECT_FALSE(ListRuns((dir_ / "missing").string(), &runs).ok());
+}
+
+}  // namespace
+}  // namespace trainscope
