@@ -1,0 +1,98 @@
+#include "ingest/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace trainscope::ingest {
+
+namespace {
+constexpr size_t kMapThreshold = 1 << 20;  // below this a read() is as cheap as a mapping
+
+Status Errno(const std::string& path, const char* what) {
+  return Status::Error(path + ": " + what + ": " + std::strerror(errno));
+}
+}  // namespace
+
+Status MappedFile::Open(const std::string& path, std::unique_ptr<MappedFile>* file) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Errno(path, "cannot open");
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    Status s = Errno(path, "cannot stat");
+    ::close(fd);
+    return s;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::Error(path + ": not a regular file");
+  }
+  std::unique_ptr<MappedFile> f(new MappedFile);
+  f->path_ = path;
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size >= kMapThreshold) {
+    void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p != MAP_FAILED) {
+      ::madvise(p, size, MADV_SEQUENTIAL | MADV_WILLNEED);
+      f->data_ = static_cast<const char*>(p);
+      f->size_ = size;
+      f->mapped_ = true;
+      ::close(fd);
+      *file = std::move(f);
+      return Status::Ok();
+    }
+  }
+  // Small file, or mapping refused: read it. The size may change while we read (a file
+  // still being written); we keep what we got.
+  f->buffer_.resize(size);
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::read(fd, f->buffer_.data() + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      Status s = Errno(path, "cannot read");
+      ::close(fd);
+      return s;
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  f->buffer_.resize(done);
+  f->data_ = f->buffer_.data();
+  f->size_ = done;
+  *file = std::move(f);
+  return Status::Ok();
+}
+
+MappedFile::~MappedFile() {
+  if (mapped_) ::munmap(const_cast<char*>(data_), size_);
+}
+
+Status ReadFilePrefix(const std::string& path, size_t max_bytes, std::string* out) {
+  out->clear();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Errno(path, "cannot open");
+  out->resize(max_bytes);
+  size_t done = 0;
+  while (done < max_bytes) {
+    const ssize_t n = ::read(fd, out->data() + done, max_bytes - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      Status s = Errno(path, "cannot read");
+      ::close(fd);
+      return s;
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  out->resize(done);
+  return Status::Ok();
+}
+
+}  // namespace trainscope::ingest

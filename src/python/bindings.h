@@ -1,0 +1,12 @@
+// The parts of the _core module, one registration function per file.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace trainscope::python {
+
+void RegisterRecorder(pybind11::module_& m);  // recorder_bindings.cc: Recorder, log fast path
+void RegisterReader(pybind11::module_& m);    // reader_bindings.cc: RunReader, list_runs
+void RegisterWatch(pybind11::module_& m);     // watch_bindings.cc: tensor statistics for watch()
+
+}  // namespace trainscope::python

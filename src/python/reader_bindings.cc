@@ -1,0 +1,171 @@
+// Reading a recorded run from Python: trainscope.open(path) wraps RunReader.
+// Arrays come back as numpy arrays; structured things (meta, findings, tensor stats) as
+// JSON text that the Python side parses (one conversion path, the same as the CLI's).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <climits>
+#include <nlohmann/json.hpp>
+
+#include "python/bindings.h"
+#include "store/json_forms.h"
+#include "store/run_store.h"
+
+namespace py = pybind11;
+using json = nlohmann::json;
+
+namespace trainscope::python {
+
+namespace {
+
+class RunReader {
+ public:
+  explicit RunReader(const std::string& path) {
+    Status s = RunStore::OpenReadOnly(path, &store_);
+    if (!s.ok()) throw py::value_error(s.message());
+  }
+
+  std::string MetaJson() {
+    RunMeta meta;
+    Check(store_->ReadMeta(&meta));
+    return RunMetaToJson(meta, store_->EffectiveStatus(meta)).dump();
+  }
+
+  std::string SeriesJson() {
+    std::vector<SeriesInfo> series;
+    Check(store_->ListSeries(&series));
+    json out = json::array();
+    for (const auto& s : series) {
+      out.push_back({{"tag", s.tag},
+                     {"kind", SeriesKindName(s.kind)},
+                     {"points", s.points},
+                     {"first_step", s.first_step},
+                     {"last_step", s.last_step},
+                     {"last_value", NumberOrNull(s.last_value)}});
+    }
+    return out.dump();
+  }
+
+  py::dict Scalars(const std::string& tag, int64_t start, int64_t end) {
+    std::vector<Point> points;
+    Check(store_->ReadScalars(tag, start, end, &points));
+    py::array_t<int64_t> steps(points.size());
+    py::array_t<double> values(points.size()), wall_times(points.size());
+    auto s = steps.mutable_unchecked<1>();
+    auto v = values.mutable_unchecked<1>();
+    auto w = wall_times.mutable_unchecked<1>();
+    for (size_t i = 0; i < points.size(); ++i) {
+      s(i) = points[i].step;
+      v(i) = points[i].value;
+      w(i) = points[i].wall_time;
+    }
+    py::dict out;
+    out["step"] = steps;
+    out["value"] = values;
+    out["wall_time"] = wall_times;
+    return out;
+  }
+
+  py::dict Decimated(const std::string& tag, size_t buckets, int64_t start, int64_t end) {
+    std::vector<Bucket> out_buckets;
+    Check(store_->ReadDecimated(tag, buckets, start, end, &out_buckets));
+    const size_t n = out_buckets.size();
+    py::array_t<int64_t> step_begin(n), step_end(n), last_step(n), count(n);
+    py::array_t<double> min(n), max(n), last(n);
+    for (size_t i = 0; i < n; ++i) {
+      const Bucket& b = out_buckets[i];
+      step_begin.mutable_at(i) = b.step_begin;
+      step_end.mutable_at(i) = b.step_end;
+      last_step.mutable_at(i) = b.last_step;
+      count.mutable_at(i) = b.count;
+      min.mutable_at(i) = b.min;
+      max.mutable_at(i) = b.max;
+      last.mutable_at(i) = b.last;
+    }
+    py::dict out;
+    out["step_begin"] = step_begin;
+    out["step_end"] = step_end;
+    out["last_step"] = last_step;
+    out["count"] = count;
+    out["min"] = min;
+    out["max"] = max;
+    out["last"] = last;
+    return out;
+  }
+
+  std::string TensorStatsJson(const std::string& tag, int64_t start, int64_t end) {
+    std::vector<TensorStatsPoint> points;
+    Check(store_->ReadTensorStats(tag, start, end, &points));
+    json out = json::array();
+    for (const auto& p : points) {
+      json item = TensorStatsToJson(p.stats);
+      item["step"] = p.step;
+      item["wall_time"] = p.wall_time;
+      out.push_back(std::move(item));
+    }
+    return out.dump();
+  }
+
+  py::list Vectors(const std::string& tag, int64_t start, int64_t end) {
+    std::vector<VectorPoint> points;
+    Check(store_->ReadVectors(tag, start, end, &points));
+    py::list out;
+    for (const auto& p : points) {
+      out.append(py::make_tuple(p.step, py::array_t<float>(p.values.size(), p.values.data())));
+    }
+    return out;
+  }
+
+  std::string SpansJson(int64_t start, int64_t end) {
+    std::vector<Span> spans;
+    Check(store_->ReadSpans(start, end, &spans));
+    json out = json::array();
+    for (const auto& s : spans) {
+      out.push_back({{"step", s.step}, {"phase", s.phase}, {"start", s.start}, {"duration", s.duration}});
+    }
+    return out.dump();
+  }
+
+  std::string FindingsJson() {
+    std::vector<Finding> findings;
+    Check(store_->ReadFindings(&findings));
+    json out = json::array();
+    for (const auto& f : findings) out.push_back(FindingToJson(f));
+    return out.dump();
+  }
+
+ private:
+  static void Check(const Status& s) {
+    if (!s.ok()) throw py::value_error(s.message());
+  }
+  std::unique_ptr<RunStore> store_;
+};
+
+}  // namespace
+
+void RegisterReader(py::module_& m) {
+  constexpr int64_t kFirst = INT64_MIN, kLast = INT64_MAX;
+  py::class_<RunReader>(m, "RunReader")
+      .def(py::init<const std::string&>(), py::arg("path"))
+      .def("meta_json", &RunReader::MetaJson)
+      .def("series_json", &RunReader::SeriesJson)
+      .def("scalars", &RunReader::Scalars, py::arg("tag"), py::arg("start") = kFirst, py::arg("end") = kLast)
+      .def("decimated", &RunReader::Decimated, py::arg("tag"), py::arg("buckets"), py::arg("start") = kFirst,
+           py::arg("end") = kLast)
+      .def("tensor_stats_json", &RunReader::TensorStatsJson, py::arg("tag"), py::arg("start") = kFirst,
+           py::arg("end") = kLast)
+      .def("vectors", &RunReader::Vectors, py::arg("tag"), py::arg("start") = kFirst, py::arg("end") = kLast)
+      .def("spans_json", &RunReader::SpansJson, py::arg("start") = kFirst, py::arg("end") = kLast)
+      .def("findings_json", &RunReader::FindingsJson);
+  m.def("list_runs", [](const std::string& logdir) {
+    std::vector<RunEntry> runs;
+    Status s = ListRuns(logdir, &runs);
+    if (!s.ok()) throw py::value_error(s.message());
+    py::list out;
+    for (const auto& r : runs) out.append(py::make_tuple(r.name, r.dir));
+    return out;
+  });
+}
+
+}  // namespace trainscope::python

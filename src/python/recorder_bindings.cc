@@ -1,0 +1,135 @@
+// The Recorder as Python sees it. log_dict is the hot path of run.log(): it walks the
+// dict with the CPython API, takes plain numbers itself and hands everything else
+// (tensors, numpy scalars, bad keys) back to Python in one list.
+#include <Python.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "python/bindings.h"
+#include "recorder/recorder.h"
+
+namespace py = pybind11;
+
+namespace trainscope::python {
+
+namespace {
+
+std::unique_ptr<Recorder> OpenRecorder(const std::string& logdir, const std::string& name,
+                                       const std::string& config_json, const std::string& command_line,
+                                       bool resume, size_t queue_capacity, double flush_interval,
+                                       const std::map<std::string, std::string>& extra_meta) {
+  Recorder::Options options;
+  options.logdir = logdir;
+  options.name = name;
+  options.config_json = config_json;
+  options.command_line = command_line;
+  options.resume = resume;
+  options.queue_capacity = queue_capacity;
+  options.flush_interval_seconds = flush_interval;
+  options.extra_meta = extra_meta;
+  std::unique_ptr<Recorder> recorder;
+  Status s;
+  {
+    py::gil_scoped_release release;
+    s = Recorder::Open(options, &recorder);
+  }
+  if (!s.ok()) throw py::value_error(s.message());
+  return recorder;
+}
+
+// Returns None when every value was a plain number, else a list of (key, value) pairs
+// for Python to handle, followed by the rejected-tag messages as (None, message) pairs.
+py::object LogDict(Recorder& recorder, py::handle data, int64_t step) {
+  if (!PyDict_Check(data.ptr())) throw py::type_error("run.log() takes a dict of {tag: value}");
+  thread_local std::vector<std::pair<std::string_view, double>> numbers;
+  numbers.clear();
+  PyObject* rest = nullptr;
+  auto defer = [&rest](PyObject* key, PyObject* value) {
+    if (!rest) rest = PyList_New(0);
+    PyObject* pair = PyTuple_Pack(2, key, value);
+    PyList_Append(rest, pair);
+    Py_DECREF(pair);
+  };
+  PyObject* key;
+  PyObject* value;
+  Py_ssize_t position = 0;
+  while (PyDict_Next(data.ptr(), &position, &key, &value)) {
+    if (!PyUnicode_Check(key)) {
+      defer(key, value);
+      continue;
+    }
+    double number;
+    if (PyFloat_Check(value)) {  // float and its subclasses (numpy.float64)
+      number = PyFloat_AS_DOUBLE(value);
+    } else if (PyLong_Check(value)) {  // int, bool
+      number = PyLong_AsDouble(value);
+      if (number == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        defer(key, value);
+        continue;
+      }
+    } else {
+      defer(key, value);
+      continue;
+    }
+    Py_ssize_t length = 0;
+    const char* utf8 = PyUnicode_AsUTF8AndSize(key, &length);  // cached in the str object
+    if (!utf8) {  // a str that cannot be UTF-8 (lone surrogates)
+      PyErr_Clear();
+      defer(key, value);
+      continue;
+    }
+    numbers.emplace_back(std::string_view(utf8, static_cast<size_t>(length)), number);
+  }
+  std::vector<std::string> rejected;
+  recorder.LogNamedScalars(numbers, step, &rejected);
+  for (const std::string& message : rejected) {
+    py::str text(message);
+    defer(Py_None, text.ptr());
+  }
+  if (!rest) return py::none();
+  return py::reinterpret_steal<py::object>(rest);
+}
+
+}  // namespace
+
+void RegisterRecorder(py::module_& m) {
+  py::class_<Recorder>(m, "Recorder")
+      .def(py::init(&OpenRecorder), py::arg("logdir"), py::arg("name"), py::arg("config_json"),
+           py::arg("command_line"), py::arg("resume") = false, py::arg("queue_capacity") = size_t{1} << 22,
+           py::arg("flush_interval") = 1.0, py::arg("extra_meta") = std::map<std::string, std::string>{})
+      .def_property_readonly("run_dir", &Recorder::run_dir)
+      .def_property_readonly("name", &Recorder::name)
+      .def_property_readonly("dropped", &Recorder::dropped)
+      .def("log_dict", &LogDict, py::arg("data"), py::arg("step"))
+      .def(
+          "log_scalar",
+          [](Recorder& r, const std::string& tag, double value, int64_t step) {
+            uint32_t id = 0;
+            Status s = r.Series(tag, SeriesKind::kScalar, &id);
+            if (!s.ok()) return s.message();
+            r.LogScalar(id, step, value);
+            return std::string();
+          },
+          py::arg("tag"), py::arg("value"), py::arg("step"),
+          "Logs one value; returns '' or the reason the tag was refused.")
+      .def("flush", &Recorder::Flush, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "close",
+          [](Recorder& r, const std::string& status, const std::string& reason) {
+            Status s;
+            {
+              py::gil_scoped_release release;
+              s = r.Close(status, reason);
+            }
+            return s.ok() ? std::string() : s.message();
+          },
+          py::arg("status") = "finished", py::arg("exit_reason") = "",
+          "Flushes and closes the run; returns '' or the first error the writer met.")
+      .def("writer_error", [](const Recorder& r) {
+        Status s = r.writer_status();
+        return s.ok() ? std::string() : s.message();
+      });
+}
+
+}  // namespace trainscope::python
