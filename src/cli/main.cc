@@ -12,6 +12,9 @@ int main(int argc, char** argv) {
   trainscope::cli::AddShowCommand(app, &exit_code);
   trainscope::cli::AddDiagnoseCommand(app, &exit_code);
   trainscope::cli::AddDemoCommand(app, &exit_code);
+#ifdef TRAINSCOPE_WITH_SERVER
+  trainscope::cli::AddServeCommand(app, &exit_code);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

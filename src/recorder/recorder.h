@@ -56,6 +56,9 @@ class Recorder {
   void LogVector(uint32_t id, int64_t step, std::vector<float> values);
   void LogSpan(Span span);
   void AddFinding(Finding finding);  // a critical finding is written at once
+  // Sets one key of the run's meta (e.g. module_order) with the next write; a later call
+  // for the same key wins. Never dropped.
+  void SetMeta(std::string key, std::string value);
 
   // Blocks until everything enqueued before the call is committed to the store.
   void Flush();
@@ -91,6 +94,7 @@ class Recorder {
   std::condition_variable wake_writer_;
   std::condition_variable flushed_cv_;
   WriteBatch queue_;  // series ids are recorder ids until the writer maps them
+  std::vector<std::pair<std::string, std::string>> pending_meta_;  // SetMeta, in call order
   size_t queued_ = 0;
   std::unordered_map<std::string, uint32_t, TagHash, std::equal_to<>> ids_;
   std::vector<std::pair<std::string, SeriesKind>> tags_;  // by recorder id
@@ -105,6 +109,7 @@ class Recorder {
 
   // Writer-thread state.
   std::vector<int64_t> store_ids_;  // recorder id -> store series id
+  WriteBatch recycled_;
   double last_commit_ = 0;
   std::thread writer_;
 };

@@ -74,6 +74,22 @@ TEST_F(RecorderTest, FlushMakesDataVisibleToAConcurrentReader) {
   EXPECT_EQ(store->EffectiveStatus(meta), "running");
 }
 
+TEST_F(RecorderTest, SetMetaReachesTheStoreAndTheLastValueWins) {
+  std::unique_ptr<Recorder> rec;
+  auto options = Options("meta");
+  options.flush_interval_seconds = 60;
+  ASSERT_TRUE(Recorder::Open(options, &rec).ok());
+  rec->SetMeta("module_order", "[\"a\"]");
+  rec->SetMeta("module_order", "[\"a\",\"b\"]");
+  rec->Flush();  // nothing else queued: the meta alone must be written
+  std::unique_ptr<RunStore> store;
+  ASSERT_TRUE(RunStore::OpenReadOnly(rec->run_dir(), &store).ok());
+  RunMeta meta;
+  ASSERT_TRUE(store->ReadMeta(&meta).ok());
+  EXPECT_EQ(meta.extra["module_order"], "[\"a\",\"b\"]");
+  ASSERT_TRUE(rec->Close().ok());
+}
+
 TEST_F(RecorderTest, FullQueueDropsAndCountsInsteadOfBlocking) {
   std::unique_ptr<Recorder> rec;
   auto options = Options("tiny");

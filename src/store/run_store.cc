@@ -144,20 +144,21 @@ const char* SeriesKindName(SeriesKind kind) {
 }
 
 struct RunStore::OpenChunk {
-  int64_t rowid = 0;  // 0 until first written
   double base_time = 0;
-  bool dirty = false;
   std::vector<int64_t> steps;
   std::vector<double> values;
   std::vector<float> offsets;
+  size_t written = 0;               // points already in partial rows
+  std::vector<int64_t> partial_rows;  // rowids of those rows, replaced when the chunk fills
+  // The series' last step, across chunks, to count steps that go backwards.
+  bool has_last_step = false;
+  int64_t last_step = 0;
 };
 
 RunStore::~RunStore() {
   if (!read_only_) {
     // Write what is still buffered; a failure here has nowhere to go but is not fatal.
-    for (auto& [id, chunk] : open_chunks_) {
-      if (chunk->dirty) FlushChunk(id);
-    }
+    WritePartialChunks();
   }
   for (sqlite3_stmt* stmt : statements_) sqlite3_finalize(stmt);
   if (db_) sqlite3_close_v2(db_);
@@ -215,7 +216,10 @@ Status RunStore::Create(const std::string& run_dir, const RunMeta& meta, std::un
 }
 
 Status RunStore::CreateSchema(const RunMeta& meta) {
-  Status s = Exec("PRAGMA page_size=16384; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
+  // A new, empty file needs no syncs while its schema is laid down (a crash now only means
+  // the run never started); from the first data on, WAL with synchronous=NORMAL: a
+  // process killed at any moment leaves every committed batch readable.
+  Status s = Exec("PRAGMA synchronous=OFF; PRAGMA page_size=16384; PRAGMA journal_mode=WAL;");
   if (!s.ok()) return s;
   s = Exec("BEGIN");
   if (!s.ok()) return s;
@@ -226,6 +230,8 @@ Status RunStore::CreateSchema(const RunMeta& meta) {
   s = SetMeta(meta);
   if (!s.ok()) return s;
   s = Exec("COMMIT");
+  if (!s.ok()) return s;
+  s = Exec("PRAGMA synchronous=NORMAL");
   if (!s.ok()) return s;
   return CheckSchema();
 }
@@ -313,27 +319,22 @@ Status RunStore::EnsureSeries(std::string_view tag, SeriesKind kind, int64_t* id
   return Status::Ok();
 }
 
-Status RunStore::FlushChunk(int64_t series_id) {
-  OpenChunk& c = *open_chunks_[series_id];
-  const size_t n = c.steps.size();
+Status RunStore::InsertChunkRow(int64_t series_id, const OpenChunk& c, size_t begin, int64_t* rowid) {
+  const size_t n = c.steps.size() - begin;
   std::string blob(n * (sizeof(int64_t) + sizeof(double) + sizeof(float)), '\0');
   char* p = blob.data();
-  std::memcpy(p, c.steps.data(), n * sizeof(int64_t));
-  std::memcpy(p + n * sizeof(int64_t), c.values.data(), n * sizeof(double));
-  std::memcpy(p + n * (sizeof(int64_t) + sizeof(double)), c.offsets.data(), n * sizeof(float));
-  const auto [min_it, max_it] = std::minmax_element(c.steps.begin(), c.steps.end());
-  sqlite3_stmt* stmt = c.rowid ? update_chunk_ : insert_chunk_;
-  if (!stmt) {
-    Status s = c.rowid ? Prepare("UPDATE scalar_chunk SET count=?2, min_step=?3, max_step=?4, last_step=?5, "
-                                 "last_value=?6, base_time=?7, data=?8 WHERE id=?1",
-                                 &update_chunk_)
-                       : Prepare("INSERT INTO scalar_chunk(series_id, count, min_step, max_step, last_step, "
-                                 "last_value, base_time, data) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                                 &insert_chunk_);
+  std::memcpy(p, c.steps.data() + begin, n * sizeof(int64_t));
+  std::memcpy(p + n * sizeof(int64_t), c.values.data() + begin, n * sizeof(double));
+  std::memcpy(p + n * (sizeof(int64_t) + sizeof(double)), c.offsets.data() + begin, n * sizeof(float));
+  const auto [min_it, max_it] = std::minmax_element(c.steps.begin() + begin, c.steps.end());
+  if (!insert_chunk_) {
+    Status s = Prepare("INSERT INTO scalar_chunk(series_id, count, min_step, max_step, last_step, "
+                       "last_value, base_time, data) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                       &insert_chunk_);
     if (!s.ok()) return s;
-    stmt = c.rowid ? update_chunk_ : insert_chunk_;
   }
-  sqlite3_bind_int64(stmt, 1, c.rowid ? c.rowid : series_id);
+  sqlite3_stmt* stmt = insert_chunk_;
+  sqlite3_bind_int64(stmt, 1, series_id);
   sqlite3_bind_int64(stmt, 2, static_cast<int64_t>(n));
   sqlite3_bind_int64(stmt, 3, *min_it);
   sqlite3_bind_int64(stmt, 4, *max_it);
@@ -344,8 +345,45 @@ Status RunStore::FlushChunk(int64_t series_id) {
   const int rc = sqlite3_step(stmt);
   sqlite3_reset(stmt);
   if (rc != SQLITE_DONE) return SqlError("write scalar chunk");
-  if (!c.rowid) c.rowid = sqlite3_last_insert_rowid(db_);
-  c.dirty = false;
+  *rowid = sqlite3_last_insert_rowid(db_);
+  return Status::Ok();
+}
+
+// A full chunk becomes one row; the partial rows that held its first points go, in the
+// same transaction, so a reader sees either the parts or the whole, never both.
+Status RunStore::WriteFullChunk(int64_t series_id, OpenChunk* c) {
+  int64_t rowid = 0;
+  Status s = InsertChunkRow(series_id, *c, 0, &rowid);
+  if (!s.ok()) return s;
+  if (!c->partial_rows.empty()) {
+    if (!delete_chunk_) {
+      s = Prepare("DELETE FROM scalar_chunk WHERE id=?", &delete_chunk_);
+      if (!s.ok()) return s;
+    }
+    for (int64_t row : c->partial_rows) {
+      sqlite3_bind_int64(delete_chunk_, 1, row);
+      const int rc = sqlite3_step(delete_chunk_);
+      sqlite3_reset(delete_chunk_);
+      if (rc != SQLITE_DONE) return SqlError("replace partial chunks");
+    }
+  }
+  const int64_t last_step = c->last_step;
+  *c = OpenChunk();
+  c->has_last_step = true;
+  c->last_step = last_step;
+  return Status::Ok();
+}
+
+// The points of each open chunk not yet in the store go into one small row per series.
+Status RunStore::WritePartialChunks() {
+  for (auto& [id, c] : open_chunks_) {
+    if (c->written == c->steps.size()) continue;
+    int64_t rowid = 0;
+    Status s = InsertChunkRow(id, *c, c->written, &rowid);
+    if (!s.ok()) return s;
+    c->partial_rows.push_back(rowid);
+    c->written = c->steps.size();
+  }
   return Status::Ok();
 }
 
@@ -353,33 +391,25 @@ Status RunStore::WriteScalars(const std::vector<WriteBatch::ScalarPoint>& points
   OpenChunk* chunk = nullptr;
   int64_t chunk_series = -1;
   for (const auto& p : points) {
-    if (p.series_id != chunk_series) {
+    if (p.series_id != chunk_series) {  // points usually come grouped by series
       auto& slot = open_chunks_[p.series_id];
       if (!slot) slot = std::make_unique<OpenChunk>();
       chunk = slot.get();
       chunk_series = p.series_id;
     }
-    auto [last, first_point] = last_step_.try_emplace(p.series_id, p.step);
-    if (!first_point && p.step < last->second) ++backward_steps_;
-    last->second = p.step;
+    if (chunk->has_last_step && p.step < chunk->last_step) ++backward_steps_;
+    chunk->has_last_step = true;
+    chunk->last_step = p.step;
     if (chunk->steps.empty()) chunk->base_time = p.wall_time;
     chunk->steps.push_back(p.step);
     chunk->values.push_back(p.value);
     chunk->offsets.push_back(static_cast<float>(p.wall_time - chunk->base_time));
-    chunk->dirty = true;
     if (chunk->steps.size() == static_cast<size_t>(kChunkPoints)) {
-      Status s = FlushChunk(p.series_id);
-      if (!s.ok()) return s;
-      *chunk = OpenChunk();  // full: the next point starts a new row
-    }
-  }
-  for (auto& [id, c] : open_chunks_) {
-    if (c->dirty) {
-      Status s = FlushChunk(id);
+      Status s = WriteFullChunk(p.series_id, chunk);
       if (!s.ok()) return s;
     }
   }
-  return Status::Ok();
+  return WritePartialChunks();
 }
 
 Status RunStore::Write(const WriteBatch& batch) {
@@ -523,12 +553,6 @@ Status RunStore::SetMeta(const RunMeta& meta) {
 }
 
 Status RunStore::Close(const std::string& status, const std::string& exit_reason) {
-  for (auto& [id, chunk] : open_chunks_) {
-    if (chunk->dirty) {
-      Status s = FlushChunk(id);
-      if (!s.ok()) return s;
-    }
-  }
   Status s = Exec("BEGIN");
   if (s.ok()) s = SetMetaValue("status", status);
   if (s.ok()) s = SetMetaValue("exit_reason", exit_reason);

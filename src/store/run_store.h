@@ -6,9 +6,10 @@
 //
 // Scalars are stored in chunks of up to kChunkPoints points per row (steps, values and
 // wall-time offsets packed in one blob), as time-series stores do: one SQLite row costs
-// about a microsecond, a point in a chunk costs a few nanoseconds. The writer keeps each
-// series' last, partial chunk and rewrites it until it is full, so a series logged one
-// point a second still reads back as few rows.
+// about a microsecond, a point in a chunk costs a few nanoseconds. Each write adds the
+// new points of a series as one small row; when a series has kChunkPoints points, they
+// become one full row that replaces the small ones. So a series logged one point a
+// second still reads back as few rows, and every point is written at most twice.
 //
 // A store is not thread-safe: one RunStore object per thread.
 #pragma once
@@ -182,10 +183,11 @@ class RunStore {
   Status SqlError(const char* what);
   Status CreateSchema(const RunMeta& meta);
   Status CheckSchema();
-  Status WriteScalars(const std::vector<WriteBatch::ScalarPoint>& points);
-  Status FlushChunk(int64_t series_id);
-
   struct OpenChunk;  // a series' last, partial chunk (writer side)
+  Status WriteScalars(const std::vector<WriteBatch::ScalarPoint>& points);
+  Status InsertChunkRow(int64_t series_id, const OpenChunk& chunk, size_t begin, int64_t* rowid);
+  Status WriteFullChunk(int64_t series_id, OpenChunk* chunk);
+  Status WritePartialChunks();
 
   sqlite3* db_ = nullptr;
   std::string db_path_;
@@ -194,13 +196,12 @@ class RunStore {
   std::unordered_map<std::string, std::pair<int64_t, SeriesKind>> series_cache_;
   std::vector<sqlite3_stmt*> statements_;  // finalized on close
   sqlite3_stmt* insert_chunk_ = nullptr;
-  sqlite3_stmt* update_chunk_ = nullptr;
+  sqlite3_stmt* delete_chunk_ = nullptr;
   sqlite3_stmt* insert_stats_ = nullptr;
   sqlite3_stmt* insert_span_ = nullptr;
   sqlite3_stmt* insert_vector_ = nullptr;
   sqlite3_stmt* insert_finding_ = nullptr;
   int64_t backward_steps_ = 0;
-  std::unordered_map<int64_t, int64_t> last_step_;  // per series, for backward-step counting
 };
 
 // The runs of a logdir: every directory below it (any depth) holding a trainscope.db.

@@ -3,6 +3,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
+
+#include <sqlite3.h>
 
 #include "store/run_store.h"
 
@@ -64,6 +67,37 @@ TEST_F(RunStoreTest, ScalarsRoundTripAcrossChunksInAppendOrder) {
   EXPECT_EQ(series[0].points, n + 1);
   EXPECT_EQ(series[0].last_step, n);
   EXPECT_DOUBLE_EQ(series[0].last_value, -1.0);
+}
+
+TEST_F(RunStoreTest, SmallWritesBecomeOneRowWhenTheChunkFills) {
+  auto store = NewStore();
+  int64_t a = 0, b = 0;
+  ASSERT_TRUE(store->EnsureSeries("a", SeriesKind::kScalar, &a).ok());
+  ASSERT_TRUE(store->EnsureSeries("b", SeriesKind::kScalar, &b).ok());
+  int64_t step = 0;
+  for (int flush = 0; flush < 3; ++flush) {  // 3 x 1000 interleaved points per series
+    WriteBatch batch;
+    for (int i = 0; i < 1000; ++i, ++step) {
+      batch.scalars.push_back({a, step, 0, double(step)});
+      batch.scalars.push_back({b, step, 0, -double(step)});
+    }
+    ASSERT_TRUE(store->Write(batch).ok());
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(store->path().c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  sqlite3_prepare_v2(db, "SELECT series_id, count FROM scalar_chunk ORDER BY id", -1, &stmt, nullptr);
+  std::map<int64_t, std::vector<int64_t>> rows;  // series -> row sizes in row order
+  while (sqlite3_step(stmt) == SQLITE_ROW) rows[sqlite3_column_int64(stmt, 0)].push_back(sqlite3_column_int64(stmt, 1));
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  // Per series: one full chunk of 2048, then one small row with the last 952 points.
+  EXPECT_EQ(rows[a], (std::vector<int64_t>{2048, 952}));
+  EXPECT_EQ(rows[b], (std::vector<int64_t>{2048, 952}));
+  std::vector<Point> points;
+  ASSERT_TRUE(store->ReadScalars("b", INT64_MIN, INT64_MAX, &points).ok());
+  ASSERT_EQ(points.size(), 3000u);
+  for (size_t i = 0; i < points.size(); ++i) ASSERT_EQ(points[i].value, -double(i));
 }
 
 TEST_F(RunStoreTest, DecimationKeepsEverySpike) {

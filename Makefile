@@ -1,0 +1,48 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Each installs what is
+# missing (Debian packages, npm packages), builds, and runs.
+PYTHON ?= /usr/bin/python3
+BUILD ?= build
+JOBS ?= $(shell nproc)
+export TRAINSCOPE_BUILD_DIR := $(abspath $(BUILD))
+
+.PHONY: all setup build test test-cpp test-python test-e2e test-fuzz demo bench bench-doctor clean
+
+all: build
+
+setup:
+	@bash scripts/setup.sh
+	@if [ -f web/package.json ]; then bash scripts/setup-web.sh; fi
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINSCOPE_PYTHON_EXECUTABLE=$(PYTHON)
+
+build: setup $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	$(MAKE) --no-print-directory test-cpp test-python test-e2e test-fuzz
+
+test-cpp:
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-python:
+	PYTHONPATH=$(BUILD)/python $(PYTHON) -m pytest -q tests/python
+
+test-e2e:
+	@if [ -x tests/e2e/run.sh ]; then tests/e2e/run.sh; else echo "test-e2e: no browser tests yet"; fi
+
+test-fuzz:
+	@if [ -x fuzz/run.sh ]; then fuzz/run.sh; else echo "test-fuzz: no fuzz targets yet"; fi
+
+demo: build
+	$(BUILD)/trainscope demo --logdir runs
+
+bench: build
+	$(BUILD)/bench/store_bench --benchmark_min_time=0.5
+	PYTHONPATH=$(BUILD)/python $(PYTHON) bench/log_bench.py
+
+bench-doctor: build
+	PYTHONPATH=$(BUILD)/python $(PYTHON) bench/doctor/run_scenarios.py
+
+clean:
+	rm -rf $(BUILD)
