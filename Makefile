@@ -42,7 +42,7 @@ bench: build
 	PYTHONPATH=$(BUILD)/python $(PYTHON) bench/log_bench.py
 
 bench-doctor: build
-	PYTHONPATH=$(BUILD)/python $(PYTHON) bench/doctor/run_scenarios.py
+	$(PYTHON) bench/doctor/run_scenarios.py --build $(BUILD) --write
 
 clean:
 	rm -rf $(BUILD)

@@ -8,8 +8,9 @@
     run.finish()
 """
 
-from trainscope.reader import RunView, open_run, list_runs
+from trainscope.reader import RunView, diagnose, open_run, list_runs
 from trainscope.run import Run, init
+from trainscope.metrics import classification_metrics
 
-__all__ = ["Run", "RunView", "init", "list_runs", "open_run"]
+__all__ = ["Run", "RunView", "classification_metrics", "diagnose", "init", "list_runs", "open_run"]
 __version__ = "0.1.0"

@@ -16,6 +16,15 @@ def list_runs(logdir):
     return _core.list_runs(os.fspath(logdir))
 
 
+def diagnose(path):
+    """Offline diagnosis, the same as `trainscope diagnose PATH --json`, as a dict.
+
+    PATH: a run directory, a logdir of runs, or a log another tool wrote (TensorBoard,
+    trainer_state.json, text logs, CSV, JSONL); the format is found from the content.
+    """
+    return json.loads(_core.diagnose_json(os.fspath(path)))
+
+
 def open_run(path):
     """A read-only view of a run directory (or its trainscope.db)."""
     return RunView(path)

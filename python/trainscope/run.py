@@ -25,24 +25,29 @@ _exit_reason: list[str] = []  # why the interpreter is going down, if not cleanl
 
 
 def init(logdir="runs", name=None, config=None, *, resume=False, flush_interval=1.0,
-         queue_capacity=1 << 22):
+         queue_capacity=1 << 22, doctor=True):
     """Starts recording a run into <logdir>/<name>/trainscope.db and returns it.
 
     name: None makes one from the start time. config: any JSON-able dict (other values are
     stored as their str()). resume=True appends to an existing run of that name.
+    doctor=True judges the run while it trains (on a background thread): findings are
+    printed as they open, kept in run.findings and stored with the run.
     """
+    from trainscope.distributed import rank_layout
+    logdir, name = rank_layout(logdir, name)  # under torch.distributed: <logdir>/<name>/rank-<r>
     return Run(logdir, name, config, resume=resume, flush_interval=flush_interval,
-               queue_capacity=queue_capacity)
+               queue_capacity=queue_capacity, doctor=doctor)
 
 
 class Run:
     """One training run being recorded. See ts.init()."""
 
-    def __init__(self, logdir, name, config, *, resume, flush_interval, queue_capacity):
+    def __init__(self, logdir, name, config, *, resume, flush_interval, queue_capacity, doctor=True):
         config_json = json.dumps(config if config is not None else {}, default=str)
         command_line = " ".join([sys.executable] + sys.argv)
         self._recorder = _core.Recorder(os.fspath(logdir), name or "", config_json, command_line,
-                                        resume, queue_capacity, flush_interval, self._rank_meta())
+                                        resume, queue_capacity, flush_interval, self._rank_meta(),
+                                        doctor)
         self.name = self._recorder.name
         self.dir = self._recorder.run_dir
         self.config = config
@@ -54,7 +59,10 @@ class Run:
         self._in_flight = []     # (tags, steps, host buffer, event) copies not yet complete
         self._warned = set()
         self._finished = False
-        self.findings = []
+        self._clock = None        # watch.StepClock once watch()/data()/step() is used
+        self._watchers = []
+        self._sampler = None      # the C++ system-metrics thread (watch())
+        self._classification = {}
         _live_runs.add(self)
         _install_exit_handlers()
 
@@ -149,6 +157,69 @@ class Run:
         self._warned.add(key)
         warnings.warn(f"trainscope: {message}", stacklevel=4)
 
+    # ---- watching a PyTorch training (trainscope/watch.py) ----
+
+    def _step_clock(self):
+        if self._clock is None:
+            from trainscope.watch import StepClock
+            self._clock = StepClock(self)
+        return self._clock
+
+    def watch(self, model, optimizer=None, every=1, histograms_every=100, activations=True, **options):
+        """Records gradients, weights, updates, activations, lr, times and memory of a model.
+
+        every: gradient statistics, lr and inputs every `every` optimizer steps;
+        histograms_every: exponent histograms and per-unit gradient norms; other options
+        (activations_every, weights_every, units_every, accumulation_steps, guard,
+        census_every, memory, inputs, system_interval) are described in docs/watch.md.
+        Returns the watcher (None if it could not be set up: reported, training goes on);
+        run.finish() removes its hooks.
+        """
+        from trainscope.watch import Watcher
+        clock = self._step_clock()
+        system_interval = options.pop("system_interval", 5.0)
+        try:
+            watcher = Watcher(self, clock, model, optimizer, every=every, histograms_every=histograms_every,
+                              activations=activations, **options)
+        except TypeError:
+            raise  # a misspelt option is the caller's error, not a monitoring failure
+        except Exception as error:
+            print(f"trainscope: watch() failed, the model is not watched; training goes on ({error})",
+                  file=sys.stderr)
+            return None
+        self._watchers.append(watcher)
+        if self._sampler is None and system_interval:
+            try:
+                self._sampler = _core.SystemSampler(self._recorder, float(system_interval))
+                self._sampler.set_step(self._step)
+                clock.sampler = self._sampler
+            except Exception as error:
+                self._warn_once("sampler", f"system metrics are off: {error}")
+        return watcher
+
+    def data(self, iterable):
+        """Yields from iterable, recording the wait for each batch as time/data."""
+        from trainscope.watch import timed_data
+        clock = self._step_clock()
+        inspect = self._watchers[-1].inspect_batch if self._watchers else None
+        return timed_data(self, clock, iterable, inspect)
+
+    def step(self):
+        """`with run.step():` marks one training step explicitly."""
+        from trainscope.watch import StepContext
+        return StepContext(self._step_clock())
+
+    def log_classification(self, outputs, targets, prefix="val", num_classes=None, window=None, commit=False):
+        """Accumulates predictions (logits or labels) against targets; see trainscope/metrics.py."""
+        from trainscope.metrics import ClassificationAccumulator
+        acc = self._classification.get(prefix)
+        if acc is None:
+            acc = self._classification[prefix] = ClassificationAccumulator(self, prefix, num_classes, window)
+        try:
+            acc.add(outputs, targets, self._step, commit=commit)
+        except Exception as error:
+            self._warn_once(("classification", prefix), f"log_classification({prefix!r}) failed: {error}")
+
     # ---- lifecycle ----
 
     def flush(self):
@@ -162,6 +233,7 @@ class Run:
         if self._finished:
             return self._summary
         self._finished = True
+        self._close_watch()
         try:
             self._start_copies()
             self._collect_copies(wait=True)
@@ -174,12 +246,45 @@ class Run:
                          "steps": self._step, "dropped": dropped, "error": error or None,
                          "findings": list(self.findings)}
         line = f"trainscope: run {self.name} {status} at step {self._step} -> {self.dir}"
+        findings = self._summary["findings"]
+        if findings:
+            worst = {"critical": 0, "warning": 1, "info": 2}
+            findings_sorted = sorted(findings, key=lambda f: (worst.get(f["severity"], 3), f["step"]))
+            codes = ", ".join(dict.fromkeys(f["code"] for f in findings_sorted))
+            line += f"; {len(findings)} findings: {codes} (trainscope diagnose {self.dir})"
         if dropped:
             line += f" ({dropped} points dropped: the queue was full)"
         if error:
             line += f" (store error: {error})"
         print(line, file=sys.stderr)
         return self._summary
+
+    def _close_watch(self):
+        """Flushes classification windows, removes hooks, stops the sampler (never raises)."""
+        for acc in list(self._classification.values()):
+            try:
+                acc.flush()
+            except Exception as error:
+                print(f"trainscope: classification metrics lost: {error}", file=sys.stderr)
+        for watcher in self._watchers:
+            try:
+                watcher.close()
+            except Exception as error:
+                print(f"trainscope: could not remove the watch hooks: {error}", file=sys.stderr)
+        self._watchers = []
+        if self._clock is not None:
+            try:
+                self._clock.finish()
+            except Exception as error:
+                print(f"trainscope: last step times lost: {error}", file=sys.stderr)
+        if self._sampler is not None:
+            self._sampler.stop()
+            self._sampler = None
+
+    @property
+    def findings(self):
+        """The findings the online doctor has opened so far (dicts, DESIGN.md JSON form)."""
+        return json.loads(self._recorder.live_findings_json())
 
     def __enter__(self):
         return self

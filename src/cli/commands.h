@@ -11,6 +11,9 @@ void AddRunsCommand(CLI::App& app, int* exit_code);
 void AddShowCommand(CLI::App& app, int* exit_code);
 void AddDiagnoseCommand(CLI::App& app, int* exit_code);
 void AddDemoCommand(CLI::App& app, int* exit_code);
+void AddReportCommand(CLI::App& app, int* exit_code);
+void AddImportCommand(CLI::App& app, int* exit_code);
+void AddExportCommand(CLI::App& app, int* exit_code);
 void AddServeCommand(CLI::App& app, int* exit_code);
 
 // Directory holding the running trainscope executable.

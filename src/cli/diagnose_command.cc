@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/source.h"
+#include "doctor/doctor.h"
 #include "store/json_forms.h"
 
 namespace trainscope::cli {
@@ -18,40 +19,50 @@ using json = nlohmann::json;
 struct Diagnosis {
   const LoadedRun* run;
   std::vector<Finding> findings;  // worst first, then by step
+  std::vector<doctor::NotChecked> not_checked;
 };
 
-// The findings of one run: those recorded with it (the online doctor's).
-std::vector<Finding> Diagnose(const LoadedRun& run) {
-  std::vector<Finding> findings = run.data.findings;
-  std::stable_sort(findings.begin(), findings.end(), [](const Finding& a, const Finding& b) {
-    if (a.severity != b.severity) return a.severity > b.severity;
-    return a.step < b.step;
-  });
-  return findings;
+// The doctor over the whole run (offline), merged with the findings recorded with it (the
+// online doctor's, the watch() checks'): one per code and location, worst first.
+Diagnosis Diagnose(const LoadedRun& run) {
+  doctor::Diagnosis d = doctor::Diagnose(run.data);
+  return {&run, std::move(d.findings), std::move(d.not_checked)};
 }
 
 json DiagnosisJson(const Diagnosis& d) {
   json findings = json::array();
   for (const Finding& f : d.findings) findings.push_back(FindingToJson(f));
+  json not_checked = json::array();
+  for (const auto& n : d.not_checked) {
+    not_checked.push_back({{"check", n.check}, {"codes", n.codes}, {"reason", n.reason}});
+  }
   return {{"source", d.run->source},
           {"format", d.run->format},
           {"steps", d.run->data.MaxStep()},
-          {"findings", findings}};
+          {"findings", findings},
+          {"not_checked", not_checked}};
 }
 
 void PrintHuman(const Diagnosis& d) {
   fmt::print("{} ({}, {} steps)\n", d.run->source, d.run->format, d.run->data.MaxStep());
-  if (d.findings.empty()) {
-    fmt::print("  no findings\n");
-    return;
-  }
+  if (d.findings.empty()) fmt::print("  no findings\n");
   for (const Finding& f : d.findings) {
     fmt::print("  [{}] {} at step {}{}{}\n", SeverityName(f.severity), f.code, f.step,
                f.last_step != f.step ? fmt::format("-{}", f.last_step) : "",
                f.location.empty() ? "" : " in " + f.location);
     if (!f.summary.empty()) fmt::print("    {}\n", f.summary);
+    // The evidence in one line (the flight recorder's steps are for --json and the report).
+    json evidence = FindingToJson(f)["evidence"];
+    evidence.erase("flight_recorder");
+    std::string line = evidence.dump();
+    if (line.size() > 200) line = line.substr(0, 197) + "...";
+    if (evidence.size()) fmt::print("    evidence: {}\n", line);
     for (const Cause& c : f.causes) fmt::print("    cause: {} ({:.0f}%)\n", c.id, c.confidence * 100);
     for (const std::string& a : f.actions) fmt::print("    do: {}\n", a);
+  }
+  if (!d.not_checked.empty()) {
+    fmt::print("  not checked, and why:\n");
+    for (const auto& n : d.not_checked) fmt::print("    - {}: {}\n", n.check, n.reason);
   }
 }
 
@@ -70,7 +81,7 @@ int DiagnoseCommand(const std::string& path, bool as_json, const std::string& fa
     return 2;
   }
   std::vector<Diagnosis> diagnoses;
-  for (const LoadedRun& run : runs) diagnoses.push_back({&run, Diagnose(run)});
+  for (const LoadedRun& run : runs) diagnoses.push_back(Diagnose(run));
   if (as_json) {
     if (is_logdir) {
       json all = json::array();

@@ -12,6 +12,11 @@ int main(int argc, char** argv) {
   trainscope::cli::AddShowCommand(app, &exit_code);
   trainscope::cli::AddDiagnoseCommand(app, &exit_code);
   trainscope::cli::AddDemoCommand(app, &exit_code);
+  trainscope::cli::AddReportCommand(app, &exit_code);
+#ifdef TRAINSCOPE_WITH_INGEST
+  trainscope::cli::AddImportCommand(app, &exit_code);
+  trainscope::cli::AddExportCommand(app, &exit_code);
+#endif
 #ifdef TRAINSCOPE_WITH_SERVER
   trainscope::cli::AddServeCommand(app, &exit_code);
 #endif

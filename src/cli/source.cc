@@ -1,9 +1,14 @@
 #include "cli/source.h"
 
+#include <fmt/format.h>
+
 #include <filesystem>
 
 #include "store/run_io.h"
 #include "store/run_store.h"
+#ifdef TRAINSCOPE_WITH_INGEST
+#include "ingest/importer.h"
+#endif
 
 namespace trainscope::cli {
 
@@ -29,6 +34,44 @@ bool StartsWithSqliteHeader(const std::string& path) {
   return n == sizeof(header) && std::string(header, 15) == "SQLite format 3";
 }
 
+#ifdef TRAINSCOPE_WITH_INGEST
+// Reads a file another tool wrote (or a directory of event files) into memory. Damage
+// after some data is a warning on stderr, not a failure: the doctor judges what was read.
+Status LoadImported(const ingest::ImportSource& source, LoadedRun* run) {
+  ingest::ImportStats stats;
+  Status s = ingest::ImportSourceTo(source, &run->data, &stats);
+  run->source = source.path;
+  run->format = run->data.meta.count("format") ? run->data.meta["format"] : stats.format;
+  for (const std::string& w : stats.warnings) fmt::print(stderr, "warning: {}\n", w);
+  if (!s.ok()) {
+    if (stats.points() == 0) return s;
+    fmt::print(stderr, "warning: {}; kept the {} points read before it\n", s.message(), stats.points());
+  }
+  return Status::Ok();
+}
+
+// A directory with no trainscope runs: TensorBoard runs and other tools' files in it.
+Status LoadImportedDir(const std::string& path, std::vector<LoadedRun>* runs, bool* is_logdir) {
+  std::vector<ingest::ImportSource> sources;
+  size_t considered = 0;
+  Status s = ingest::FindImportSources(path, &sources, &considered);
+  if (!s.ok()) return s;
+  if (sources.empty()) {
+    return Status::Error(path + ": no runs found among " + std::to_string(considered) +
+                         " files (expected a run directory holding " + kStoreFileName +
+                         ", a logdir of them, TensorBoard event files, trainer_state.json, JSONL, CSV or a "
+                         "training log)");
+  }
+  *is_logdir = !(sources.size() == 1 && sources[0].format == ingest::Format::kTfEvents && sources[0].name == ".");
+  for (const ingest::ImportSource& source : sources) {
+    runs->emplace_back();
+    s = LoadImported(source, &runs->back());
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+#endif
+
 }  // namespace
 
 Status LoadSources(const std::string& path, std::vector<LoadedRun>* runs, bool* is_logdir) {
@@ -45,6 +88,9 @@ Status LoadSources(const std::string& path, std::vector<LoadedRun>* runs, bool* 
     Status s = ListRuns(path, &entries);
     if (!s.ok()) return s;
     if (entries.empty()) {
+#ifdef TRAINSCOPE_WITH_INGEST
+      return LoadImportedDir(path, runs, is_logdir);
+#endif
       return Status::Error(path + ": no runs found (expected a run directory holding " + kStoreFileName +
                            ", a logdir of them, or a log file another tool wrote)");
     }
@@ -60,6 +106,14 @@ Status LoadSources(const std::string& path, std::vector<LoadedRun>* runs, bool* 
     runs->emplace_back();
     return LoadStore(path, &runs->back());
   }
+#ifdef TRAINSCOPE_WITH_INGEST
+  std::vector<ingest::ImportSource> sources;
+  size_t considered = 0;
+  Status s = ingest::FindImportSources(path, &sources, &considered);
+  if (!s.ok()) return s;
+  runs->emplace_back();
+  return LoadImported(sources.front(), &runs->back());
+#endif
   return Status::Error(path + ": unrecognised format (expected a trainscope run directory or store)");
 }
 

@@ -2,7 +2,12 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 namespace trainscope {
 
@@ -108,9 +113,177 @@ TensorStats Compute(const typename Layout::Bits* bits, size_t n, bool histogram)
   return s;
 }
 
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TRAINSCOPE_HAVE_AVX2_KERNEL 1
+// float32 with AVX2+FMA, chosen at run time. Per block of kBlock values: min/max in float
+// lanes (non-finite values masked out), sum and sum of squares in double lanes (each
+// float converts exactly; x*x of a float is exact in double), zero and non-finite counts
+// from integer compares on the bits. The exponent histogram then reads the same block
+// from L1: eight counter tables used in turn, indexed by the raw 8-bit exponent field,
+// folded into the 128 bins at the end. Non-finite values are rare, so a block that holds
+// any is split into NaN and Inf by a scalar look.
+__attribute__((target("avx2,fma"))) TensorStats ComputeFloat32Avx2(const uint32_t* bits, size_t n, bool histogram) {
+  TensorStats s;
+  s.numel = n;
+  s.has_histogram = histogram;
+  const __m256i magnitude_mask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i below_inf = _mm256_set1_epi32(0x7f7fffff);
+  const __m256i zero_i = _mm256_setzero_si256();
+  const __m256 pos_inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 vmin = pos_inf, vmax = neg_inf;
+  __m256d sum0 = _mm256_setzero_pd(), sum1 = _mm256_setzero_pd();
+  __m256d sq0 = _mm256_setzero_pd(), sq1 = _mm256_setzero_pd();
+  __m256d sum2 = _mm256_setzero_pd(), sum3 = _mm256_setzero_pd();
+  __m256d sq2 = _mm256_setzero_pd(), sq3 = _mm256_setzero_pd();
+  uint64_t zeros = 0, nan = 0, inf = 0;
+  // Raw exponent-field counts in eight tables, so that runs of equal exponents (the usual
+  // case) spread over eight counters instead of serialising on one. uint32 counters are
+  // folded into `raw` every kFoldEvery values, before any can overflow.
+  constexpr size_t kTables = 8;
+  constexpr size_t kFoldEvery = size_t{1} << 31;
+  alignas(32) uint32_t table[kTables][256];
+  if (histogram) std::memset(table, 0, sizeof(table));
+  uint64_t raw[256] = {};
+  size_t since_fold = 0;
+  auto fold = [&] {
+    for (int e = 0; e < 256; ++e) {
+      uint64_t total = 0;
+      for (size_t t = 0; t < kTables; ++t) total += table[t][e];
+      raw[e] += total;
+    }
+    std::memset(table, 0, sizeof(table));
+    since_fold = 0;
+  };
+  constexpr size_t kBlock = 2048;  // 8 KiB: stays in L1 for the histogram pass
+  size_t i = 0;
+  while (i < n) {
+    const size_t end = std::min(n, i + kBlock);
+    const size_t vec_end = i + ((end - i) & ~size_t{7});
+    __m256i zero_count = _mm256_setzero_si256();
+    __m256i nonfinite_count = _mm256_setzero_si256();
+    // Two vectors per iteration into two sets of double accumulators: the FMA latency
+    // chains of one set would otherwise limit the loop to one vector per 4 cycles.
+#define TRAINSCOPE_ACCUMULATE(at, s_lo, s_hi, q_lo, q_hi)                                                     \
+  do {                                                                                                         \
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));                                \
+    const __m256i magnitude = _mm256_and_si256(b, magnitude_mask);                                             \
+    /* magnitude >= 0x7f800000 (non-negative as signed ints): non-finite */                                   \
+    const __m256i nonfinite = _mm256_cmpgt_epi32(magnitude, below_inf);                                        \
+    zero_count = _mm256_sub_epi32(zero_count, _mm256_cmpeq_epi32(magnitude, zero_i));                         \
+    nonfinite_count = _mm256_sub_epi32(nonfinite_count, nonfinite);                                            \
+    const __m256 x = _mm256_andnot_ps(_mm256_castsi256_ps(nonfinite), _mm256_castsi256_ps(b)); /* -> 0 */     \
+    vmin = _mm256_min_ps(vmin, _mm256_blendv_ps(x, pos_inf, _mm256_castsi256_ps(nonfinite)));                  \
+    vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(x, neg_inf, _mm256_castsi256_ps(nonfinite)));                  \
+    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));                                             \
+    const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));                                           \
+    s_lo = _mm256_add_pd(s_lo, lo);                                                                            \
+    s_hi = _mm256_add_pd(s_hi, hi);                                                                            \
+    q_lo = _mm256_fmadd_pd(lo, lo, q_lo);                                                                      \
+    q_hi = _mm256_fmadd_pd(hi, hi, q_hi);                                                                      \
+  } while (0)
+    // Two vectors per iteration into two sets of double accumulators: the add/FMA latency
+    // chains of one set would otherwise hold the loop to one vector per 4 cycles.
+    size_t j = i;
+    for (; j + 16 <= vec_end; j += 16) {
+      TRAINSCOPE_ACCUMULATE(bits + j, sum0, sum1, sq0, sq1);
+      TRAINSCOPE_ACCUMULATE(bits + j + 8, sum2, sum3, sq2, sq3);
+    }
+    if (j < vec_end) TRAINSCOPE_ACCUMULATE(bits + j, sum0, sum1, sq0, sq1);
+#undef TRAINSCOPE_ACCUMULATE
+    alignas(32) uint32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), zero_count);
+    for (uint32_t c : lanes) zeros += c;
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), nonfinite_count);
+    uint32_t block_nonfinite = 0;
+    for (uint32_t c : lanes) block_nonfinite += c;
+    if (block_nonfinite) {
+      for (size_t j = i; j < vec_end; ++j) {
+        const uint32_t m = bits[j] & 0x7fffffff;
+        if (m > 0x7f800000) ++nan; else if (m == 0x7f800000) ++inf;
+      }
+    }
+    for (size_t j = vec_end; j < end; ++j) {  // the tail of the last block
+      const uint32_t m = bits[j] & 0x7fffffff;
+      if (m >= 0x7f800000) {
+        if (m > 0x7f800000) ++nan; else ++inf;
+        continue;
+      }
+      if (m == 0) ++zeros;
+      const float x = std::bit_cast<float>(bits[j]);
+      vmin = _mm256_min_ps(vmin, _mm256_set1_ps(x));
+      vmax = _mm256_max_ps(vmax, _mm256_set1_ps(x));
+      const __m256d d = _mm256_set_pd(0, 0, 0, static_cast<double>(x));
+      sum0 = _mm256_add_pd(sum0, d);
+      sq0 = _mm256_fmadd_pd(d, d, sq0);
+    }
+    if (histogram) {
+      size_t j = i;
+      for (; j + kTables <= end; j += kTables) {
+        for (size_t t = 0; t < kTables; ++t) ++table[t][(bits[j + t] >> 23) & 0xff];
+      }
+      for (; j < end; ++j) ++table[0][(bits[j] >> 23) & 0xff];
+      since_fold += end - i;
+      if (since_fold >= kFoldEvery - kBlock) fold();
+    }
+    i = end;
+  }
+  alignas(32) float fl[8];
+  _mm256_store_ps(fl, vmin);
+  double min = std::numeric_limits<double>::infinity();
+  for (float f : fl) min = std::min<double>(min, f);
+  _mm256_store_ps(fl, vmax);
+  double max = -std::numeric_limits<double>::infinity();
+  for (float f : fl) max = std::max<double>(max, f);
+  alignas(32) double d[4];
+  _mm256_store_pd(d, _mm256_add_pd(_mm256_add_pd(sum0, sum1), _mm256_add_pd(sum2, sum3)));
+  const double sum = (d[0] + d[1]) + (d[2] + d[3]);
+  _mm256_store_pd(d, _mm256_add_pd(_mm256_add_pd(sq0, sq1), _mm256_add_pd(sq2, sq3)));
+  const double sum_squares = (d[0] + d[1]) + (d[2] + d[3]);
+  s.nan = nan;
+  s.inf = inf;
+  s.zeros = zeros;
+  s.min = min;
+  s.max = max;
+  s.sum = sum;
+  s.sum_squares = sum_squares;
+  s.abs_max = s.finite() > 0 ? std::max(std::fabs(min), std::fabs(max)) : 0.0;
+  if (histogram) fold();
+  if (histogram) {
+    // Exponent field 0 holds the zeros and the subnormals (< 2^-126: the lowest bin);
+    // 255 holds the non-finite values, counted apart.
+    s.exponent_counts[0] += raw[0] - zeros;
+    for (int e = 1; e < 255; ++e) {
+      if (!raw[e]) continue;
+      const int bin = std::clamp(e - 127 - TensorStats::kMinExponent, 0, TensorStats::kExponentBins - 1);
+      s.exponent_counts[bin] += raw[e];
+    }
+  }
+  return s;
+}
+
+// TRAINSCOPE_NO_SIMD=1 in the environment forces the portable kernel (benchmarks, and a
+// way out should a CPU misreport its features).
+bool HaveAvx2() {
+  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                           std::getenv("TRAINSCOPE_NO_SIMD") == nullptr;
+  return have;
+}
+#endif
+
 }  // namespace
 
+// The portable kernel for float32, kept callable so tests can hold the SIMD one to it.
+TensorStats ComputeTensorStatsScalar(const float* values, size_t n, bool histogram);
+TensorStats ComputeTensorStatsScalar(const float* values, size_t n, bool histogram) {
+  return Compute<Float32Layout>(reinterpret_cast<const uint32_t*>(values), n, histogram);
+}
+
 TensorStats ComputeTensorStats(const float* values, size_t n, bool histogram) {
+#ifdef TRAINSCOPE_HAVE_AVX2_KERNEL
+  if (HaveAvx2()) return ComputeFloat32Avx2(reinterpret_cast<const uint32_t*>(values), n, histogram);
+#endif
   return Compute<Float32Layout>(reinterpret_cast<const uint32_t*>(values), n, histogram);
 }
 TensorStats ComputeTensorStats(const double* values, size_t n, bool histogram) {

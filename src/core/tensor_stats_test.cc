@@ -8,6 +8,8 @@
 #include "core/sample.h"
 
 namespace trainscope {
+// The portable float32 kernel (tensor_stats.cc), the reference for the SIMD one.
+TensorStats ComputeTensorStatsScalar(const float* values, size_t n, bool histogram);
 namespace {
 
 TEST(TensorStats, CountsAndMomentsMatchDirectComputation) {
@@ -31,8 +33,9 @@ TEST(TensorStats, CountsAndMomentsMatchDirectComputation) {
   EXPECT_EQ(s.nan, 1u);
   EXPECT_EQ(s.inf, 2u);
   EXPECT_EQ(s.zeros, 2u);
-  EXPECT_DOUBLE_EQ(s.sum, sum);
-  EXPECT_DOUBLE_EQ(s.sum_squares, sq);
+  // The SIMD kernel adds in lanes, another order than this loop: equal up to rounding.
+  EXPECT_NEAR(s.sum, sum, 1e-12 * sq);
+  EXPECT_NEAR(s.sum_squares, sq, 1e-12 * sq);
   EXPECT_EQ(s.min, mn);
   EXPECT_EQ(s.max, mx);
   EXPECT_EQ(s.abs_max, am);
@@ -92,6 +95,59 @@ TEST(TensorStats, MergeEqualsWhole) {
   EXPECT_NEAR(a.sum, whole.sum, 1e-9);
   EXPECT_EQ(a.max, whole.max);
   EXPECT_EQ(a.exponent_counts, whole.exponent_counts);
+}
+
+// The dispatched float32 kernel (AVX2 where the CPU has it) must agree with the portable
+// one on every count and bin, for every length (block tails, vector tails) and for values
+// that need care: signed zeros, subnormals, NaN/Inf inside a vector, huge and tiny values.
+TEST(TensorStats, Float32KernelAgreesWithPortableKernel) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::uniform_int_distribution<int> pick(0, 99);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{2047}, size_t{2048}, size_t{2049},
+                   size_t{4096 + 13}, size_t{100003}}) {
+    std::vector<float> v(n);
+    for (auto& x : v) {
+      const int k = pick(rng);
+      if (k == 0) x = std::numeric_limits<float>::quiet_NaN();
+      else if (k == 1) x = -std::numeric_limits<float>::infinity();
+      else if (k == 2) x = -0.0f;
+      else if (k == 3) x = 1e-40f;  // subnormal
+      else if (k == 4) x = 3e38f;
+      else if (k < 20) x = 0.0f;
+      else x = normal(rng) * std::ldexp(1.0f, pick(rng) - 50);
+    }
+    for (bool histogram : {false, true}) {
+      const TensorStats a = ComputeTensorStats(v.data(), n, histogram);
+      const TensorStats b = ComputeTensorStatsScalar(v.data(), n, histogram);
+      SCOPED_TRACE(n);
+      EXPECT_EQ(a.numel, b.numel);
+      EXPECT_EQ(a.nan, b.nan);
+      EXPECT_EQ(a.inf, b.inf);
+      EXPECT_EQ(a.zeros, b.zeros);
+      EXPECT_EQ(a.min, b.min);
+      EXPECT_EQ(a.max, b.max);
+      EXPECT_EQ(a.abs_max, b.abs_max);
+      // Sums are added in another order: equal up to rounding.
+      EXPECT_NEAR(a.sum, b.sum, 1e-12 * std::max(1.0, b.sum_squares));
+      EXPECT_NEAR(a.sum_squares, b.sum_squares, 1e-12 * b.sum_squares);
+      EXPECT_EQ(a.has_histogram, b.has_histogram);
+      for (int i = 0; i < TensorStats::kExponentBins; ++i) EXPECT_EQ(a.exponent_counts[i], b.exponent_counts[i]) << i;
+    }
+  }
+}
+
+TEST(TensorStats, AllNonFiniteFloat32HasNoFiniteExtremes) {
+  const float v[] = {std::nanf(""), std::numeric_limits<float>::infinity(), std::nanf(""), std::nanf(""),
+                     std::nanf(""), std::nanf(""), std::nanf(""), std::nanf(""), std::nanf("")};
+  const TensorStats s = ComputeTensorStats(v, std::size(v), true);
+  EXPECT_EQ(s.nan, 8u);
+  EXPECT_EQ(s.inf, 1u);
+  EXPECT_EQ(s.abs_max, 0.0);
+  EXPECT_TRUE(std::isinf(s.min));
+  uint64_t total = 0;
+  for (auto c : s.exponent_counts) total += c;
+  EXPECT_EQ(total, 0u);
 }
 
 }  // namespace

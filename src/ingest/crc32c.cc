@@ -46,7 +46,21 @@ __attribute__((target("sse4.2"))) uint32_t Crc32cHardware(uint32_t crc, const ui
     n -= 8;
   }
   uint32_t c32 = static_cast<uint32_t>(c);
-  while (n--) c32 = _mm_crc32_u8(c32, *p++);
+  if (n >= 4) {
+    uint32_t word;
+    std::memcpy(&word, p, 4);
+    c32 = _mm_crc32_u32(c32, word);
+    p += 4;
+    n -= 4;
+  }
+  if (n >= 2) {
+    uint16_t half;
+    std::memcpy(&half, p, 2);
+    c32 = _mm_crc32_u16(c32, half);
+    p += 2;
+    n -= 2;
+  }
+  if (n) c32 = _mm_crc32_u8(c32, *p);
   return ~c32;
 }
 

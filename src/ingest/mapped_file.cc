@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -67,6 +68,15 @@ Status MappedFile::Open(const std::string& path, std::unique_ptr<MappedFile>* fi
   f->size_ = done;
   *file = std::move(f);
   return Status::Ok();
+}
+
+void MappedFile::Release(size_t upto) {
+  if (!mapped_) return;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t end = std::min(upto, size_) / page * page;
+  if (end <= released_) return;
+  ::madvise(const_cast<char*>(data_) + released_, end - released_, MADV_DONTNEED);
+  released_ = end;
 }
 
 MappedFile::~MappedFile() {

@@ -25,6 +25,9 @@ class MappedFile {
   size_t size() const { return size_; }
   std::string_view view() const { return {data_, size_}; }
   const std::string& path() const { return path_; }
+  // Drops the pages before `upto` from memory (a mapped file's pages count as resident
+  // until released); reading them again still works, from disk. A no-op for read files.
+  void Release(size_t upto);
 
  private:
   MappedFile() = default;
@@ -32,6 +35,7 @@ class MappedFile {
   const char* data_ = nullptr;
   size_t size_ = 0;
   bool mapped_ = false;
+  size_t released_ = 0;
   std::string buffer_;  // when read rather than mapped
 };
 

@@ -8,6 +8,8 @@
 #include <climits>
 #include <nlohmann/json.hpp>
 
+#include "cli/source.h"
+#include "doctor/doctor.h"
 #include "python/bindings.h"
 #include "store/json_forms.h"
 #include "store/run_store.h"
@@ -158,6 +160,30 @@ void RegisterReader(py::module_& m) {
       .def("vectors", &RunReader::Vectors, py::arg("tag"), py::arg("start") = kFirst, py::arg("end") = kLast)
       .def("spans_json", &RunReader::SpansJson, py::arg("start") = kFirst, py::arg("end") = kLast)
       .def("findings_json", &RunReader::FindingsJson);
+  // ts.diagnose(path): the same loading and doctor as `trainscope diagnose --json`.
+  m.def(
+      "diagnose_json",
+      [](const std::string& path) {
+        std::vector<cli::LoadedRun> runs;
+        bool is_logdir = false;
+        Status s;
+        json out;
+        {
+          py::gil_scoped_release release;
+          s = cli::LoadSources(path, &runs, &is_logdir);
+          if (s.ok()) {
+            json all = json::array();
+            for (const cli::LoadedRun& run : runs) {
+              const doctor::Diagnosis d = doctor::Diagnose(run.data);
+              all.push_back(doctor::DiagnosisToJson(d, run.source, run.format, run.data.MaxStep()));
+            }
+            out = is_logdir ? json{{"source", path}, {"format", "logdir"}, {"runs", all}} : all.front();
+          }
+        }
+        if (!s.ok()) throw py::value_error(s.message());
+        return out.dump();
+      },
+      py::arg("path"));
   m.def("list_runs", [](const std::string& logdir) {
     std::vector<RunEntry> runs;
     Status s = ListRuns(logdir, &runs);

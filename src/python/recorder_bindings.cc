@@ -7,6 +7,7 @@
 
 #include "python/bindings.h"
 #include "recorder/recorder.h"
+#include "store/json_forms.h"
 
 namespace py = pybind11;
 
@@ -17,7 +18,7 @@ namespace {
 std::unique_ptr<Recorder> OpenRecorder(const std::string& logdir, const std::string& name,
                                        const std::string& config_json, const std::string& command_line,
                                        bool resume, size_t queue_capacity, double flush_interval,
-                                       const std::map<std::string, std::string>& extra_meta) {
+                                       const std::map<std::string, std::string>& extra_meta, bool online_doctor) {
   Recorder::Options options;
   options.logdir = logdir;
   options.name = name;
@@ -27,6 +28,7 @@ std::unique_ptr<Recorder> OpenRecorder(const std::string& logdir, const std::str
   options.queue_capacity = queue_capacity;
   options.flush_interval_seconds = flush_interval;
   options.extra_meta = extra_meta;
+  options.online_doctor = online_doctor;
   std::unique_ptr<Recorder> recorder;
   Status s;
   {
@@ -97,7 +99,8 @@ void RegisterRecorder(py::module_& m) {
   py::class_<Recorder>(m, "Recorder")
       .def(py::init(&OpenRecorder), py::arg("logdir"), py::arg("name"), py::arg("config_json"),
            py::arg("command_line"), py::arg("resume") = false, py::arg("queue_capacity") = size_t{1} << 22,
-           py::arg("flush_interval") = 1.0, py::arg("extra_meta") = std::map<std::string, std::string>{})
+           py::arg("flush_interval") = 1.0, py::arg("extra_meta") = std::map<std::string, std::string>{},
+           py::arg("online_doctor") = true)
       .def_property_readonly("run_dir", &Recorder::run_dir)
       .def_property_readonly("name", &Recorder::name)
       .def_property_readonly("dropped", &Recorder::dropped)
@@ -126,6 +129,12 @@ void RegisterRecorder(py::module_& m) {
           },
           py::arg("status") = "finished", py::arg("exit_reason") = "",
           "Flushes and closes the run; returns '' or the first error the writer met.")
+      .def("live_findings_json",
+           [](const Recorder& r) {
+             nlohmann::json out = nlohmann::json::array();
+             for (const Finding& f : r.live_findings()) out.push_back(FindingToJson(f));
+             return out.dump();
+           })
       .def("writer_error", [](const Recorder& r) {
         Status s = r.writer_status();
         return s.ok() ? std::string() : s.message();

@@ -1,10 +1,298 @@
-// Tensor statistics for run.watch(): computed by the C++ core on the tensor's memory.
+// What run.watch() calls into: tensor statistics computed by the C++ core on the tensors'
+// own memory (Python passes data_ptr(), numel and a dtype code; nothing is copied), logged
+// straight into the Recorder, with the GIL released for the passes. Also the per-step
+// helpers (spans, meta, RSS) and the system-metrics sampler thread.
+//
+// Pointers come from torch tensors that the caller keeps alive and contiguous for the
+// call; on a bad dtype code or mismatched list lengths a ValueError is raised before any
+// memory is read.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <tuple>
+#include <vector>
 
 #include "python/bindings.h"
+#include "recorder/recorder.h"
+#include "watch/system_sampler.h"
+#include "watch/tensor_passes.h"
+
+namespace py = pybind11;
 
 namespace trainscope::python {
 
-void RegisterWatch(pybind11::module_& m) {}
+namespace {
+
+using watch::DType;
+
+struct Totals {
+  double sum_squares = 0;  // over finite values of every tensor
+  uint64_t nan = 0;
+  uint64_t inf = 0;
+};
+
+void CheckLengths(size_t n, std::initializer_list<size_t> others) {
+  for (size_t m : others) {
+    if (m != n) throw py::value_error("trainscope watch: argument lists differ in length");
+  }
+}
+
+std::vector<DType> DTypes(const std::vector<int>& codes) {
+  std::vector<DType> out;
+  out.reserve(codes.size());
+  for (int c : codes) {
+    if (!watch::ValidDType(c)) throw py::value_error("trainscope watch: unknown dtype code " + std::to_string(c));
+    out.push_back(static_cast<DType>(c));
+  }
+  return out;
+}
+
+// Logs the statistics of many tensors at `step`. rows[i] > 0 asks for the L2 norm of each
+// of the tensor's rows too, logged as a vector under unit_ids[i].
+std::tuple<double, uint64_t, uint64_t> TensorStatsMany(Recorder& recorder, int64_t step,
+                                                       const std::vector<uint32_t>& ids,
+                                                       const std::vector<uintptr_t>& ptrs,
+                                                       const std::vector<uint64_t>& numels,
+                                                       const std::vector<int>& dtype_codes,
+                                                       const std::vector<uint64_t>& rows,
+                                                       const std::vector<uint32_t>& unit_ids, bool histogram) {
+  const size_t n = ids.size();
+  CheckLengths(n, {ptrs.size(), numels.size(), dtype_codes.size()});
+  const bool units = !rows.empty();
+  if (units) CheckLengths(n, {rows.size(), unit_ids.size()});
+  const std::vector<DType> dtypes = DTypes(dtype_codes);
+  Totals totals;
+  {
+    py::gil_scoped_release release;
+    std::vector<float> norms;
+    for (size_t i = 0; i < n; ++i) {
+      const void* data = reinterpret_cast<const void*>(ptrs[i]);
+      TensorStats s;
+      if (units && rows[i] > 0 && numels[i] % rows[i] == 0) {
+        s = watch::StatsWithRowNorms(data, rows[i], numels[i] / rows[i], dtypes[i], histogram, &norms);
+        recorder.LogVector(unit_ids[i], step, norms);
+      } else {
+        s = watch::StatsOf(data, numels[i], dtypes[i], histogram);
+      }
+      totals.sum_squares += s.sum_squares;
+      totals.nan += s.nan;
+      totals.inf += s.inf;
+      recorder.LogTensorStats(ids[i], step, s);
+    }
+  }
+  return {totals.sum_squares, totals.nan, totals.inf};
+}
+
+// Weight stats, update stats (current - previous) and update_ratio = ||update|| / ||weight||
+// for each parameter; previous[i] is refreshed to current[i] in the same pass.
+void WeightUpdateMany(Recorder& recorder, int64_t step, const std::vector<uint32_t>& weight_ids,
+                      const std::vector<uint32_t>& update_ids, const std::vector<uint32_t>& ratio_ids,
+                      const std::vector<uintptr_t>& current, const std::vector<uintptr_t>& previous,
+                      const std::vector<uint64_t>& numels, const std::vector<int>& dtype_codes, bool histogram) {
+  const size_t n = weight_ids.size();
+  CheckLengths(n, {update_ids.size(), ratio_ids.size(), current.size(), previous.size(), numels.size(),
+                   dtype_codes.size()});
+  const std::vector<DType> dtypes = DTypes(dtype_codes);
+  py::gil_scoped_release release;
+  for (size_t i = 0; i < n; ++i) {
+    TensorStats w, u;
+    watch::WeightAndUpdateStats(reinterpret_cast<const void*>(current[i]), reinterpret_cast<void*>(previous[i]),
+                                numels[i], dtypes[i], histogram, &w, &u);
+    const double ratio = w.l2_norm() > 0 ? u.l2_norm() / w.l2_norm()
+                                         : (u.l2_norm() > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+    recorder.LogTensorStats(weight_ids[i], step, w);
+    recorder.LogTensorStats(update_ids[i], step, u);
+    recorder.LogScalar(ratio_ids[i], step, (u.nan || u.inf || w.nan || w.inf) ? std::nan("") : ratio);
+  }
+}
+
+// Activation kinds, as Python passes them.
+enum ActivationKind { kPlain = 0, kDeadUnits = 1, kTanh = 2, kSigmoid = 3 };
+
+// Logs one module output's stats; returns its non-finite count.
+uint64_t ActivationStats(Recorder& recorder, uint32_t id, int64_t step, uintptr_t ptr, uint64_t numel,
+                         int dtype_code, uint64_t outer, uint64_t units, uint64_t inner, int kind, bool histogram) {
+  const DType dtype = DTypes({dtype_code})[0];
+  if (kind == kDeadUnits && outer * units * inner != numel) {
+    throw py::value_error("trainscope watch: activation layout does not match its size");
+  }
+  py::gil_scoped_release release;
+  const void* data = reinterpret_cast<const void*>(ptr);
+  TensorStats s = watch::StatsOf(data, numel, dtype, histogram);
+  if (kind == kDeadUnits) s.dead_fraction = watch::DeadFraction(data, outer, units, inner, dtype);
+  if (kind == kTanh) s.saturated_fraction = watch::SaturatedFraction(data, numel, dtype, watch::Saturation::kTanh);
+  if (kind == kSigmoid) {
+    s.saturated_fraction = watch::SaturatedFraction(data, numel, dtype, watch::Saturation::kSigmoid);
+  }
+  recorder.LogTensorStats(id, step, s);
+  return s.nan + s.inf;
+}
+
+// Statistics reduced on a device and copied to the host as rows of numbers (watch.py
+// pack_device_stats): numel, nan, inf, zeros, min, max, sum, sum of squares, and optionally
+// dead fraction and saturated fraction (NaN when unmeasured); hists[i] the 128 exponent
+// bins, or hists empty.
+void LogPackedStats(Recorder& recorder, int64_t step, const std::vector<uint32_t>& ids,
+                    const std::vector<std::vector<double>>& rows, const std::vector<std::vector<double>>& hists) {
+  CheckLengths(ids.size(), {rows.size()});
+  if (!hists.empty()) CheckLengths(ids.size(), {hists.size()});
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::vector<double>& r = rows[i];
+    if (r.size() != 8 && r.size() != 10) throw py::value_error("trainscope watch: a packed row has 8 or 10 values");
+    TensorStats s;
+    s.numel = static_cast<uint64_t>(r[0]);
+    s.nan = static_cast<uint64_t>(r[1]);
+    s.inf = static_cast<uint64_t>(r[2]);
+    s.zeros = static_cast<uint64_t>(r[3]);
+    s.min = r[4];
+    s.max = r[5];
+    s.sum = r[6];
+    s.sum_squares = r[7];
+    s.abs_max = s.finite() ? std::max(std::fabs(s.min), std::fabs(s.max)) : 0.0;
+    if (r.size() == 10) {
+      s.dead_fraction = r[8];
+      s.saturated_fraction = r[9];
+    }
+    if (!hists.empty()) {
+      if (hists[i].size() != TensorStats::kExponentBins) {
+        throw py::value_error("trainscope watch: a packed histogram has 128 bins");
+      }
+      s.has_histogram = true;
+      for (int b = 0; b < TensorStats::kExponentBins; ++b) s.exponent_counts[b] = static_cast<uint64_t>(hists[i][b]);
+    }
+    recorder.LogTensorStats(ids[i], step, s);
+  }
+}
+
+// Gradient statistics taken inside backward, from the gradient each parameter receives,
+// while it is still in cache (a parameter hook, before accumulation). They equal the
+// statistics of param.grad when each parameter received exactly one gradient since its
+// .grad was zeroed; watch.py checks that and otherwise reads param.grad at the optimizer
+// step as usual. One slot per parameter.
+class GradCollector {
+ public:
+  explicit GradCollector(size_t slots) : stats_(slots), rows_(slots), seen_(slots, 0) {}
+
+  void Add(size_t slot, uintptr_t ptr, uint64_t numel, int dtype_code, bool histogram, uint64_t rows) {
+    if (slot >= stats_.size()) throw py::value_error("trainscope watch: gradient slot out of range");
+    const DType dtype = DTypes({dtype_code})[0];
+    py::gil_scoped_release release;
+    const void* data = reinterpret_cast<const void*>(ptr);
+    if (rows > 0 && numel % rows == 0) {
+      stats_[slot] = watch::StatsWithRowNorms(data, rows, numel / rows, dtype, histogram, &rows_[slot]);
+    } else {
+      stats_[slot] = watch::StatsOf(data, numel, dtype, histogram);
+      rows_[slot].clear();
+    }
+    ++seen_[slot];
+  }
+
+  // How many gradients each slot received since Reset().
+  std::vector<int> Seen() const { return seen_; }
+  void Reset() { std::fill(seen_.begin(), seen_.end(), 0); }
+
+  // Logs the slots that received a gradient; returns (sum of squares, nan, inf) over them.
+  std::tuple<double, uint64_t, uint64_t> Log(Recorder& recorder, int64_t step, const std::vector<uint32_t>& ids,
+                                             const std::vector<uint32_t>& unit_ids) {
+    CheckLengths(stats_.size(), {ids.size(), unit_ids.size()});
+    Totals totals;
+    for (size_t i = 0; i < stats_.size(); ++i) {
+      if (!seen_[i]) continue;
+      const TensorStats& s = stats_[i];
+      totals.sum_squares += s.sum_squares;
+      totals.nan += s.nan;
+      totals.inf += s.inf;
+      recorder.LogTensorStats(ids[i], step, s);
+      if (!rows_[i].empty()) recorder.LogVector(unit_ids[i], step, rows_[i]);
+    }
+    return {totals.sum_squares, totals.nan, totals.inf};
+  }
+
+ private:
+  std::vector<TensorStats> stats_;
+  std::vector<std::vector<float>> rows_;
+  std::vector<int> seen_;
+};
+
+SeriesKind KindByName(const std::string& name) {
+  if (name == "scalar") return SeriesKind::kScalar;
+  if (name == "tensor_stats") return SeriesKind::kTensorStats;
+  if (name == "vector") return SeriesKind::kVector;
+  throw py::value_error("trainscope watch: unknown series kind '" + name + "'");
+}
+
+}  // namespace
+
+void RegisterWatch(py::module_& m) {
+  // These extend the Recorder class registered by recorder_bindings.cc.
+  auto recorder = py::reinterpret_borrow<py::object>(m.attr("Recorder"));
+  auto def = [&](const char* name, py::cpp_function f) { py::setattr(recorder, name, f); };
+  def("series", py::cpp_function(
+                    [](Recorder& r, const std::string& tag, const std::string& kind) {
+                      uint32_t id = 0;
+                      Status s = r.Series(tag, KindByName(kind), &id);
+                      if (!s.ok()) throw py::value_error(s.message());
+                      return id;
+                    },
+                    py::is_method(recorder), py::arg("tag"), py::arg("kind"),
+                    "The id of a series for the log_* calls below; ValueError for a bad tag."));
+  def("log_tensor_stats_many",
+      py::cpp_function(&TensorStatsMany, py::is_method(recorder), py::arg("step"), py::arg("ids"), py::arg("ptrs"),
+                       py::arg("numels"), py::arg("dtypes"), py::arg("rows"), py::arg("unit_ids"),
+                       py::arg("histogram"),
+                       "Stats of many tensors read in place; returns (sum of squares, nan, inf) over all."));
+  def("log_weight_update_many",
+      py::cpp_function(&WeightUpdateMany, py::is_method(recorder), py::arg("step"), py::arg("weight_ids"),
+                       py::arg("update_ids"), py::arg("ratio_ids"), py::arg("current"), py::arg("previous"),
+                       py::arg("numels"), py::arg("dtypes"), py::arg("histogram")));
+  def("log_activation", py::cpp_function(&ActivationStats, py::is_method(recorder), py::arg("id"), py::arg("step"),
+                                         py::arg("ptr"), py::arg("numel"), py::arg("dtype"), py::arg("outer"),
+                                         py::arg("units"), py::arg("inner"), py::arg("kind"),
+                                         py::arg("histogram")));
+  def("log_scalar_ids", py::cpp_function(
+                            [](Recorder& r, const std::vector<uint32_t>& ids, const std::vector<double>& values,
+                               int64_t step) {
+                              CheckLengths(ids.size(), {values.size()});
+                              for (size_t i = 0; i < ids.size(); ++i) r.LogScalar(ids[i], step, values[i]);
+                            },
+                            py::is_method(recorder), py::arg("ids"), py::arg("values"), py::arg("step")));
+  def("log_packed_stats", py::cpp_function(&LogPackedStats, py::is_method(recorder), py::arg("step"),
+                                           py::arg("ids"), py::arg("rows"), py::arg("hists")));
+  def("log_vector_id", py::cpp_function(
+                           [](Recorder& r, uint32_t id, int64_t step, std::vector<float> values) {
+                             r.LogVector(id, step, std::move(values));
+                           },
+                           py::is_method(recorder), py::arg("id"), py::arg("step"), py::arg("values")));
+  def("log_span", py::cpp_function(
+                      [](Recorder& r, int64_t step, const std::string& phase, double start, double duration) {
+                        r.LogSpan(Span{step, phase, start, duration});
+                      },
+                      py::is_method(recorder), py::arg("step"), py::arg("phase"), py::arg("start"),
+                      py::arg("duration")));
+  def("set_meta", py::cpp_function([](Recorder& r, const std::string& key,
+                                      const std::string& value) { r.SetMeta(key, value); },
+                                   py::is_method(recorder), py::arg("key"), py::arg("value")));
+
+  py::class_<GradCollector>(m, "GradCollector")
+      .def(py::init<size_t>(), py::arg("slots"))
+      .def("add", &GradCollector::Add, py::arg("slot"), py::arg("ptr"), py::arg("numel"), py::arg("dtype"),
+           py::arg("histogram"), py::arg("rows"))
+      .def("seen", &GradCollector::Seen)
+      .def("reset", &GradCollector::Reset)
+      .def("log", &GradCollector::Log, py::arg("recorder"), py::arg("step"), py::arg("ids"), py::arg("unit_ids"));
+
+  m.def("rss_bytes", &watch::ProcessRssBytes, "Resident set size of this process in bytes (0 if unknown).");
+
+  py::class_<watch::SystemSampler>(m, "SystemSampler")
+      .def(py::init<Recorder*, double>(), py::arg("recorder"), py::arg("interval_seconds"),
+           py::keep_alive<1, 2>())
+      .def("set_step", &watch::SystemSampler::SetStep, py::arg("step"))
+      .def("sample_once", &watch::SystemSampler::SampleOnce, py::call_guard<py::gil_scoped_release>())
+      .def("stop", &watch::SystemSampler::Stop, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("gpu_count", &watch::SystemSampler::gpu_count);
+}
 
 }  // namespace trainscope::python

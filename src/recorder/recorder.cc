@@ -1,5 +1,6 @@
 #include "recorder/recorder.h"
 
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -12,6 +13,10 @@
 #include <map>
 #include <random>
 #include <sstream>
+
+#ifdef TRAINSCOPE_WITH_DOCTOR
+#include "doctor/doctor.h"
+#endif
 
 namespace trainscope {
 
@@ -116,6 +121,20 @@ Status Recorder::Open(const Options& options, std::unique_ptr<Recorder>* out) {
   if (!s.ok()) return s;
   r->run_dir_ = run_dir;
   r->name_ = name;
+#ifdef TRAINSCOPE_WITH_DOCTOR
+  if (options.online_doctor) {
+    doctor::DoctorOptions doctor_options;
+    Recorder* self = r.get();
+    doctor_options.on_finding = [self](const Finding& f) { self->OnDoctorFinding(f); };
+    auto online = std::make_unique<doctor::Doctor>(std::move(doctor_options));
+    online->OnMeta("config", options.config_json.empty() ? "{}" : options.config_json);
+    for (const auto& [key, value] : options.extra_meta) online->OnMeta(key, value);
+    doctor::Doctor* raw_doctor = online.get();
+    r->finish_doctor_ = [raw_doctor] { raw_doctor->Finish(); };
+    r->doctor_ = std::move(online);
+    r->doctor_thread_ = std::thread([self] { self->DoctorLoop(); });
+  }
+#endif
   r->last_commit_ = WallNow();
   Recorder* raw = r.get();
   r->writer_ = std::thread([raw] { raw->WriterLoop(); });
@@ -280,7 +299,14 @@ void Recorder::WriterLoop() {
 }
 
 void Recorder::WriteOnce() {
-  WriteBatch batch;
+  // The batch drained last time, emptied but with its capacity, becomes the new queue:
+  // the training thread does not regrow a vector after every flush.
+  WriteBatch& batch = recycled_;
+  batch.scalars.clear();
+  batch.tensor_stats.clear();
+  batch.vectors.clear();
+  batch.spans.clear();
+  batch.findings.clear();
   std::vector<std::pair<std::string, SeriesKind>> new_tags;
   std::vector<std::pair<std::string, std::string>> meta;
   {
@@ -305,6 +331,22 @@ void Recorder::WriteOnce() {
   auto map_ids = [&](auto& records) {
     for (auto& r : records) r.series_id = store_ids_[static_cast<size_t>(r.series_id)];
   };
+  if (doctor_thread_.joinable()) {
+    DoctorWork work;
+    for (const auto& [tag, kind] : new_tags) work.new_tags.push_back(tag);
+    work.meta = meta;
+    std::lock_guard lock(doctor_mu_);
+    if (doctor_queue_.size() < kDoctorBacklog) {
+      work.batch.scalars = batch.scalars;
+      work.batch.tensor_stats = batch.tensor_stats;
+      work.batch.vectors = batch.vectors;
+      work.batch.spans = batch.spans;
+    } else {
+      doctor_skipped_ += batch.scalars.size() + batch.tensor_stats.size() + batch.vectors.size();
+    }
+    doctor_queue_.push_back(std::move(work));
+    doctor_cv_.notify_one();
+  }
   map_ids(batch.scalars);
   map_ids(batch.tensor_stats);
   map_ids(batch.vectors);
@@ -322,6 +364,62 @@ void Recorder::WriteOnce() {
   }
 }
 
+// The doctor sees what the training logged, after it is stored, on its own thread: the
+// training thread never waits for a judgement and neither does the store. A doctor
+// failure turns the doctor off, never the recording.
+void Recorder::DoctorLoop() {
+  // Lower priority than the training and the writer: judging may lag, storing may not.
+  setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
+  std::unique_lock lock(doctor_mu_);
+  while (true) {
+    doctor_cv_.wait(lock, [&] { return doctor_stop_ || !doctor_queue_.empty(); });
+    if (doctor_queue_.empty()) break;  // stopping, and everything was judged
+    DoctorWork work = std::move(doctor_queue_.front());
+    doctor_queue_.pop_front();
+    lock.unlock();
+    FeedDoctor(work);
+    lock.lock();
+  }
+}
+
+void Recorder::FeedDoctor(const DoctorWork& work) {
+  for (const std::string& tag : work.new_tags) doctor_tags_.push_back(tag);
+  if (!doctor_) return;
+  try {
+    for (const auto& [key, value] : work.meta) doctor_->OnMeta(key, value);
+    const WriteBatch& batch = work.batch;
+    for (const auto& p : batch.scalars) doctor_->OnScalar(doctor_tags_[p.series_id], p.step, p.wall_time, p.value);
+    for (const auto& p : batch.tensor_stats) {
+      doctor_->OnTensorStats(doctor_tags_[p.series_id], p.step, p.wall_time, p.stats);
+    }
+    for (const auto& v : batch.vectors) doctor_->OnVector(doctor_tags_[v.series_id], v.step, v.wall_time, v.values);
+    for (const auto& span : batch.spans) doctor_->OnSpan(span);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "trainscope: the online doctor failed (%s); recording goes on without it\n", e.what());
+    doctor_.reset();
+    finish_doctor_ = nullptr;
+  }
+}
+
+void Recorder::OnDoctorFinding(const Finding& f) {
+  std::fprintf(stderr, "trainscope: [%s] %s at step %lld%s%s: %s\n", SeverityName(f.severity), f.code.c_str(),
+               static_cast<long long>(f.step), f.location.empty() ? "" : " in ", f.location.c_str(),
+               f.summary.c_str());
+  std::lock_guard lock(mu_);
+  live_findings_.push_back(f);
+  queue_.findings.push_back(f);  // stored with the next write
+  ++queued_;
+  if (f.severity == Severity::kCritical) {
+    urgent_ = true;
+    wake_writer_.notify_one();
+  }
+}
+
+std::vector<Finding> Recorder::live_findings() const {
+  std::lock_guard lock(mu_);
+  return live_findings_;
+}
+
 Status Recorder::Close(const std::string& status, const std::string& exit_reason) {
   {
     std::lock_guard lock(mu_);
@@ -332,6 +430,28 @@ Status Recorder::Close(const std::string& status, const std::string& exit_reason
   }
   if (writer_.joinable()) writer_.join();
   if (!store_) return Status::Ok();  // Open failed: nothing was started
+  if (doctor_thread_.joinable()) {
+    {
+      std::lock_guard lock(doctor_mu_);
+      doctor_stop_ = true;
+      doctor_cv_.notify_one();
+    }
+    doctor_thread_.join();  // it judges what is queued first
+    if (doctor_skipped_) {
+      std::fprintf(stderr, "trainscope: the online doctor skipped %llu samples to keep up; "
+                   "`trainscope diagnose` judges them all\n", static_cast<unsigned long long>(doctor_skipped_));
+    }
+  }
+  if (finish_doctor_) {
+    // The last steps and the end-of-run checks; their findings are written below.
+    try {
+      finish_doctor_();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "trainscope: the online doctor failed at the end (%s)\n", e.what());
+    }
+    finish_doctor_ = nullptr;
+    WriteOnce();  // the writer thread has stopped: this thread writes
+  }
   if (dropped() > 0) {
     std::fprintf(stderr, "trainscope: %llu points were dropped (the queue was full or the store failed)\n",
                  static_cast<unsigned long long>(dropped()));

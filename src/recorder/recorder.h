@@ -10,6 +10,8 @@
 #include <atomic>
 #include <map>
 #include <condition_variable>
+#include <deque>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -21,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/run_data.h"
 #include "core/sample.h"
 #include "core/status.h"
 #include "core/tag.h"
@@ -39,6 +42,9 @@ class Recorder {
     size_t queue_capacity = size_t{1} << 22;  // queued records before dropping (~100 MB)
     double flush_interval_seconds = 1.0;
     std::map<std::string, std::string> extra_meta;  // e.g. rank, world_size
+    // Judge the samples on the writer thread as they are stored (when the doctor is built):
+    // findings are stored with the run and printed as a one-line alert on stderr.
+    bool online_doctor = true;
   };
 
   static Status Open(const Options& options, std::unique_ptr<Recorder>* recorder);
@@ -70,6 +76,8 @@ class Recorder {
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
   // The first error the writer met, if any (it keeps going and counts drops after it).
   Status writer_status() const;
+  // The findings the online doctor has opened so far, in the order they opened.
+  std::vector<Finding> live_findings() const;
 
  private:
   Recorder() = default;
@@ -106,6 +114,31 @@ class Recorder {
   bool closed_ = false;
   Status writer_status_;
   std::atomic<uint64_t> dropped_{0};
+
+  // The online doctor runs on a thread of its own, fed by the writer after each commit, so
+  // a slow judgement never delays a write. Its backlog is bounded: past kDoctorBacklog
+  // batches the samples are skipped (counted), the metadata and tags still go through.
+  struct DoctorWork {
+    std::vector<std::string> new_tags;
+    std::vector<std::pair<std::string, std::string>> meta;
+    WriteBatch batch;  // series ids are recorder ids
+  };
+  static constexpr size_t kDoctorBacklog = 8;
+  void DoctorLoop();
+  void FeedDoctor(const DoctorWork& work);
+  void OnDoctorFinding(const Finding& finding);
+
+  std::vector<Finding> live_findings_;  // guarded by mu_
+
+  std::unique_ptr<SampleSink> doctor_;  // the online doctor, or null (doctor thread only)
+  std::function<void()> finish_doctor_;
+  std::vector<std::string> doctor_tags_;  // recorder id -> tag (doctor thread)
+  std::mutex doctor_mu_;
+  std::condition_variable doctor_cv_;
+  std::deque<DoctorWork> doctor_queue_;  // guarded by doctor_mu_
+  bool doctor_stop_ = false;             // guarded by doctor_mu_
+  uint64_t doctor_skipped_ = 0;          // guarded by doctor_mu_
+  std::thread doctor_thread_;
 
   // Writer-thread state.
   std::vector<int64_t> store_ids_;  // recorder id -> store series id

@@ -203,3 +203,17 @@ def test_cli_lists_shows_and_diagnoses_a_recorded_run(logdir):
     for command in ["runs", "show", "diagnose", "demo"]:
         result = run_cli(command, "--help")
         assert result.returncode == 0 and "Usage" in result.stdout, command
+
+
+def test_ts_diagnose_matches_the_cli(logdir):
+    run = ts.init(logdir=logdir, name="diag")
+    for step in range(120):
+        run.log({"train/loss": 1.0 if step < 100 else math.nan}, step=step)
+    run.finish()
+    from_python = ts.diagnose(logdir / "diag")
+    from_cli = json.loads(run_cli("diagnose", logdir / "diag", "--json", check=True).stdout)
+    assert from_python == from_cli
+    first = from_python["findings"][0]
+    assert first["code"] == "NONFINITE_LOSS" and first["step"] == 100 and first["severity"] == "critical"
+    with pytest.raises(ValueError, match="no such file"):
+        ts.diagnose(logdir / "missing")

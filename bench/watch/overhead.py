@@ -1,0 +1,222 @@
+"""Overhead of run.watch() on real CPU trainings, side by side.
+
+Modes, each with its own model and (for the watched ones) its own run, trained in turn
+block by block (A B C D E A B C D E ...), so machine noise hits them alike:
+  plain      the training loop alone
+  defaults   run.watch(model, opt) + run.data(loader)
+  everything every statistic every step: every=1, histograms_every=1, activations_every=1,
+             weights_every=1, units_every=1
+  naive      per-parameter Python stats, what popular trackers do: norm, max, NaN count, mean,
+             std and a 64-bin histc, each with .item()
+  anomaly    torch.autograd.detect_anomaly()
+Reported per mode: the median over blocks of the mean step time of a block, as process CPU
+time (time.process_time: the training thread plus trainscope's writer and sampler threads;
+robust to other processes sharing the cores) and as wall time, and the median over rounds
+of the per-round ratio to plain (neighbouring blocks share the machine's state).
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/watch/overhead.py [--rounds 10] [--block 10]
+"""
+
+import argparse
+import contextlib
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+import trainscope as ts
+
+
+class Block(torch.nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.ln1 = torch.nn.LayerNorm(d)
+        self.attn = torch.nn.MultiheadAttention(d, heads, batch_first=True)
+        self.ln2 = torch.nn.LayerNorm(d)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(), torch.nn.Linear(4 * d, d))
+
+    def forward(self, x, mask):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyLM(torch.nn.Module):
+    """6 blocks of LayerNorm + multi-head attention + MLP, d=128: 78 parameter tensors."""
+
+    def __init__(self, vocab=256, d=128, layers=6, heads=4, context=64):
+        super().__init__()
+        self.tok = torch.nn.Embedding(vocab, d)
+        self.pos = torch.nn.Parameter(torch.zeros(context, d))
+        self.blocks = torch.nn.ModuleList(Block(d, heads) for _ in range(layers))
+        self.ln = torch.nn.LayerNorm(d)
+        self.head = torch.nn.Linear(d, vocab)
+        self.register_buffer("mask", torch.triu(torch.full((context, context), float("-inf")), diagonal=1))
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos[: idx.shape[1]]
+        for block in self.blocks:
+            x = block(x, self.mask)
+        return self.head(self.ln(x))
+
+
+def lm_setup():
+    torch.manual_seed(0)
+    model = TinyLM()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    g = torch.Generator().manual_seed(1)
+    data = [torch.randint(0, 256, (16, 65), generator=g) for _ in range(8)]
+    batches = [(d[:, :-1], d[:, 1:]) for d in data]
+
+    def loss_fn(out, y):
+        return torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+    return model, opt, batches, loss_fn
+
+
+def cnn_setup():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.BatchNorm2d(32), torch.nn.ReLU(),
+        torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.BatchNorm2d(64), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(64, 128, 3, padding=1), torch.nn.BatchNorm2d(128), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Linear(128 * 8 * 8, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(32, 3, 32, 32, generator=g), torch.randint(0, 10, (32,), generator=g)) for _ in range(8)]
+    return model, opt, batches, torch.nn.functional.cross_entropy
+
+
+def naive_stats(model):
+    out = {}
+    for name, p in model.named_parameters():
+        g = p.grad
+        if g is None:
+            continue
+        out[f"grad/{name}/norm"] = g.norm().item()
+        out[f"grad/{name}/max"] = g.abs().max().item()
+        out[f"grad/{name}/nan"] = torch.isnan(g).sum().item()
+        out[f"grad/{name}/mean"] = g.mean().item()
+        out[f"grad/{name}/std"] = g.std().item()
+        out[f"grad/{name}/hist"] = torch.histc(g.float(), bins=64).tolist()
+    return out
+
+
+class Mode:
+    def __init__(self, name, setup, logdir):
+        self.name = name
+        self.model, self.opt, self.batches, self.loss_fn = setup()
+        self.run = None
+        self.block_means = []   # wall seconds per step, per block
+        self.block_cpu = []     # process CPU seconds per step, per block
+        self.step_wall = {}     # run step -> wall seconds of that loop iteration (watched modes)
+        self.cursor = 0
+        if name in ("defaults", "everything"):
+            self.run = ts.init(logdir, f"{name}-{id(self)}", flush_interval=1.0)
+            options = {}
+            if name == "everything":
+                options = dict(every=1, histograms_every=1, activations_every=1, weights_every=1, units_every=1)
+            self.run.watch(self.model, self.opt, **options)
+
+    def train_block(self, steps, record):
+        loader = self.batches[self.cursor:] + self.batches[:self.cursor]
+        loader = (loader * (steps // len(loader) + 1))[:steps]
+        self.cursor = (self.cursor + steps) % len(self.batches)
+        source = self.run.data(loader) if self.run is not None else loader
+        anomaly = torch.autograd.detect_anomaly() if self.name == "anomaly" else contextlib.nullcontext()
+        times = []
+        cpu_start = time.process_time()
+        start = time.perf_counter()
+        with anomaly:
+            for x, y in source:
+                self.opt.zero_grad()
+                loss = self.loss_fn(self.model(x), y)
+                loss.backward()
+                if self.name == "naive":
+                    naive_stats(self.model)
+                self.opt.step()
+                if self.run is not None:
+                    self.run.log({"train/loss": loss})
+                now = time.perf_counter()
+                times.append(now - start)
+                if self.run is not None and record:
+                    self.step_wall[self.run._step] = now - start
+                start = now
+        cpu = (time.process_time() - cpu_start) / len(times)
+        if record:
+            self.block_means.append(sum(times) / len(times))
+            self.block_cpu.append(cpu)
+
+
+def bench(label, setup, rounds, block, modes):
+    logdir = tempfile.mkdtemp(prefix="ts-bench-watch-")
+    runs = [Mode(m, setup, logdir) for m in modes]
+    n_tensors = len(list(runs[0].model.parameters()))
+    n_values = sum(p.numel() for p in runs[0].model.parameters())
+    for r in range(rounds + 1):  # round 0 warms up (allocator, first histograms and census)
+        for mode in runs:
+            mode.train_block(block, record=r > 0)
+    own = {}
+    for mode in runs:
+        if mode.run is not None:
+            mode.run.finish()
+            # The run measures its own cost per step (time/watch: wall time inside trainscope's
+            # hooks); against the rest of the same step it is immune to the machine's load
+            # drifting between blocks. Warm-up steps are left out.
+            watch = ts.open_run(mode.run.dir).scalars("time/watch")
+            steps = mode.step_wall
+            ratios, spent, rest = [], 0.0, 0.0
+            for s, w in zip(watch["step"].tolist(), watch["value"].tolist()):
+                if s not in steps:  # warm-up round
+                    continue
+                ratios.append(w / (steps[s] - w))
+                spent += w
+                rest += steps[s] - w
+            own[mode.name] = (statistics.median(ratios), spent / rest, spent / len(ratios))
+    plain = runs[0]
+    print(f"\n{label}: {n_tensors} parameter tensors, {n_values / 1e6:.2f} M values; "
+          f"{rounds} blocks of {block} steps per mode, interleaved")
+    print(f"{'mode':<12}{'CPU ms/step':>12}{'vs plain':>10}{'paired':>9}{'wall ms/step':>14}{'vs plain':>10}")
+    result = {}
+    for mode in runs:
+        cpu = statistics.median(mode.block_cpu)
+        wall = statistics.median(mode.block_means)
+        paired = statistics.median(a / b for a, b in zip(mode.block_cpu, plain.block_cpu))
+        print(f"{mode.name:<12}{cpu * 1e3:>12.2f}{(cpu / statistics.median(plain.block_cpu) - 1) * 100:>+9.1f}%"
+              f"{(paired - 1) * 100:>+8.1f}%{wall * 1e3:>14.2f}"
+              f"{(wall / statistics.median(plain.block_means) - 1) * 100:>+9.1f}%")
+        result[mode.name] = (cpu, paired, wall)
+    print("self-measured (time/watch against the rest of the same step):")
+    for name, (median, total, per_step) in own.items():
+        print(f"  {name:<12} median step {median * 100:+.2f}%, all steps {total * 100:+.2f}% "
+              f"({per_step * 1e3:.2f} ms/step inside trainscope)")
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--block", type=int, default=5)
+    parser.add_argument("--only", choices=["lm", "cnn"], default=None)
+    parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    blas = "?"
+    try:
+        with open("/proc/self/maps") as maps:
+            blas = "OpenBLAS" if "openblas" in maps.read().lower() else "not OpenBLAS"
+    except OSError:
+        pass
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, BLAS loaded: {blas}; "
+          f"load average {open('/proc/loadavg').read().split()[:3]}")
+    modes = ["plain", "defaults", "everything", "naive", "anomaly"]
+    if args.only in (None, "lm"):
+        bench("Transformer LM (6 blocks, d=128, 16x64 tokens)", lm_setup, args.rounds, args.block, modes)
+    if args.only in (None, "cnn"):
+        bench("CNN (3 conv + BN + ReLU, 2 linear; 32x3x32x32)", cnn_setup, args.rounds, args.block, modes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

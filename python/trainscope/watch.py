@@ -1,0 +1,1017 @@
+"""run.watch(), run.data(), run.step(): what a PyTorch training loop gets by adding two lines.
+
+Where the numbers come from (docs/watch.md says more):
+
+- Gradients: in a wrapper around optimizer.step(), before the real step (so guard mode can
+  skip it). Weights and updates (w_t - w_{t-1}): after it. Without an optimizer, both at the
+  end of each step (run.step() exit, or the next batch of run.data()).
+- Activations: forward hooks on every module but the root and pure containers.
+- On CPU the C++ core reads each tensor's memory in place (data_ptr, numel, dtype) and
+  computes every statistic and the exponent histogram in one pass, without the GIL. On an
+  accelerator the reductions run there (one flat buffer per step, segment reductions),
+  are packed into one small tensor and copied to the host without blocking; they are
+  logged when the copy has landed (a step or two later, with their own step number).
+- No .item() per parameter, ever.
+
+The monitor never stops the training: any error inside trainscope is reported once on
+stderr (and as a warning), the part that failed is switched off, and training goes on.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import json
+import sys
+import time
+import traceback
+import types
+import warnings
+
+import torch
+
+# torch 1.13 calls scatter_reduce "beta"; its amin/amax are what the device path needs.
+warnings.filterwarnings("ignore", message=r"scatter_reduce\(\) is in beta")
+
+# dtype codes of src/watch/tensor_passes.h
+_DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
+
+_RELU_FAMILY = (torch.nn.ReLU, torch.nn.ReLU6)
+_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
+
+# Activation kinds of watch_bindings.cc
+_PLAIN, _DEAD_UNITS, _TANH, _SIGMOID = 0, 1, 2, 3
+
+# Columns of the packed per-tensor statistics (device path).
+_NUMEL, _NAN, _INF, _ZEROS, _MIN, _MAX, _SUM, _SUMSQ = range(8)
+_HIST_BINS = 128
+_MIN_EXPONENT = -64
+
+
+def _first_tensor(value):
+    """The first tensor in a module's output (a tensor, a tuple/list, a dict), or None."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            if isinstance(item, torch.Tensor):
+                return item
+    if isinstance(value, dict):
+        for item in value.values():
+            if isinstance(item, torch.Tensor):
+                return item
+    return None
+
+
+def _unit_layout(shape):
+    """(outer, units, inner) of an activation: channels of NCHW/NCDHW, else the last dim."""
+    if len(shape) >= 4:
+        inner = 1
+        for d in shape[2:]:
+            inner *= d
+        return shape[0], shape[1], inner
+    if len(shape) == 0:
+        return 1, 1, 1
+    outer = 1
+    for d in shape[:-1]:
+        outer *= d
+    return outer, shape[-1], 1
+
+
+class _Failures:
+    """Reports each failing part once and remembers it is off."""
+
+    def __init__(self):
+        self.off = set()
+        self.count = 0
+
+    def report(self, part, error):
+        self.count += 1
+        if part in self.off:
+            return
+        self.off.add(part)
+        text = "".join(traceback.format_exception_only(type(error), error)).strip()
+        message = (f"trainscope: {part} failed and is switched off; training goes on ({text})")
+        print(message, file=sys.stderr)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+class StepClock:
+    """Step boundaries and per-step phase times for one Run.
+
+    A step ends (end()) at an optimizer step, at the exit of `with run.step()`, or, when
+    nothing else marks steps, when run.data() fetches the next batch. The step number
+    advances lazily at the next begin() (the next batch, forward or run.step()), so that
+    run.log(loss) written after optimizer.step() still lands on the step it belongs to.
+    """
+
+    def __init__(self, run):
+        self.run = run
+        run._auto_step = False
+        self.pending = False
+        self.explicit = False          # run.step() is in use
+        self.optimizer_owned = False   # a watched optimizer marks step ends
+        self.step_started = None
+        self.phase_seconds = collections.defaultdict(float)
+        self.listeners = []            # callables(step) at the end of each step
+        self.sampler = None
+
+    @property
+    def step(self):
+        return self.run._step
+
+    def begin(self, started=None):
+        """Starts the next step if the last one ended; started: its perf_counter start."""
+        if self.pending:
+            self.pending = False
+            self._close_step(self.run._step)
+            self.run._step += 1
+            self.step_started = time.perf_counter() if started is None else started
+            if self.sampler is not None:
+                self.sampler.set_step(self.run._step)
+        elif self.step_started is None:
+            self.step_started = time.perf_counter()
+
+    def end(self):
+        if self.pending:
+            return
+        self.pending = True
+        step = self.run._step
+        for listener in list(self.listeners):
+            listener(step)
+
+    def add_phase(self, phase, start_wall, seconds, step=None):
+        step = self.run._step if step is None else step
+        rec = self.run._recorder
+        rec.log_span(step, phase, start_wall, seconds)
+        if step == self.run._step:
+            self.phase_seconds[phase] += seconds
+        else:  # a device timing that landed late: log it on its own step
+            rec.log_scalar("time/" + phase, seconds, step)
+
+    def _close_step(self, step):
+        rec = self.run._recorder
+        if self.step_started is not None:
+            rec.log_scalar("time/step", time.perf_counter() - self.step_started, step)
+        for phase, seconds in self.phase_seconds.items():
+            rec.log_scalar("time/" + phase, seconds, step)
+        self.phase_seconds.clear()
+
+    def finish(self):
+        if self.step_started is not None or self.phase_seconds:
+            self._close_step(self.run._step)
+            self.step_started = None
+
+
+class StepContext:
+    """`with run.step():` an explicit step boundary."""
+
+    def __init__(self, clock):
+        self.clock = clock
+
+    def __enter__(self):
+        self.clock.explicit = True
+        self.clock.begin()
+        return self.clock.run._step
+
+    def __exit__(self, exc_type, exc, tb):
+        self.clock.end()
+        return False
+
+
+def timed_data(run, clock, iterable, inspect):
+    """Yields the batches of iterable, recording the wait for each as time/data."""
+    iterator = iter(iterable)
+    first = True
+    while True:
+        if not first and not clock.explicit and not clock.optimizer_owned:
+            clock.end()
+        wall = time.time()
+        started = time.perf_counter()
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        waited = time.perf_counter() - started
+        clock.begin(started)  # the wait belongs to the step that uses the batch
+        clock.add_phase("data", wall, waited)
+        first = False
+        if inspect is not None:
+            inspect(batch)
+        yield batch
+
+
+class PhaseTimer:
+    """Times forward/backward/optimizer: monotonic clock on CPU, CUDA events on a GPU.
+
+    A CUDA phase is measured on the device between two events; it is logged once its end
+    event has completed (checked at step ends, never waited for), with its own step.
+    """
+
+    def __init__(self, clock, cuda):
+        self.clock = clock
+        self.cuda = cuda
+        self.open = {}
+        self.pending = []  # (step, phase, wall, start event, end event)
+
+    def start(self, phase):
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.open[phase] = (time.time(), event)
+        else:
+            self.open[phase] = (time.time(), time.perf_counter())
+
+    def stop(self, phase):
+        opened = self.open.pop(phase, None)
+        if opened is None:
+            return
+        wall, start = opened
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self.pending.append((self.clock.step, phase, wall, start, end))
+        else:
+            self.clock.add_phase(phase, wall, time.perf_counter() - start)
+
+    def collect(self, wait=False):
+        still = []
+        for item in self.pending:
+            step, phase, wall, start, end = item
+            if not end.query():
+                if not wait:
+                    still.append(item)
+                    continue
+                end.synchronize()
+            self.clock.add_phase(phase, wall, start.elapsed_time(end) / 1000.0, step=step)
+        self.pending = still
+
+
+class Watcher:
+    """The hooks and wrappers of one run.watch(model, optimizer) call."""
+
+    def __init__(self, run, clock, model, optimizer=None, *, every=1, histograms_every=100,
+                 activations=True, activations_every=None, weights_every=None, units_every=None,
+                 accumulation_steps=1, guard=False, census_every=500, memory=True, inputs=True,
+                 hot_gradients="auto", system_interval=5.0):
+        self.run = run
+        self.rec = run._recorder
+        self.clock = clock
+        self.model = model
+        self.optimizer = optimizer
+        self.every = max(1, int(every))
+        self.histograms_every = max(1, int(histograms_every)) if histograms_every else 0
+        self.activations_every = max(1, int(activations_every or 20 * self.every))
+        self.weights_every = max(1, int(weights_every or 10 * self.every))
+        self.units_every = max(1, int(units_every or self.histograms_every or 100))
+        self.guard = bool(guard)
+        self.census_every = int(census_every or 0)
+        self.memory = memory
+        self.inputs = inputs
+        self.failures = _Failures()
+        self.params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+        self._ids = {}
+        self._snapshots = {}        # param name -> previous weights (w_{t-1})
+        self._snapshot_step = None  # the step whose post-update weights the snapshots hold
+        self._zeroed = True         # no optimizer step yet: nothing to accumulate into
+        self._sentinel = None       # (param, grad object) after the last optimizer step
+        self._pending_copies = []   # device stats on their way to the host
+        self._act_pending = []      # device activation stats of this step
+        self._module_order = []
+        self._order_recorded = False
+        self._act_step = None
+        self._census_types = set()
+        self._labels_from_data = False  # run.data() batches carry the targets
+        # After non-finite gradients, the next forward records every activation (between
+        # sampled steps too), so the first non-finite producer can be named.
+        self._act_force = False
+        cuda = any(p.is_cuda for _, p in self.params[:1])
+        self.timer = PhaseTimer(clock, cuda)
+        # Gradients measured inside backward while in cache (see _grad_hook); CPU only.
+        self._hot = None
+        self._hot_bad = False
+        self.hot_steps = 0  # optimizer steps whose gradient statistics came from inside backward
+        if hot_gradients == "auto":
+            # A hook per parameter costs ~10 us of Python in backward; reading a gradient
+            # that has left the cache costs more than that only for large tensors.
+            sizes = [p.numel() for _, p in self.params]
+            hot_gradients = bool(sizes) and sum(sizes) / len(sizes) >= 65536
+        self._hot_requested = bool(hot_gradients) and optimizer is not None and not cuda
+        self._handles = []
+        self._act_hooks = []        # (module, hook) pairs, attached for measuring forwards
+        self._act_handles = []
+        self._restore = []
+        self.closed = False
+        # Tests: run the accelerator path (torch reductions, packing, deferred copies) on
+        # CPU tensors, so it is exercised where no GPU is.
+        self._force_device_path = False
+        self._depth = 0
+        self._entered = 0.0
+        self._self_seconds = 0.0
+        self.compiled = hasattr(model, "_orig_mod")
+        self.activations = bool(activations)
+        if self.compiled and activations != "force":
+            # Hooks inside a compiled graph break it (or are traced once and never called):
+            # the step-level numbers stay, per-module activations are off.
+            self.activations = False
+            print("trainscope: model is torch.compile'd: activation statistics are off "
+                  "(gradients, weights, updates, lr, times and memory are still recorded)",
+                  file=sys.stderr)
+        self.rec.set_meta("watch", json.dumps({
+            "every": self.every, "histograms_every": self.histograms_every,
+            "activations": self.activations, "activations_every": self.activations_every,
+            "weights_every": self.weights_every, "units_every": self.units_every,
+            "accumulation_steps": int(accumulation_steps), "guard": self.guard,
+            "compiled": self.compiled, "optimizer": type(optimizer).__name__ if optimizer else None}))
+        self._install()
+
+    # ---- setup ----
+
+    def _install(self):
+        root = self.model
+        self._handles.append(root.register_forward_pre_hook(self._guarded("forward", self._on_forward_begin)))
+        self._handles.append(root.register_forward_hook(self._guarded("forward", self._on_forward_end)))
+        if self.activations:
+            # Hooks are attached only for the forwards that measure: a module with hooks
+            # takes torch's slow call path, which on every step would cost more than the
+            # measuring itself does on one step in twenty.
+            base = getattr(root, "_orig_mod", root)
+            self._act_hooks = [(module, self._activation_hook(name, module)) for name, module in base.named_modules()
+                               if module is not base and not isinstance(module, _CONTAINERS)]
+        if self._hot_requested and self.params:
+            from trainscope import _core
+            self._hot = _core.GradCollector(len(self.params))
+            self._hot_ids = [self._id("grad/" + n, "tensor_stats") for n, _ in self.params]
+            self._hot_unit_ids = [self._id("grad_units/" + n, "vector") if p.dim() >= 2 else 0
+                                  for n, p in self.params]
+            for slot, (_, p) in enumerate(self.params):
+                self._handles.append(p.register_hook(self._grad_hook(slot, p)))
+        if self.optimizer is not None:
+            self.clock.optimizer_owned = True
+            self._wrap(self.optimizer, "step", self._optimizer_step)
+            self._wrap(self.optimizer, "zero_grad", self._zero_grad)
+        self._wrap(self.model, "zero_grad", self._zero_grad)
+        self.clock.listeners.append(self._guarded("step end", self._on_step_end))
+
+    def _wrap(self, obj, method, wrapper):
+        """Replaces obj.method by a bound method calling wrapper(original, ...).
+
+        A bound method (not a plain function), because LR schedulers wrap optimizer.step
+        in turn and read its __self__ / __func__ (torch 1.13 and 2.x alike).
+        """
+        original = getattr(obj, method)
+        own = method in getattr(obj, "__dict__", {})  # already an instance attribute?
+
+        def call(bound_self, *args, **kwargs):
+            if self.closed:  # finished runs record nothing more
+                return original(*args, **kwargs)
+            return wrapper(original, *args, **kwargs)
+
+        call.__wrapped__ = original
+        # A bound method reads attributes from its function: keep the marks other wrappers
+        # left (_with_counter: torch 1.13 schedulers; _wrapped_by_lr_sched: torch 2.x).
+        for mark in ("_with_counter", "_wrapped_by_lr_sched"):
+            if getattr(original, mark, False):
+                setattr(call, mark, True)
+        setattr(obj, method, types.MethodType(call, obj))
+        self._restore.append((obj, method, original, own))
+
+    def _detach_activation_hooks(self):
+        for handle in self._act_handles:
+            handle.remove()
+        self._act_handles = []
+
+    def close(self):
+        """Removes every hook and wrapper and logs what is still in flight."""
+        self._detach_activation_hooks()
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self.closed = True
+        for obj, method, original, own in reversed(self._restore):
+            try:
+                if getattr(obj, method).__func__.__wrapped__ is original:
+                    if own:
+                        setattr(obj, method, original)
+                    else:
+                        delattr(obj, method)
+            except AttributeError:
+                pass  # wrapped again by someone else (an LR scheduler): ours stays, inert
+        self._restore.clear()
+        self._drain(wait=True)
+        self.timer.collect(wait=True)
+
+    def _guarded(self, part, fn):
+        def run_guarded(*args, **kwargs):
+            if part in self.failures.off:
+                return None
+            self._enter()
+            try:
+                return fn(*args, **kwargs)
+            except Exception as error:  # the monitor never kills the training
+                self.failures.report(part, error)
+                return None
+            finally:
+                self._leave()
+        return run_guarded
+
+    # Its own cost: wall time spent inside trainscope's hooks and wrappers (outermost
+    # calls only), logged per step as time/watch, so a user sees what watching costs.
+    def _enter(self):
+        self._depth += 1
+        if self._depth == 1:
+            self._entered = time.perf_counter()
+
+    def _leave(self):
+        self._depth -= 1
+        if self._depth == 0:
+            self._self_seconds += time.perf_counter() - self._entered
+
+    def _take_self_seconds(self):
+        now = time.perf_counter()
+        seconds = self._self_seconds + (now - self._entered if self._depth else 0.0)
+        self._self_seconds = 0.0
+        if self._depth:
+            self._entered = now
+        return seconds
+
+    def _id(self, tag, kind):
+        key = (tag, kind)
+        found = self._ids.get(key)
+        if found is None:
+            found = self._ids[key] = self.rec.series(tag, kind)
+        return found
+
+    def _due(self, every):
+        return self.clock.step % every == 0
+
+    # ---- forward: inputs, timing, module order ----
+
+    def _on_forward_begin(self, module, args):
+        # A training forward begins the next step; an evaluation (no_grad or eval mode)
+        # right after optimizer.step() still belongs to the step that just ended.
+        if torch.is_grad_enabled() and module.training:
+            self.clock.begin()
+        step = self.clock.step
+        if self.activations and (self._due(self.activations_every) or self._act_force or not self._order_recorded):
+            self._act_step = step if (self._due(self.activations_every) or self._act_force) else None
+            self._act_force = False
+            if not self._act_handles:
+                self._act_handles = [m.register_forward_hook(h) for m, h in self._act_hooks]
+        else:
+            self._act_step = None
+        if self.inputs and self._due(self.every) and "inputs" not in self.failures.off:
+            try:
+                self._log_inputs(args)
+            except Exception as error:
+                self.failures.report("inputs", error)
+        self.timer.start("forward")
+
+    def _on_forward_end(self, module, args, output):
+        self.timer.stop("forward")
+        self._detach_activation_hooks()
+        if not self._order_recorded and self._module_order:
+            self._order_recorded = True
+            self.rec.set_meta("module_order", json.dumps(list(dict.fromkeys(self._module_order))))
+        if torch.is_grad_enabled():
+            out = _first_tensor(output)
+            if out is not None and out.requires_grad and "backward" not in self.failures.off:
+                out.register_hook(self._guarded("backward", self._on_backward_begin))
+
+    def _on_backward_begin(self, grad):
+        self.timer.start("backward")
+        torch.autograd.Variable._execution_engine.queue_callback(self._guarded("backward", self._on_backward_end))
+        return None
+
+    def _on_backward_end(self):
+        self.timer.stop("backward")
+
+    def _log_inputs(self, args):
+        step = self.clock.step
+        for index, value in enumerate(args):
+            if isinstance(value, torch.Tensor):
+                self._log_input(str(index), value, step)
+            elif isinstance(value, dict):
+                for key, item in value.items():
+                    if isinstance(item, torch.Tensor):
+                        self._log_input(str(key), item, step)
+
+    def _log_input(self, name, tensor, step):
+        if tensor.is_floating_point():
+            self._tensor_stats(step, [("input/" + name, tensor.detach())], histogram=False)
+        elif tensor.dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8) and tensor.numel() \
+                and not self._labels_from_data:
+            self.log_label_range(tensor, step)
+
+    def log_label_range(self, tensor, step):
+        lo, hi = torch.aminmax(tensor.detach())
+        # A CPU tensor gives its value at once; a device one goes with the run's deferred copies.
+        self.run.log({"input/label_min": lo, "input/label_max": hi}, step=step)
+
+    def inspect_batch(self, batch):
+        """run.data(): the label range of integer tensors in the batch (targets)."""
+        if not self.inputs or "inputs" in self.failures.off or not self._due(self.every):
+            return
+        self._enter()
+        try:
+            targets = None
+            if isinstance(batch, (tuple, list)) and len(batch) >= 2:
+                targets = batch[-1]
+            elif isinstance(batch, dict):
+                for key in ("labels", "label", "targets", "target", "y"):
+                    if key in batch:
+                        targets = batch[key]
+                        break
+            if isinstance(targets, torch.Tensor) and not targets.is_floating_point() and targets.numel() \
+                    and targets.dtype != torch.bool:
+                self._labels_from_data = True  # the model's integer inputs are then not labels
+                self.log_label_range(targets, self.clock.step)
+        except Exception as error:
+            self.failures.report("inputs", error)
+        finally:
+            self._leave()
+
+    # ---- activations ----
+
+    def _activation_hook(self, name, module):
+        tag = "act/" + name
+        if isinstance(module, _RELU_FAMILY):
+            kind = _DEAD_UNITS
+        elif isinstance(module, torch.nn.Tanh):
+            kind = _TANH
+        elif isinstance(module, torch.nn.Sigmoid):
+            kind = _SIGMOID
+        else:
+            kind = _PLAIN
+
+        def hook(mod, args, output):
+            if not self._order_recorded:
+                self._module_order.append(name)
+            step = self._act_step
+            if step is None or "activations" in self.failures.off:
+                return None
+            self._enter()
+            try:
+                out = _first_tensor(output)
+                if out is None or not out.is_floating_point() or out.dtype not in _DTYPE_CODES or out.is_sparse:
+                    return None
+                out = out.detach()
+                histogram = self.histograms_every and self._due(self.histograms_every)
+                if out.device.type == "cpu" and not self._force_device_path:
+                    if not out.is_contiguous():
+                        out = out.contiguous()
+                    outer, units, inner = _unit_layout(tuple(out.shape))
+                    self.rec.log_activation(self._id(tag, "tensor_stats"), step, out.data_ptr(), out.numel(),
+                                            _DTYPE_CODES[out.dtype], outer, units, inner, kind, bool(histogram))
+                else:
+                    self._act_pending.append((tag, _device_activation(out, kind, bool(histogram))))
+            except Exception as error:
+                self.failures.report("activations", error)
+            finally:
+                self._leave()
+            return None
+
+        return hook
+
+    # ---- gradients while they are hot ----
+
+    def _grad_hook(self, slot, param):
+        """A parameter hook: the statistics of the gradient it receives, computed while the
+        backward op that produced it has just left it in cache. They are used at the optimizer
+        step only if they equal param.grad's (one gradient per parameter since zeroing)."""
+        code = _DTYPE_CODES.get(param.dtype)
+        rows = param.shape[0] if param.dim() >= 2 else 0
+
+        def hook(grad):
+            if self.closed or self._hot_bad or "gradients" in self.failures.off or not self._due(self.every):
+                return None
+            self._enter()
+            try:
+                if code is None or grad.dtype != param.dtype or grad.layout != torch.strided \
+                        or grad.device.type != "cpu" or not grad.is_contiguous():
+                    self._hot_bad = True  # read param.grad at the step instead
+                    return None
+                histogram = bool(self.histograms_every) and self._due(self.histograms_every)
+                self._hot.add(slot, grad.data_ptr(), grad.numel(), code, histogram,
+                              rows if self._due(self.units_every) else 0)
+            except Exception as error:
+                self._hot_bad = True
+                self.failures.report("gradients", error)
+            finally:
+                self._leave()
+            return None
+
+        return hook
+
+    def _hot_totals(self, step):
+        """Logs the in-backward statistics if they are param.grad's; returns totals or None."""
+        if self._hot is None or self._hot_bad or self._force_device_path or not self._grads_were_zeroed():
+            return None
+        for count, (_, p) in zip(self._hot.seen(), self.params):
+            if count > 1 or (count == 0 and p.grad is not None):
+                return None  # accumulated over several backwards, or a gradient we did not see
+        self.hot_steps += 1
+        return self._hot.log(self.rec, step, self._hot_ids, self._hot_unit_ids)
+
+    # ---- optimizer step: grads before, weights and updates after ----
+
+    def _zero_grad(self, original, *args, **kwargs):
+        self._zeroed = True
+        return original(*args, **kwargs)
+
+    def _optimizer_step(self, original, *args, **kwargs):
+        self._enter()
+        try:
+            return self._optimizer_step_timed(original, *args, **kwargs)
+        finally:
+            self._leave()
+
+    def _optimizer_step_timed(self, original, *args, **kwargs):
+        skip = False
+        try:
+            if "gradients" not in self.failures.off:
+                skip = self._before_update()
+        except Exception as error:
+            self.failures.report("gradients", error)
+            skip = False
+        try:
+            # The update of a sampled step needs the weights from just before it.
+            if "weights" not in self.failures.off and self._due(self.weights_every) \
+                    and self._snapshot_step != self.clock.step - 1:
+                self._refresh_snapshots()
+        except Exception as error:
+            self.failures.report("weights", error)
+        result = None
+        if skip:
+            self.rec.log_scalar("guard/skipped_step", 1.0, self.clock.step)
+            print(f"trainscope: guard skipped optimizer step {self.clock.step}: non-finite gradients",
+                  file=sys.stderr)
+        else:
+            self.timer.start("optimizer")
+            self._leave()  # the optimizer's own work is not trainscope's cost
+            try:
+                result = original(*args, **kwargs)
+            finally:
+                self._enter()
+            try:
+                self.timer.stop("optimizer")
+                if self.guard:
+                    self.rec.log_scalar("guard/skipped_step", 0.0, self.clock.step)
+                if "weights" not in self.failures.off:
+                    self._after_update()
+            except Exception as error:
+                self.failures.report("weights", error)
+        try:
+            if self._hot is not None:
+                self._hot.reset()
+                self._hot_bad = False
+            self._mark_grads()
+            self.clock.end()
+        except Exception as error:
+            self.failures.report("step end", error)
+        return result
+
+    def _grads(self):
+        out = []
+        for name, p in self.params:
+            g = p.grad
+            if g is None or g.is_sparse or g.dtype not in _DTYPE_CODES:
+                continue
+            out.append((name, g.detach()))
+        return out
+
+    def _mark_grads(self):
+        """Remembers one gradient object: a new object at the next step means zeroed (set to None)."""
+        self._zeroed = False
+        for _, p in self.params:
+            if p.grad is not None:
+                self._sentinel = (p, p.grad)
+                return
+        self._sentinel = None
+
+    def _grads_were_zeroed(self):
+        if self._zeroed:
+            return True
+        if self._sentinel is None:
+            return True
+        p, grad = self._sentinel
+        return p.grad is not grad
+
+    def _before_update(self):
+        """Gradient statistics, lr, grad_zeroed; returns True when guard mode skips the step."""
+        step = self.clock.step
+        due = self._due(self.every)
+        nonfinite = False
+        if due or self.guard:
+            totals = self._hot_totals(step) if due else None
+            if totals is None:
+                grads = self._grads()
+                histogram = bool(self.histograms_every) and self._due(self.histograms_every)
+                units = self._due(self.units_every)
+                totals = self._tensor_stats(step, [("grad/" + n, g) for n, g in grads], histogram=histogram,
+                                            units=units, sync=self.guard)
+            if totals is not None:
+                sumsq, nan, inf = totals
+                norm = float("nan") if nan else (float("inf") if inf else sumsq ** 0.5)
+                self.rec.log_scalar("grad/global_norm", norm, step)
+                nonfinite = bool(nan or inf)
+                if nonfinite:
+                    self._act_force = True
+        if due:
+            self.rec.log_scalar("train/grad_zeroed", 1.0 if self._grads_were_zeroed() else 0.0, step)
+            groups = self.optimizer.param_groups
+            for index, group in enumerate(groups):
+                lr = group.get("lr")
+                if lr is None:
+                    continue
+                tag = "opt/lr" if len(groups) == 1 else f"opt/lr/{index}"
+                self.run.log({tag: lr}, step=step)
+        return self.guard and nonfinite
+
+    def _refresh_snapshots(self):
+        with torch.no_grad():
+            for name, p in self.params:
+                if p.dtype not in _DTYPE_CODES:
+                    continue
+                snap = self._snapshots.get(name)
+                if snap is None or snap.shape != p.shape or snap.dtype != p.dtype or snap.device != p.device:
+                    self._snapshots[name] = p.detach().clone(memory_format=torch.contiguous_format)
+                else:
+                    snap.copy_(p.detach())
+
+    def _after_update(self):
+        step = self.clock.step
+        if not self._due(self.weights_every):
+            return
+        histogram = bool(self.histograms_every) and self._due(self.histograms_every)
+        cpu, device = [], []
+        for name, p in self.params:
+            snap = self._snapshots.get(name)
+            if snap is None or p.dtype not in _DTYPE_CODES:
+                continue
+            on_host = p.device.type == "cpu" and not self._force_device_path
+            (cpu if on_host else device).append((name, p.detach(), snap))
+        if cpu:
+            ids_w, ids_u, ids_r, cur, prev, numels, dtypes, keep = [], [], [], [], [], [], [], []
+            for name, w, snap in cpu:
+                if not w.is_contiguous():
+                    w = w.contiguous()
+                keep.append(w)
+                ids_w.append(self._id("weight/" + name, "tensor_stats"))
+                ids_u.append(self._id("update/" + name, "tensor_stats"))
+                ids_r.append(self._id("update_ratio/" + name, "scalar"))
+                cur.append(w.data_ptr())
+                prev.append(snap.data_ptr())
+                numels.append(w.numel())
+                dtypes.append(_DTYPE_CODES[w.dtype])
+            self.rec.log_weight_update_many(step, ids_w, ids_u, ids_r, cur, prev, numels, dtypes, histogram)
+        if device:
+            with torch.no_grad():
+                updates = [w - snap for _, w, snap in device]
+                names = [n for n, _, _ in device]
+                self._tensor_stats(step, [("weight/" + n, w) for n, w, _ in device], histogram=histogram)
+                self._tensor_stats(step, [("update/" + n, u) for n, u in zip(names, updates)], histogram=histogram,
+                                   ratio_names=names, weights=[w for _, w, _ in device])
+                for _, w, snap in device:
+                    snap.copy_(w)
+        self._snapshot_step = step
+
+    # ---- statistics of many tensors: in place on CPU, packed on a device ----
+
+    def _tensor_stats(self, step, named, histogram, units=False, sync=False, ratio_names=None, weights=None):
+        """Logs TensorStats of each (tag, tensor); returns (sum of squares, nan, inf) when known now."""
+        host = not self._force_device_path
+        cpu = [(t, x) for t, x in named if host and x.device.type == "cpu"]
+        dev = [(t, x) for t, x in named if not (host and x.device.type == "cpu")]
+        totals = [0.0, 0, 0]
+        if cpu:
+            ids, ptrs, numels, dtypes, rows, unit_ids, keep = [], [], [], [], [], [], []
+            for tag, x in cpu:
+                if not x.is_contiguous():
+                    x = x.contiguous()
+                keep.append(x)
+                ids.append(self._id(tag, "tensor_stats"))
+                ptrs.append(x.data_ptr())
+                numels.append(x.numel())
+                dtypes.append(_DTYPE_CODES[x.dtype])
+                if units:
+                    if x.dim() >= 2 and tag.startswith("grad/"):
+                        rows.append(x.shape[0])
+                        unit_ids.append(self._id("grad_units/" + tag[5:], "vector"))
+                    else:
+                        rows.append(0)
+                        unit_ids.append(0)
+            sumsq, nan, inf = self.rec.log_tensor_stats_many(step, ids, ptrs, numels, dtypes, rows, unit_ids,
+                                                             histogram)
+            totals = [sumsq, nan, inf]
+        if dev:
+            result = self._device_stats(step, dev, histogram, units, sync, ratio_names, weights)
+            if result is None:
+                return None
+            totals = [totals[0] + result[0], totals[1] + result[1], totals[2] + result[2]]
+        return tuple(totals)
+
+    def _device_stats(self, step, named, histogram, units, sync, ratio_names, weights):
+        packed, layout = pack_device_stats([x for _, x in named], histogram, units,
+                                           weights=weights)
+        tags = [t for t, _ in named]
+        if sync:  # guard mode must know now: one synchronising copy, as AMP's GradScaler does
+            host = packed.to("cpu")
+            return self._log_packed(step, tags, host, layout, histogram, units, ratio_names)
+        host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=torch.cuda.is_available())
+        host.copy_(packed, non_blocking=True)
+        event = None
+        if packed.device.type == "cuda":
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(packed.device))
+        self._pending_copies.append((step, tags, host, event, layout, histogram, units, ratio_names))
+        return None
+
+    def _log_packed(self, step, tags, host, layout, histogram, units, ratio_names):
+        stats, hist, unit_norms, ratios = unpack_device_stats(host, layout)
+        ids = [self._id(t, "tensor_stats") for t in tags]
+        self.rec.log_packed_stats(step, ids, stats.tolist(), hist.tolist() if hist is not None else [])
+        if unit_norms is not None:
+            for tag, norms in zip(tags, unit_norms):
+                if norms is not None and tag.startswith("grad/"):
+                    self.rec.log_vector_id(self._id("grad_units/" + tag[5:], "vector"), step, norms.tolist())
+        if ratios is not None and ratio_names is not None:
+            self.rec.log_scalar_ids([self._id("update_ratio/" + n, "scalar") for n in ratio_names],
+                                    ratios.tolist(), step)
+        sumsq = float(stats[:, _SUMSQ].sum())
+        return sumsq, int(stats[:, _NAN].sum()), int(stats[:, _INF].sum())
+
+    def _drain(self, wait=False):
+        """Logs the device statistics whose copy to the host has completed."""
+        still = []
+        for item in self._pending_copies:
+            step, tags, host, event, layout, histogram, units, ratio_names = item
+            if event is not None and not event.query():
+                if not wait:
+                    still.append(item)
+                    continue
+                event.synchronize()
+            result = self._log_packed(step, tags, host, layout, histogram, units, ratio_names)
+            if tags and tags[0].startswith("grad/"):
+                sumsq, nan, inf = result
+                norm = float("nan") if nan else (float("inf") if inf else sumsq ** 0.5)
+                self.rec.log_scalar("grad/global_norm", norm, step)
+        self._pending_copies = still
+
+    # ---- end of step: memory, census, device activations, late copies ----
+
+    def _on_step_end(self, step):
+        if self.optimizer is None and self._due(self.every):
+            # No optimizer to wrap: the gradients of this step's backward, now.
+            grads = self._grads()
+            histogram = bool(self.histograms_every) and self._due(self.histograms_every)
+            totals = self._tensor_stats(step, [("grad/" + n, g) for n, g in grads], histogram=histogram,
+                                        units=self._due(self.units_every))
+            if totals is not None and grads:
+                sumsq, nan, inf = totals
+                self.rec.log_scalar("grad/global_norm",
+                                    float("nan") if nan else (float("inf") if inf else sumsq ** 0.5), step)
+            # Weights changed by the user's own update: compare with the snapshot taken at
+            # the end of the previous step, and take one before each sampled step.
+            if self._due(self.weights_every) and self._snapshot_step == step - 1:
+                self._after_update()
+            if (step + 1) % self.weights_every == 0:
+                self._refresh_snapshots()
+                self._snapshot_step = step
+        if self._act_pending:
+            acts, self._act_pending = self._act_pending, []
+            stacked = torch.stack([a for _, a in acts])
+            host = stacked.to("cpu")  # once per sampled step, at its end
+            ids = [self._id(tag, "tensor_stats") for tag, _ in acts]
+            rows = host[:, :10].tolist()
+            hists = host[:, 10:].tolist() if host.shape[1] > 10 else []
+            self.rec.log_packed_stats(step, ids, rows, hists)
+        if self._pending_copies:
+            self._drain(wait=False)
+        if self.timer.pending:
+            self.timer.collect(wait=False)
+        if self.memory:
+            self.rec.log_scalar("mem/rss", float(_core_rss()), step)
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                self.rec.log_scalar("mem/cuda_allocated", float(torch.cuda.memory_allocated()), step)
+                self.rec.log_scalar("mem/cuda_reserved", float(torch.cuda.memory_reserved()), step)
+                self.rec.log_scalar("mem/cuda_peak", float(torch.cuda.max_memory_allocated()), step)
+        if self.census_every and step % self.census_every == 0:
+            self._census(step)
+        self.rec.log_scalar("time/watch", self._take_self_seconds(), step)
+
+    def _census(self, step):
+        counts = collections.Counter()
+        for obj in gc.get_objects():
+            t = type(obj)
+            counts[t] += 1
+        named = {}
+        for t, n in counts.items():
+            module = getattr(t, "__module__", "") or ""
+            name = t.__qualname__ if module in ("builtins", "") else f"{module}.{t.__qualname__}"
+            named[name] = named.get(name, 0) + n
+        top = sorted(named.items(), key=lambda kv: -kv[1])[:30]
+        self._census_types.update(name for name, _ in top)
+        self._census_types.add("torch.Tensor")
+        self._census_types.add("torch.nn.parameter.Parameter")
+        for name in self._census_types:
+            self.rec.log_scalar("census/" + name, float(named.get(name, 0)), step)
+
+
+def _core_rss():
+    from trainscope import _core
+    return _core.rss_bytes()
+
+
+# ---- device reductions (any torch device; CPU tensors in tests) ----
+
+def pack_device_stats(tensors, histogram, units, weights=None):
+    """Every statistic of every tensor, reduced where the tensors live, in one float64 tensor.
+
+    Layout of the result (one flat tensor, one copy to the host):
+      [P x 8]   numel, nan, inf, zeros, min, max, sum, sum of squares (finite values)
+      [P x 128] exponent histograms, when histogram
+      row norms of every tensor with 2+ dims, concatenated, when units
+      [P]       ||tensor|| / ||weights[i]||, when weights are given (update ratios)
+    The layout tuple tells unpack_device_stats where each part is.
+    """
+    device = tensors[0].device
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    sizes = [t.numel() for t in tensors]
+    p = len(tensors)
+    seg = torch.repeat_interleave(torch.arange(p, device=device), torch.tensor(sizes, device=device))
+    finite = torch.isfinite(flat)
+    x = torch.where(finite, flat, torch.zeros((), dtype=flat.dtype, device=device)).to(torch.float64)
+    nan = torch.zeros(p, dtype=torch.float64, device=device).index_add_(0, seg, torch.isnan(flat).to(torch.float64))
+    inf = torch.zeros(p, dtype=torch.float64, device=device).index_add_(0, seg, torch.isinf(flat).to(torch.float64))
+    zeros = torch.zeros(p, dtype=torch.float64, device=device).index_add_(0, seg, (flat == 0).to(torch.float64))
+    total = torch.zeros(p, dtype=torch.float64, device=device).index_add_(0, seg, x)
+    sumsq = torch.zeros(p, dtype=torch.float64, device=device).index_add_(0, seg, x * x)
+    big = torch.tensor(float("inf"), dtype=torch.float64, device=device)
+    lo = torch.full((p,), float("inf"), dtype=torch.float64, device=device).scatter_reduce(
+        0, seg, torch.where(finite, x, big), reduce="amin", include_self=True)
+    hi = torch.full((p,), float("-inf"), dtype=torch.float64, device=device).scatter_reduce(
+        0, seg, torch.where(finite, x, -big), reduce="amax", include_self=True)
+    numel = torch.tensor(sizes, dtype=torch.float64, device=device)
+    parts = [torch.stack([numel, nan, inf, zeros, lo, hi, total, sumsq], dim=1).reshape(-1)]
+    layout = {"p": p, "hist": False, "rows": None, "ratio": False}
+    if histogram:
+        nonzero = finite & (flat != 0)
+        _, exponent = torch.frexp(flat.to(torch.float32) if flat.dtype in (torch.float16, torch.bfloat16)
+                                  else flat)
+        bins = (exponent.to(torch.int64) - 1 - _MIN_EXPONENT).clamp(0, _HIST_BINS - 1)
+        index = (seg * _HIST_BINS + bins)[nonzero]
+        parts.append(torch.bincount(index, minlength=p * _HIST_BINS).to(torch.float64))
+        layout["hist"] = True
+    if units:
+        rows = [t.shape[0] if t.dim() >= 2 else 0 for t in tensors]
+        norms = [t.reshape(t.shape[0], -1).to(torch.float64).norm(dim=1) for t in tensors if t.dim() >= 2]
+        if norms:
+            parts.append(torch.cat(norms))
+        layout["rows"] = rows
+    if weights is not None:
+        wsq = torch.stack([w.to(torch.float64).pow(2).sum() for w in weights]) if len(weights) else sumsq
+        parts.append(torch.sqrt(sumsq) / torch.sqrt(wsq))
+        layout["ratio"] = True
+    return torch.cat(parts), layout
+
+
+def unpack_device_stats(host, layout):
+    """(stats [P x 8], histograms [P x 128] or None, row norms per tensor or None, ratios or None)."""
+    p = layout["p"]
+    at = 8 * p
+    stats = host[:at].reshape(p, 8)
+    hist = None
+    if layout["hist"]:
+        hist = host[at:at + p * _HIST_BINS].reshape(p, _HIST_BINS)
+        at += p * _HIST_BINS
+    unit_norms = None
+    if layout["rows"] is not None:
+        unit_norms = []
+        for r in layout["rows"]:
+            if r:
+                unit_norms.append(host[at:at + r])
+                at += r
+            else:
+                unit_norms.append(None)
+    ratios = None
+    if layout["ratio"]:
+        ratios = host[at:at + p]
+    return stats, hist, unit_norms, ratios
+
+
+def _device_activation(out, kind, histogram=False):
+    """Stats of one activation on its device, one row: the 8 packed columns, dead and
+    saturated fraction (NaN when not measured), then the 128 histogram bins if asked."""
+    packed, _ = pack_device_stats([out], histogram=histogram, units=False)
+    nan = torch.full((1,), float("nan"), dtype=torch.float64, device=out.device)
+    dead, saturated = nan, nan
+    if kind == _DEAD_UNITS:
+        outer, units, inner = _unit_layout(tuple(out.shape))
+        alive = (out.reshape(outer, units, inner) != 0).any(dim=2).any(dim=0)
+        dead = (1.0 - alive.to(torch.float64).mean()).reshape(1)
+    elif kind in (_TANH, _SIGMOID):
+        tails = out.abs() > 0.99 if kind == _TANH else (out < 0.01) | (out > 0.99)
+        valid = ~torch.isnan(out)
+        saturated = ((tails & valid).sum().to(torch.float64) / valid.sum().clamp(min=1)).reshape(1)
+    return torch.cat([packed[:8], dead, saturated, packed[8:]])

@@ -1,0 +1,455 @@
+// `trainscope report PATH -o report.html`: one self-contained HTML file (no script, no
+// server, no network) with the doctor's findings and the plots that prove them: the loss
+// with spikes, divergence and non-finite steps marked; per-layer gradient norms as a
+// layer x step heatmap; memory with the fitted leak slope.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/source.h"
+#include "core/streaming.h"
+#include "doctor/doctor.h"
+#include "store/json_forms.h"
+
+namespace trainscope::cli {
+
+namespace {
+
+using json = nlohmann::json;
+
+std::string Escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out.push_back(c);
+    }
+  }
+  return out;
+}
+
+struct Line {
+  std::string name, color;
+  std::vector<double> x, y;
+  bool dashed = false;
+};
+
+struct Mark {
+  double x;
+  std::string color, label;
+  double x_end = NAN;  // a shaded range when set
+};
+
+// Keeps at most ~2 * buckets points, the min and max of each bucket, so spikes survive.
+void Decimate(Line* line, size_t buckets = 600) {
+  if (line->x.size() <= 2 * buckets) return;
+  const size_t n = line->x.size(), per = (n + buckets - 1) / buckets;
+  std::vector<double> x, y;
+  for (size_t b = 0; b < n; b += per) {
+    size_t lo = b, hi = b;
+    for (size_t i = b; i < std::min(n, b + per); ++i) {
+      if (!std::isfinite(line->y[i])) continue;
+      if (!std::isfinite(line->y[lo]) || line->y[i] < line->y[lo]) lo = i;
+      if (!std::isfinite(line->y[hi]) || line->y[i] > line->y[hi]) hi = i;
+    }
+    for (size_t i : {std::min(lo, hi), std::max(lo, hi)}) {
+      x.push_back(line->x[i]);
+      y.push_back(line->y[i]);
+      if (lo == hi) break;
+    }
+  }
+  line->x = std::move(x);
+  line->y = std::move(y);
+}
+
+std::string Num(double v) { return fmt::format("{:.4g}", v); }
+
+// An SVG line chart; log y when every value is positive and they span > 2 decades.
+std::string LineChart(const std::string& title, std::vector<Line> lines, const std::vector<Mark>& marks,
+                      const std::string& y_label) {
+  const double W = 900, H = 280, L = 70, R = 20, T = 28, B = 36;
+  double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+  bool positive = true;
+  for (auto& l : lines) {
+    Decimate(&l);
+    for (size_t i = 0; i < l.x.size(); ++i) {
+      x0 = std::min(x0, l.x[i]);
+      x1 = std::max(x1, l.x[i]);
+      if (!std::isfinite(l.y[i])) continue;
+      y0 = std::min(y0, l.y[i]);
+      y1 = std::max(y1, l.y[i]);
+      positive = positive && l.y[i] > 0;
+    }
+  }
+  if (!(x1 >= x0) || !(y1 >= y0)) return "";
+  const bool logy = positive && y1 / y0 > 100;
+  auto fy = [&](double v) { return logy ? std::log10(v) : v; };
+  double ly0 = fy(y0), ly1 = fy(y1);
+  if (ly1 == ly0) ly1 = ly0 + 1;
+  if (x1 == x0) x1 = x0 + 1;
+  const double pad = 0.05 * (ly1 - ly0);
+  ly0 -= pad;
+  ly1 += pad;
+  auto px = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };
+  auto py = [&](double y) { return T + (1 - (fy(y) - ly0) / (ly1 - ly0)) * (H - T - B); };
+  std::string svg = fmt::format(
+      "<svg viewBox=\"0 0 {} {}\" width=\"100%\" role=\"img\" aria-label=\"{}\">"
+      "<text x=\"{}\" y=\"18\" class=\"t\">{}</text>",
+      W, H, Escape(title), L, Escape(title));
+  // Axes and ticks.
+  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"frame\"/>", L, T, W - L - R, H - T - B);
+  for (int i = 0; i <= 4; ++i) {
+    const double v = ly0 + (ly1 - ly0) * i / 4;
+    const double y = T + (1 - static_cast<double>(i) / 4) * (H - T - B);
+    svg += fmt::format("<line x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\" class=\"grid\"/>", L, W - R, y, y);
+    svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"ax\" text-anchor=\"end\">{}</text>", L - 4, y + 4,
+                       Num(logy ? std::pow(10, v) : v));
+    const double xv = x0 + (x1 - x0) * i / 4;
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"ax\" text-anchor=\"middle\">{}</text>", px(xv), H - B + 16,
+                       Num(xv));
+  }
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"ax\">step</text>", W - R - 30, H - 4);
+  svg += fmt::format("<text x=\"8\" y=\"{}\" class=\"ax\">{}{}</text>", T - 6, Escape(y_label), logy ? " (log)" : "");
+  for (const Mark& m : marks) {
+    if (m.x < x0 || m.x > x1) continue;
+    if (std::isfinite(m.x_end)) {
+      svg += fmt::format("<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\" opacity=\"0.15\"/>",
+                         px(m.x), T, std::max(1.0, px(std::min(m.x_end, x1)) - px(m.x)), H - T - B, m.color);
+    } else {
+      svg += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"{3}\" stroke-dasharray=\"4 3\"/>",
+                         px(m.x), T, H - B, m.color);
+    }
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"mk\" fill=\"{}\">{}</text>", px(m.x) + 3, T + 12, m.color,
+                       Escape(m.label));
+  }
+  double legend_x = L + 10;
+  for (const Line& l : lines) {
+    std::string path;
+    bool pen = false;
+    for (size_t i = 0; i < l.x.size(); ++i) {
+      if (!std::isfinite(l.y[i]) || (logy && l.y[i] <= 0)) {
+        pen = false;
+        continue;
+      }
+      path += fmt::format("{}{:.1f},{:.1f} ", pen ? "L" : "M", px(l.x[i]), py(l.y[i]));
+      pen = true;
+    }
+    svg += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.3\"{}/>", path, l.color,
+                       l.dashed ? " stroke-dasharray=\"6 4\"" : "");
+    // Non-finite values: red ticks on the top edge.
+    for (size_t i = 0; i < l.x.size(); ++i) {
+      if (!std::isfinite(l.y[i])) {
+        svg += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#d00\" stroke-width=\"2\"/>",
+                           px(l.x[i]), T, T + 8);
+      }
+    }
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"lg\" fill=\"{}\">&#9632; {}</text>", legend_x, H - B - 6,
+                       l.color, Escape(l.name));
+    legend_x += 12 + 7.0 * static_cast<double>(l.name.size() + 2);
+  }
+  return svg + "</svg>";
+}
+
+// Layer x step heatmap of gradient L2 norms (log10 color scale; non-finite cells magenta).
+std::string GradHeatmap(const RunData& data, const std::vector<std::string>& forward_params) {
+  std::vector<const TensorStatsSeries*> rows;
+  for (const auto& p : forward_params) {
+    if (const auto* s = data.FindTensorStats("grad/" + p)) rows.push_back(s);
+  }
+  for (const auto& s : data.tensor_stats) {
+    if (s.tag.rfind("grad/", 0) == 0 && std::find(rows.begin(), rows.end(), &s) == rows.end()) rows.push_back(&s);
+  }
+  if (rows.empty()) return "";
+  if (rows.size() > 80) rows.resize(80);
+  int64_t s0 = INT64_MAX, s1 = INT64_MIN;
+  for (const auto* r : rows) {
+    for (int64_t s : r->steps) {
+      s0 = std::min(s0, s);
+      s1 = std::max(s1, s);
+    }
+  }
+  const size_t cols = static_cast<size_t>(std::min<int64_t>(200, s1 - s0 + 1));
+  const double per = static_cast<double>(s1 - s0 + 1) / static_cast<double>(cols);
+  std::vector<std::vector<double>> cell(rows.size(), std::vector<double>(cols, NAN));
+  std::vector<std::vector<bool>> bad(rows.size(), std::vector<bool>(cols, false));
+  double lo = INFINITY, hi = -INFINITY;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    for (size_t i = 0; i < rows[r]->steps.size(); ++i) {
+      const size_t c = std::min(cols - 1, static_cast<size_t>(static_cast<double>(rows[r]->steps[i] - s0) / per));
+      const TensorStats& st = rows[r]->stats[i];
+      if (st.nan + st.inf) {
+        bad[r][c] = true;
+        continue;
+      }
+      const double v = st.l2_norm();
+      if (!(v > 0)) continue;
+      const double lv = std::log10(v);
+      cell[r][c] = std::isnan(cell[r][c]) ? lv : std::max(cell[r][c], lv);  // max keeps bursts visible
+      lo = std::min(lo, lv);
+      hi = std::max(hi, lv);
+    }
+  }
+  if (!(hi >= lo)) hi = lo = 0;
+  if (hi == lo) hi = lo + 1;
+  const double L = 220, T = 28, cw = 680.0 / static_cast<double>(cols), ch = std::clamp(220.0 / rows.size(), 4.0, 16.0);
+  const double W = L + 680 + 90, H = T + ch * static_cast<double>(rows.size()) + 30;
+  std::string svg = fmt::format(
+      "<svg viewBox=\"0 0 {} {}\" width=\"100%\" role=\"img\" aria-label=\"gradient norms\">"
+      "<text x=\"{}\" y=\"18\" class=\"t\">Gradient L2 norm per layer (rows, forward order) x step (log10 colour; "
+      "magenta = NaN/Inf)</text>",
+      W, H, L);
+  auto color = [&](double lv) {
+    const double t = (lv - lo) / (hi - lo);  // viridis-like ramp: dark blue -> green -> yellow
+    const int r = static_cast<int>(std::clamp(68 + t * (253 - 68), 0.0, 255.0));
+    const int g = static_cast<int>(std::clamp(1 + t * (231 - 1), 0.0, 255.0));
+    const int b = static_cast<int>(std::clamp(84 + (t < 0.5 ? t * 2 * (140 - 84) : (1 - t) * 2 * 140), 0.0, 255.0));
+    return fmt::format("#{:02x}{:02x}{:02x}", r, g, b);
+  };
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const double y = T + ch * static_cast<double>(r);
+    svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"ax\" text-anchor=\"end\">{}</text>", L - 4, y + ch * 0.8,
+                       Escape(rows[r]->tag.substr(5)));
+    for (size_t c = 0; c < cols; ++c) {
+      std::string fill;
+      if (bad[r][c]) fill = "#e0f";
+      else if (!std::isnan(cell[r][c])) fill = color(cell[r][c]);
+      else continue;
+      svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" fill=\"{}\"/>",
+                         L + cw * static_cast<double>(c), y, cw + 0.3, ch, fill);
+    }
+  }
+  const double yb = T + ch * static_cast<double>(rows.size());
+  svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"ax\">step {}</text>", L, yb + 14, s0);
+  svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"ax\" text-anchor=\"end\">step {}</text>", L + 680, yb + 14, s1);
+  for (int i = 0; i <= 4; ++i) {
+    const double lv = lo + (hi - lo) * i / 4;
+    svg += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"14\" height=\"12\" fill=\"{}\"/>", L + 690,
+                       T + 14.0 * i, color(lv));
+    svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"ax\">1e{:.1f}</text>", L + 708, T + 14.0 * i + 10, lv);
+  }
+  return svg + "</svg>";
+}
+
+Line FromScalar(const ScalarSeries& s, const std::string& color, double scale = 1) {
+  Line l;
+  l.name = s.tag;
+  l.color = color;
+  for (size_t i = 0; i < s.steps.size(); ++i) {
+    l.x.push_back(static_cast<double>(s.steps[i]));
+    l.y.push_back(s.values[i] * scale);
+  }
+  return l;
+}
+
+const char* SeverityColor(Severity s) {
+  return s == Severity::kCritical ? "#c00" : s == Severity::kWarning ? "#d80" : "#469";
+}
+
+std::string BuildReport(const LoadedRun& run, const doctor::Diagnosis& d) {
+  // Roles and forward order, as the doctor sees them.
+  doctor::RoleResolver roles;
+  if (auto it = run.data.meta.find("roles"); it != run.data.meta.end()) roles.SetExplicit(it->second);
+  for (const auto& s : run.data.scalars) roles.See(s.tag);
+  std::vector<std::string> forward;
+  if (auto it = run.data.meta.find("module_order"); it != run.data.meta.end()) {
+    json order = json::parse(it->second, nullptr, false);
+    std::vector<std::string> modules;
+    if (order.is_array()) {
+      for (const auto& m : order) {
+        if (m.is_string()) modules.push_back(m.get<std::string>());
+      }
+    }
+    for (const auto& m : modules) {
+      for (const auto& s : run.data.tensor_stats) {
+        if (s.tag.rfind("grad/", 0) == 0 && doctor::RunFacts::ModuleOfParam(s.tag.substr(5)) == m) {
+          forward.push_back(s.tag.substr(5));
+        }
+      }
+    }
+  }
+  for (const auto& s : run.data.tensor_stats) {
+    if (s.tag.rfind("weight/", 0) == 0 && std::find(forward.begin(), forward.end(), s.tag.substr(7)) == forward.end()) {
+      forward.push_back(s.tag.substr(7));
+    }
+  }
+
+  std::string html;
+  html += "<!doctype html><html><head><meta charset=\"utf-8\"><title>trainscope report: " + Escape(run.source) +
+          "</title><style>"
+          "body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1000px;color:#222}"
+          "h1{font-size:20px}h2{font-size:16px;margin-top:28px}"
+          ".f{border-left:4px solid;padding:4px 10px;margin:10px 0;background:#fafafa}"
+          ".sev{font-weight:600;text-transform:uppercase;font-size:12px}"
+          "code,pre{font:12px ui-monospace,monospace}pre{white-space:pre-wrap;max-height:260px;overflow:auto;background:#f3f3f3;padding:6px}"
+          "svg .t{font-size:13px;font-weight:600}svg .ax{font-size:10px;fill:#555}svg .lg{font-size:11px}"
+          "svg .mk{font-size:10px}svg .frame{fill:none;stroke:#bbb}svg .grid{stroke:#eee}"
+          "</style></head><body>";
+  html += fmt::format("<h1>trainscope report</h1><p><code>{}</code> ({}, {} steps judged) &mdash; {} finding(s)</p>",
+                      Escape(run.source), Escape(run.format), d.steps, d.findings.size());
+
+  // Findings.
+  html += "<h2>Findings (worst first)</h2>";
+  if (d.findings.empty()) html += "<p>No findings.</p>";
+  for (const Finding& f : d.findings) {
+    const json fj = FindingToJson(f);
+    json evidence = fj["evidence"];
+    json flight;
+    if (evidence.contains("flight_recorder")) {
+      flight = evidence["flight_recorder"];
+      evidence.erase("flight_recorder");
+    }
+    html += fmt::format("<div class=\"f\" style=\"border-color:{}\"><span class=\"sev\" style=\"color:{}\">{}</span> "
+                        "<b>{}</b> at step {}{}{}<br>{}",
+                        SeverityColor(f.severity), SeverityColor(f.severity), SeverityName(f.severity), Escape(f.code),
+                        f.step, f.last_step != f.step ? fmt::format("&ndash;{}", f.last_step) : "",
+                        f.location.empty() ? "" : " in <code>" + Escape(f.location) + "</code>", Escape(f.summary));
+    if (!f.causes.empty()) {
+      html += "<br>Likely causes: ";
+      for (size_t i = 0; i < f.causes.size(); ++i) {
+        html += fmt::format("{}<code>{}</code> ({:.0f}%)", i ? ", " : "", Escape(f.causes[i].id),
+                            100 * f.causes[i].confidence);
+      }
+    }
+    if (!f.actions.empty()) {
+      html += "<ul>";
+      for (const auto& a : f.actions) html += "<li>" + Escape(a) + "</li>";
+      html += "</ul>";
+    }
+    html += "<details><summary>evidence</summary><pre>" + Escape(evidence.dump(1)) + "</pre></details>";
+    if (!flight.is_null()) {
+      html += "<details><summary>flight recorder (last steps before)</summary><pre>" + Escape(flight.dump()) +
+              "</pre></details>";
+    }
+    html += "</div>";
+  }
+  if (!d.not_checked.empty()) {
+    html += "<h2>Not checked, and why</h2><ul>";
+    for (const auto& n : d.not_checked) {
+      std::string codes;
+      for (const auto& c : n.codes) codes += (codes.empty() ? "" : ", ") + c;
+      html += "<li><b>" + Escape(n.check) + "</b> (" + Escape(codes) + "): " + Escape(n.reason) + "</li>";
+    }
+    html += "</ul>";
+  }
+
+  // Loss with the findings that live on it.
+  html += "<h2>Loss</h2>";
+  std::vector<Line> lines;
+  if (const auto* s = roles.Has(doctor::Role::kLoss) ? run.data.FindScalar(roles.Get(doctor::Role::kLoss)) : nullptr) {
+    lines.push_back(FromScalar(*s, "#1f77b4"));
+  }
+  if (const auto* s = roles.Has(doctor::Role::kValLoss) ? run.data.FindScalar(roles.Get(doctor::Role::kValLoss)) : nullptr) {
+    lines.push_back(FromScalar(*s, "#ff7f0e"));
+    lines.back().dashed = true;
+  }
+  std::vector<Mark> marks;
+  for (const Finding& f : d.findings) {
+    const std::string& c = f.code;
+    if (c == "LOSS_SPIKE" || c.rfind("NONFINITE", 0) == 0 || c == "GRAD_EXPLOSION" || c == "LABEL_OUT_OF_RANGE") {
+      marks.push_back({static_cast<double>(f.step), SeverityColor(f.severity), c});
+    } else if (c == "LOSS_DIVERGENCE" || c == "OVERFITTING" || c == "LOSS_PLATEAU" || c == "LOSS_OSCILLATION") {
+      marks.push_back({static_cast<double>(f.step), SeverityColor(f.severity), c, static_cast<double>(f.last_step)});
+    }
+  }
+  const std::string loss_svg = lines.empty() ? "" : LineChart("Training and validation loss", lines, marks, "loss");
+  html += loss_svg.empty() ? "<p>No loss series.</p>" : loss_svg;
+
+  // Gradient heatmap.
+  html += "<h2>Gradients per layer</h2>";
+  const std::string heat = GradHeatmap(run.data, forward);
+  html += heat.empty() ? "<p>No per-parameter gradient statistics recorded.</p>" : heat;
+
+  // Memory with the leak fit.
+  html += "<h2>Memory</h2>";
+  bool any_memory = false;
+  for (const char* tag : {"mem/rss", "mem/cuda_allocated"}) {
+    const ScalarSeries* s = run.data.FindScalar(tag);
+    if (!s || s->values.empty()) continue;
+    any_memory = true;
+    std::vector<Line> mem = {FromScalar(*s, "#2ca02c", 1e-6)};
+    mem[0].name = std::string(tag) + " (MB)";
+    std::vector<Mark> mem_marks;
+    for (const Finding& f : d.findings) {
+      if (f.code != "MEMORY_LEAK" || f.location != tag) continue;
+      const json ev = FindingToJson(f)["evidence"];
+      if (ev.contains("slope_bytes_per_step") && ev["slope_bytes_per_step"].is_number() && ev.contains("intercept") &&
+          ev["intercept"].is_number()) {
+        const double slope = ev["slope_bytes_per_step"], intercept = ev["intercept"];
+        Line fit;
+        fit.name = fmt::format("leak fit: {:.3g} MB/step", slope / 1e6);
+        fit.color = "#d62728";
+        fit.dashed = true;
+        for (double x : {static_cast<double>(f.step), static_cast<double>(s->steps.back())}) {
+          fit.x.push_back(x);
+          fit.y.push_back((intercept + slope * x) * 1e-6);
+        }
+        mem.push_back(fit);
+        mem_marks.push_back({static_cast<double>(f.step), "#d62728", "leak since"});
+      }
+    }
+    html += LineChart(std::string("Memory: ") + tag, mem, mem_marks, "MB");
+  }
+  if (!any_memory) html += "<p>No memory series recorded.</p>";
+
+  // Learning rate, when there is one.
+  if (const auto* s = roles.Has(doctor::Role::kLr) ? run.data.FindScalar(roles.Get(doctor::Role::kLr)) : nullptr) {
+    html += "<h2>Learning rate</h2>" + LineChart("Learning rate", {FromScalar(*s, "#9467bd")}, {}, "lr");
+  }
+  html += "<p style=\"color:#888;font-size:12px\">Written by trainscope report. Self-contained: no scripts, no "
+          "network.</p></body></html>\n";
+  return html;
+}
+
+int ReportCommand(const std::string& path, const std::string& out) {
+  std::vector<LoadedRun> runs;
+  bool is_logdir = false;
+  Status s = LoadSources(path, &runs, &is_logdir);
+  if (!s.ok()) {
+    fmt::print(stderr, "trainscope report: {}\n", s.message());
+    return 2;
+  }
+  std::string html;
+  for (const LoadedRun& run : runs) {
+    const doctor::Diagnosis d = doctor::Diagnose(run.data);
+    std::string one = BuildReport(run, d);
+    if (runs.size() == 1) {
+      html = std::move(one);
+      break;
+    }
+    // A logdir: one section per run, in one file.
+    const size_t body = one.find("<body>") + 6, end = one.rfind("</body>");
+    if (html.empty()) html = one.substr(0, body);
+    html += "<hr>" + one.substr(body, end - body);
+  }
+  if (runs.size() > 1) html += "</body></html>\n";
+  std::ofstream f(out, std::ios::binary);
+  if (!f || !(f << html) || !f.flush()) {
+    fmt::print(stderr, "trainscope report: {}: cannot write the report\n", out);
+    return 2;
+  }
+  fmt::print("wrote {} ({} run{}, {} KB)\n", out, runs.size(), runs.size() == 1 ? "" : "s", html.size() / 1024);
+  return 0;
+}
+
+}  // namespace
+
+void AddReportCommand(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("report", "Write one self-contained HTML report: findings and the plots that prove them.");
+  struct Args {
+    std::string path;
+    std::string out = "report.html";
+  };
+  auto args = std::make_shared<Args>();
+  cmd->add_option("PATH", args->path, "A run directory, a logdir of runs, or a log file")->required();
+  cmd->add_option("-o,--output", args->out, "The HTML file to write (default report.html)");
+  cmd->callback([args, exit_code] { *exit_code = ReportCommand(args->path, args->out); });
+}
+
+}  // namespace trainscope::cli

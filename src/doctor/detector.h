@@ -1,0 +1,110 @@
+// The detector interface and what every detector may read: the run's facts (meta, roles,
+// orders, this step's derived numbers) and the flight recorder. A detector is one small
+// unit: a name, its thresholds (an Options struct with defaults and the reasons for them,
+// docs/doctor.md) and one question it answers. It sees every step, in step order.
+#pragma once
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/sample.h"
+#include "core/streaming.h"
+#include "doctor/flight_recorder.h"
+#include "doctor/roles.h"
+#include "doctor/step_frame.h"
+
+namespace trainscope::doctor {
+
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// JSON has no NaN/Inf: they become "nan"/"inf"/"-inf" so evidence keeps them.
+inline nlohmann::json Num(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
+}
+
+// Facts about the run that every detector may read. The doctor keeps them current: meta
+// as it arrives, orders as series first appear, the derived numbers once per step before
+// the detectors run.
+struct RunFacts {
+  std::map<std::string, std::string> meta;
+  RoleResolver roles;
+  int num_classes = 0;          // from meta/config num_classes (0: unknown)
+  int accumulation_steps = 1;   // declared gradient accumulation (meta/config)
+  int batch_size = 0;           // meta/config batch_size (0: unknown)
+  std::string optimizer;        // meta/config "optimizer" lower-cased ("" unknown)
+  std::vector<std::string> module_order;  // forward order: meta `module_order`, else first-seen act/
+  bool module_order_explicit = false;
+  std::unordered_map<std::string, std::string> module_types;  // meta `module_types`
+  std::vector<std::string> param_order;  // meta `param_order`, else first-seen weight/, grad/
+  bool param_order_explicit = false;
+
+  // Derived at the current step (NaN when not measurable at this step).
+  double loss = kNaN;         // the loss role's value at this step
+  double lr = kNaN;           // the lr role's value (latest known)
+  double lr_max = 0;          // largest lr seen so far
+  double grad_norm = kNaN;    // global gradient norm: the grad_norm role, else from grad/ stats
+  double update_ratio = kNaN; // ||update|| / ||weight|| over all parameters with both
+  int64_t steps_seen = 0;     // frames processed before this one
+  int64_t first_step = 0;
+
+  // What kinds of data the run has had so far (for "not checked and why").
+  bool has_grad_stats = false, has_weight_stats = false, has_update_stats = false;
+  bool has_act_stats = false, has_input_stats = false, has_dead = false, has_saturated = false;
+  bool has_time = false, has_memory = false, has_census = false, has_grad_zeroed = false;
+  bool has_labels = false;
+
+  // Index of a module in forward order (or -1).
+  int ModuleIndex(const std::string& module) const;
+  // Index of a parameter in forward order: by its module's forward position when known,
+  // else by parameter order (or -1).
+  int ParamIndex(const std::string& param) const;
+  // "layers.0.weight" -> "layers.0"
+  static std::string ModuleOfParam(const std::string& param);
+  // The module's type from meta `module_types`, else "" (callers fall back to its name).
+  std::string ModuleType(const std::string& module) const;
+};
+
+struct DoctorOptions;
+
+class DetectorContext {
+ public:
+  using ReportFn = void (*)(void* self, Finding finding);
+  DetectorContext(const DoctorOptions& options, const RunFacts& facts, const FlightRecorder& flight, void* sink,
+                  ReportFn report)
+      : options(options), facts(facts), flight(flight), sink_(sink), report_(report) {}
+  // Emits a finding. The doctor merges it with an open finding of the same code and
+  // location (extending last_step) and fills actions from the knowledge base.
+  void Report(Finding finding) const { report_(sink_, std::move(finding)); }
+
+  const DoctorOptions& options;
+  const RunFacts& facts;
+  const FlightRecorder& flight;
+
+ private:
+  void* sink_;
+  ReportFn report_;
+};
+
+class Detector {
+ public:
+  virtual ~Detector() = default;
+  virtual const char* name() const = 0;
+  // Called once per step, in step order.
+  virtual void OnStep(const StepFrame& frame, const DetectorContext& ctx) = 0;
+  // Called once after the last step.
+  virtual void Finish(const DetectorContext& ctx) {}
+};
+
+// Sorts causes by confidence, drops those under 0.05 and caps confidence at 0.95.
+void RankCauses(std::vector<Cause>* causes);
+// Adds `confidence` to cause `id` (creating it), as independent evidence: c = 1-(1-c)(1-x).
+void RaiseCause(std::vector<Cause>* causes, const std::string& id, double confidence);
+
+}  // namespace trainscope::doctor

@@ -1,0 +1,198 @@
+#include "doctor/detectors/activations.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+namespace trainscope::doctor {
+
+namespace {
+
+using json = nlohmann::json;
+
+std::string Fmt(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3g", v);
+  return buf;
+}
+
+double MedianOf(const std::deque<double>& d) {
+  std::vector<double> v(d.begin(), d.end());
+  return Median(v);
+}
+
+}  // namespace
+
+void DeadUnitsDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  for (const auto& [tag, s] : frame.stats) {
+    std::string_view rest;
+    if (!HasPrefix(tag, "act/", &rest) || std::isnan(s.dead_fraction)) continue;
+    const std::string m(rest);
+    first_.try_emplace(m, s.dead_fraction);
+    auto& [len, start] = streak_[m];
+    if (s.dead_fraction < options_.threshold) {
+      len = 0;
+      continue;
+    }
+    if (len == 0) start = frame.step;
+    if (++len < options_.sustain) continue;
+    Finding f;
+    f.code = "DEAD_UNITS";
+    f.severity = Severity::kWarning;
+    f.step = start;
+    f.last_step = frame.step;
+    f.location = m;
+    f.summary = Fmt(100 * s.dead_fraction) + "% of the units of " + m + " output zero for every sample (since step " +
+                std::to_string(start) + "; " + Fmt(100 * first_[m]) + "% at first)";
+    f.evidence_json = json{{"dead_fraction", Num(s.dead_fraction)}, {"first_dead_fraction", Num(first_[m])},
+                           {"since_step", start}, {"lr", Num(ctx.facts.lr)}}.dump();
+    std::vector<Cause> causes;
+    RaiseCause(&causes, "dying_relu", 0.8);
+    if (first_[m] < options_.threshold) RaiseCause(&causes, "lr_too_high", 0.4);
+    else RaiseCause(&causes, "bad_init", 0.4);
+    f.causes = causes;
+    ctx.Report(std::move(f));
+  }
+}
+
+void SaturationDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  for (const auto& [tag, s] : frame.stats) {
+    std::string_view rest;
+    if (!HasPrefix(tag, "act/", &rest) || std::isnan(s.saturated_fraction)) continue;
+    const std::string m(rest);
+    auto& [len, start] = streak_[m];
+    if (s.saturated_fraction < options_.threshold) {
+      len = 0;
+      continue;
+    }
+    if (len == 0) start = frame.step;
+    if (++len < options_.sustain) continue;
+    Finding f;
+    f.code = "ACTIVATION_SATURATION";
+    f.severity = Severity::kWarning;
+    f.step = start;
+    f.last_step = frame.step;
+    f.location = m;
+    f.summary = Fmt(100 * s.saturated_fraction) + "% of the outputs of " + m +
+                " sit in the flat tails of the activation (since step " + std::to_string(start) +
+                "): their gradient is nearly zero";
+    f.evidence_json = json{{"saturated_fraction", Num(s.saturated_fraction)}, {"since_step", start}}.dump();
+    f.causes = {{"saturating_activation", 0.8}, {"bad_init", 0.4}, {"unnormalized_input", 0.3}};
+    ctx.Report(std::move(f));
+  }
+}
+
+void ActivationDriftDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  for (const auto& [tag, s] : frame.stats) {
+    std::string_view rest;
+    if (!HasPrefix(tag, "act/", &rest) || s.nan + s.inf || !s.finite()) continue;
+    Layer& L = layers_[std::string(rest)];
+    const size_t i = L.count++;
+    const double sd = s.stddev(), mean = s.mean();
+    if (i < options_.skip) continue;
+    if (i < options_.skip + options_.window) {
+      L.base_std.push_back(sd);
+      L.base_mean.push_back(mean);
+      continue;
+    }
+    L.std.push_back(sd);
+    L.mean.push_back(mean);
+    if (L.std.size() > options_.window) {
+      L.std.pop_front();
+      L.mean.pop_front();
+    }
+    if (L.std.size() < options_.window || L.count % 10 != 0) continue;
+    const double b_sd = Median(L.base_std), b_mean = Median(L.base_mean);
+    const double n_sd = MedianOf(L.std), n_mean = MedianOf(L.mean);
+    if (!(b_sd > 0) || !(n_sd > 0)) continue;
+    const double ratio = std::max(n_sd / b_sd, b_sd / n_sd);
+    const double shift = std::fabs(n_mean - b_mean) / b_sd;
+    if (ratio < options_.ratio && shift < options_.mean_shift) continue;
+    const Severity sev = ratio >= options_.warning_ratio ? Severity::kWarning : Severity::kInfo;
+    if (L.any && sev <= L.reported) {
+      Finding f;
+      f.code = "ACTIVATION_DRIFT";
+      f.location = std::string(rest);
+      f.severity = L.reported;
+      f.step = f.last_step = frame.step;
+      ctx.Report(std::move(f));
+      continue;
+    }
+    L.any = true;
+    L.reported = sev;
+    Finding f;
+    f.code = "ACTIVATION_DRIFT";
+    f.severity = sev;
+    f.step = f.last_step = frame.step;
+    f.location = std::string(rest);
+    f.summary = "the output of " + std::string(rest) + " drifted from its early distribution: std " + Fmt(b_sd) +
+                " -> " + Fmt(n_sd) + ", mean " + Fmt(b_mean) + " -> " + Fmt(n_mean);
+    f.evidence_json = json{{"baseline_std", Num(b_sd)}, {"std", Num(n_sd)}, {"baseline_mean", Num(b_mean)},
+                           {"mean", Num(n_mean)}, {"std_ratio", Num(ratio)}, {"mean_shift_in_std", Num(shift)}}.dump();
+    f.causes = {{"missing_normalization", 0.5}, {"lr_too_high", 0.3}};
+    ctx.Report(std::move(f));
+  }
+}
+
+void InputScaleDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  for (const auto& [tag, s] : frame.stats) {
+    std::string_view rest;
+    if (!HasPrefix(tag, "input/", &rest) || !s.finite()) continue;
+    auto& v = rms_[std::string(rest)];
+    if (v.size() >= options_.points) continue;
+    v.push_back(std::sqrt(s.sum_squares / static_cast<double>(s.finite())));
+    if (v.size() < options_.points) continue;
+    const double med = Median(v);
+    if (med < options_.rms) continue;
+    Finding f;
+    f.code = "UNNORMALIZED_INPUT";
+    f.severity = Severity::kWarning;
+    f.step = ctx.facts.first_step;
+    f.last_step = frame.step;
+    f.location = "input/" + std::string(rest);
+    f.summary = "input " + std::string(rest) + " has RMS " + Fmt(med) +
+                " (median of the first batches): far from unit scale, it pushes the first layer into large "
+                "activations and gradients";
+    f.evidence_json = json{{"rms_median", Num(med)}, {"abs_max", Num(s.abs_max)}, {"mean", Num(s.mean())}}.dump();
+    f.causes = {{"unnormalized_input", 0.9}};
+    ctx.Report(std::move(f));
+  }
+}
+
+void BatchNormBatchDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  if (done_) return;
+  const int batch = ctx.facts.batch_size;
+  if (batch <= 0 || batch > options_.max_batch) {
+    done_ = batch > options_.max_batch;
+    return;
+  }
+  for (const auto& [tag, s] : frame.stats) {
+    std::string_view rest;
+    if (!HasPrefix(tag, "act/", &rest)) continue;
+    const std::string m(rest);
+    std::string type = ctx.facts.ModuleType(m), name = m.substr(m.rfind('.') == std::string::npos ? 0 : m.rfind('.') + 1);
+    for (char& c : type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const bool bn = !type.empty() ? type.find("batchnorm") != std::string::npos
+                                  : name.find("batchnorm") != std::string::npos ||
+                                        (name.rfind("bn", 0) == 0 && (name.size() == 2 || std::isdigit(static_cast<unsigned char>(name[2])) || name[2] == '_'));
+    if (!bn) continue;
+    done_ = true;
+    Finding f;
+    f.code = "ARCHITECTURE_WARNING";
+    f.severity = Severity::kWarning;
+    f.step = f.last_step = frame.step;
+    f.location = m;
+    f.summary = "BatchNorm layer " + m + " is trained on batches of " + std::to_string(batch) +
+                ": its batch statistics are noise and its running statistics will not match evaluation";
+    f.evidence_json = json{{"batch_size", batch}, {"module", m}, {"max_batch", options_.max_batch}}.dump();
+    f.causes = {{"batchnorm_stats", 0.8}};
+    f.actions = {"Use GroupNorm or LayerNorm (independent of the batch size), or a batch of at least 16-32",
+                 "If memory limits the batch, accumulate gradients but keep BatchNorm's batch >= 16, or freeze its "
+                 "statistics (model.eval() for the BN layers)"};
+    ctx.Report(std::move(f));
+    return;
+  }
+}
+
+}  // namespace trainscope::doctor

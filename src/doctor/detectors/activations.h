@@ -1,0 +1,119 @@
+// Detectors on activation statistics (`act/<module>`) and the input batch: dead units
+// (ReLU family), saturated units (sigmoid/tanh), drift of a layer's distribution against
+// its own early baseline, and inputs far from unit scale.
+#pragma once
+
+#include <deque>
+
+#include "doctor/detector.h"
+
+namespace trainscope::doctor {
+
+struct DeadUnitsOptions {
+  // Fraction of units that are zero for every sample of the batch, for 20 steps in a row.
+  // Healthy ReLU layers sit well under 0.2 at batch >= 8; even batch 1 gives ~0.5 (a unit
+  // is off for half the inputs), so 0.7 is past both.
+  double threshold = 0.7;
+  size_t sustain = 20;
+};
+
+class DeadUnitsDetector : public Detector {
+ public:
+  explicit DeadUnitsDetector(DeadUnitsOptions options = {}) : options_(options) {}
+  const char* name() const override { return "dead_units"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+
+ private:
+  DeadUnitsOptions options_;
+  std::unordered_map<std::string, std::pair<size_t, int64_t>> streak_;
+  std::unordered_map<std::string, double> first_;
+};
+
+struct SaturationOptions {
+  // Fraction of values in the flat tails (|tanh| > 0.99, sigmoid < 0.01 or > 0.99) for 20
+  // steps in a row. There the derivative is < 0.02: those units pass almost no gradient.
+  double threshold = 0.6;
+  size_t sustain = 20;
+};
+
+class SaturationDetector : public Detector {
+ public:
+  explicit SaturationDetector(SaturationOptions options = {}) : options_(options) {}
+  const char* name() const override { return "saturation"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+
+ private:
+  SaturationOptions options_;
+  std::unordered_map<std::string, std::pair<size_t, int64_t>> streak_;
+};
+
+struct ActivationDriftOptions {
+  // Baseline: median std and mean of the layer's output over steps [skip, skip + window)
+  // of its own series; now: the same over the last `window` records. Drift when the std
+  // changed by >= ratio (either way) or the mean moved by >= mean_shift baseline stds.
+  // Training legitimately rescales activations a few times; an order of magnitude is info,
+  // two orders (warning_ratio) a warning.
+  size_t skip = 5;
+  size_t window = 20;
+  double ratio = 10;
+  double warning_ratio = 100;
+  double mean_shift = 10;
+};
+
+class ActivationDriftDetector : public Detector {
+ public:
+  explicit ActivationDriftDetector(ActivationDriftOptions options = {}) : options_(options) {}
+  const char* name() const override { return "activation_drift"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+
+ private:
+  struct Layer {
+    size_t count = 0;
+    std::vector<double> base_std, base_mean;
+    std::deque<double> std, mean;
+    Severity reported = Severity::kInfo;
+    bool any = false;
+  };
+  ActivationDriftOptions options_;
+  std::unordered_map<std::string, Layer> layers_;
+};
+
+struct InputScaleOptions {
+  // A floating input whose values are far from unit scale: RMS >= 20 over the first
+  // `points` batches (pixels in 0..255 have RMS ~100-150; standardised data ~1).
+  double rms = 20;
+  size_t points = 10;
+};
+
+class InputScaleDetector : public Detector {
+ public:
+  explicit InputScaleDetector(InputScaleOptions options = {}) : options_(options) {}
+  const char* name() const override { return "input_scale"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+
+ private:
+  InputScaleOptions options_;
+  std::unordered_map<std::string, std::vector<double>> rms_;
+};
+
+struct BatchNormBatchOptions {
+  // BatchNorm trained on batches of at most 4 (config batch_size): its per-batch mean and
+  // variance are noise (with 2 samples every normalised value is +-1) and the running
+  // statistics used at evaluation do not match what training saw. PyTorch refuses batch 1.
+  int max_batch = 4;
+};
+
+// A BatchNorm layer (meta type, else a bn*/batchnorm name) with tiny batches: reported as
+// ARCHITECTURE_WARNING with the layer named, once, at the first step.
+class BatchNormBatchDetector : public Detector {
+ public:
+  explicit BatchNormBatchDetector(BatchNormBatchOptions options = {}) : options_(options) {}
+  const char* name() const override { return "batchnorm_batch"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+
+ private:
+  BatchNormBatchOptions options_;
+  bool done_ = false;
+};
+
+}  // namespace trainscope::doctor

@@ -1,0 +1,491 @@
+#include "doctor/detectors/gradients.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+namespace trainscope::doctor {
+
+namespace {
+
+using json = nlohmann::json;
+
+std::string Fmt(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3g", v);
+  return buf;
+}
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+double Rms(const TensorStats& s) {
+  return s.finite() ? std::sqrt(s.sum_squares / static_cast<double>(s.finite())) : kNaN;
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+double MedianOf(const std::deque<double>& d) {
+  std::vector<double> v(d.begin(), d.end());
+  return Median(v);
+}
+
+// Weight matrices (not biases, not norm scales, not embeddings) in forward order, with
+// their gradient stats at this step.
+std::vector<std::pair<std::string, const TensorStats*>> WeightGradsByDepth(const StepFrame& frame,
+                                                                            const RunFacts& facts) {
+  std::vector<std::pair<std::string, const TensorStats*>> out;
+  for (const auto& [tag, s] : frame.stats) {
+    std::string_view rest;
+    if (!HasPrefix(tag, "grad/", &rest)) continue;
+    const std::string p(rest);
+    if (IsBiasOrNormParam(p, facts) || Lower(p).find("emb") != std::string::npos || s.numel < 2) continue;
+    if (facts.ParamIndex(p) < 0) continue;
+    out.emplace_back(p, &s);
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [&](const auto& a, const auto& b) { return facts.ParamIndex(a.first) < facts.ParamIndex(b.first); });
+  return out;
+}
+
+}  // namespace
+
+bool IsNormModule(const std::string& module, const RunFacts& facts) {
+  const std::string type = Lower(facts.ModuleType(module));
+  if (!type.empty()) return type.find("norm") != std::string::npos;
+  const std::string last = Lower(module.substr(module.rfind('.') == std::string::npos ? 0 : module.rfind('.') + 1));
+  if (last.find("norm") != std::string::npos) return true;
+  // bn, bn1, ln, ln_f, ln2, gn: the usual short names.
+  for (const char* p : {"bn", "ln", "gn"}) {
+    if (last.rfind(p, 0) == 0) {
+      const std::string tail = last.substr(2);
+      if (tail.empty() || tail[0] == '_' || std::isdigit(static_cast<unsigned char>(tail[0]))) return true;
+    }
+  }
+  return false;
+}
+
+bool IsBiasOrNormParam(const std::string& param, const RunFacts& facts) {
+  if (EndsWith(param, "bias") || param.find("running_") != std::string::npos) return true;
+  return IsNormModule(RunFacts::ModuleOfParam(param), facts);
+}
+
+// ---- explosion ----
+
+void GradExplosionDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  const RunFacts& facts = ctx.facts;
+  // Per layer: the largest jump against the layer's own median.
+  std::string worst;
+  double worst_ratio = 0, worst_z = 0;
+  for (const auto& [tag, s] : frame.stats) {
+    std::string_view rest;
+    if (!HasPrefix(tag, "grad/", &rest)) continue;
+    const double n = s.l2_norm();
+    if (!std::isfinite(n) || s.nan + s.inf) continue;
+    auto [it, added] = layers_.try_emplace(std::string(rest), options_.window);
+    RollingMedianMad& m = it->second;
+    auto& early = layers_early_[std::string(rest)];
+    if (early.size() < options_.early) early.push_back(n);
+    if (m.count() >= options_.warmup) {
+      const double med = m.Median();
+      // The robust z costs three medians: only the layer with the largest jump pays it.
+      if (med > 0 && n / med > worst_ratio && n > Median(early)) {
+        worst_ratio = n / med;
+        worst = std::string(rest);
+        worst_z = m.RobustZ(n);
+      }
+    }
+    m.Add(n);
+  }
+  if (!worst.empty() && !(worst_z > options_.z)) {
+    worst.clear();
+    worst_ratio = 0;
+  }
+  const double g = facts.grad_norm;
+  bool global_fired = false;
+  double global_med = kNaN;
+  if (std::isfinite(g)) {
+    if (global_early_.size() < options_.early) global_early_.push_back(g);
+    if (global_.count() >= options_.warmup) {
+      global_med = global_.Median();
+      global_fired = global_med > 0 && g >= options_.ratio * global_med && global_.RobustZ(g) > options_.z &&
+                     g > Median(global_early_);
+    }
+    global_.Add(g);
+  }
+  const bool layer_fired = worst_ratio >= options_.layer_ratio;
+  if (global_fired || layer_fired) {
+    Finding f;
+    f.code = "GRAD_EXPLOSION";
+    f.severity = Severity::kWarning;
+    f.step = f.last_step = frame.step;
+    std::string loc = !worst.empty() ? worst : (facts.roles.Has(Role::kGradNorm) ? facts.roles.Get(Role::kGradNorm)
+                                                                                 : std::string("grad/global_norm"));
+    if (location_.empty()) location_ = loc;
+    f.location = location_;
+    if (global_fired) {
+      f.summary = "gradient norm jumped to " + Fmt(g) + " at step " + std::to_string(frame.step) + ", " +
+                  Fmt(g / global_med) + "x its median " + Fmt(global_med) +
+                  (worst.empty() ? "" : "; the largest jump in " + worst + " (" + Fmt(worst_ratio) + "x)");
+    } else {
+      f.summary = "gradient of " + worst + " jumped " + Fmt(worst_ratio) + "x its median at step " +
+                  std::to_string(frame.step);
+    }
+    f.evidence_json = json{{"grad_norm", Num(g)}, {"grad_norm_median", Num(global_med)}, {"layer", worst},
+                           {"layer_ratio", Num(worst_ratio)}, {"lr", Num(facts.lr)},
+                           {"flight_recorder", ctx.flight.Snapshot(worst.empty() ? std::vector<std::string>{}
+                                                                                  : std::vector<std::string>{"grad/" + worst})}}
+                          .dump();
+    f.causes = {{"gradient_explosion", 0.7}, {"lr_too_high", 0.4}, {"bad_batch", 0.2}};
+    ctx.Report(std::move(f));
+  }
+  // By depth.
+  const auto by_depth = WeightGradsByDepth(frame, facts);
+  if (by_depth.size() >= 3) {
+    const double first = Rms(*by_depth.front().second), last = Rms(*by_depth.back().second);
+    if (std::isfinite(first) && std::isfinite(last) && last > 0) {
+      depth_.push_back(first / last);
+      if (depth_.size() > options_.depth_window) depth_.pop_front();
+      if (depth_.size() == options_.depth_window) {
+        const double med = MedianOf(depth_);
+        if (med >= options_.depth_ratio) {
+          Finding f;
+          f.code = "GRAD_EXPLOSION";
+          f.severity = Severity::kWarning;
+          f.step = f.last_step = frame.step;
+          f.location = by_depth.front().first;
+          f.summary = "gradients grow toward the input: the first layer's RMS gradient is " + Fmt(med) +
+                      "x the last layer's (median over " + std::to_string(options_.depth_window) + " steps)";
+          f.evidence_json = json{{"first_layer", by_depth.front().first}, {"last_layer", by_depth.back().first},
+                                 {"ratio_median", Num(med)}}.dump();
+          f.causes = {{"bad_init", 0.6}, {"gradient_explosion", 0.5}};
+          ctx.Report(std::move(f));
+        }
+      }
+    }
+  }
+}
+
+// ---- vanishing ----
+
+void GradVanishingDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  const RunFacts& facts = ctx.facts;
+  // Weights whose gradient is exactly zero everywhere.
+  for (const auto& [tag, s] : frame.stats) {
+    std::string_view rest;
+    if (!HasPrefix(tag, "grad/", &rest)) continue;
+    const std::string p(rest);
+    if (IsBiasOrNormParam(p, facts) || s.numel < 2) continue;
+    auto& [len, start] = zero_streak_[p];
+    if (s.zeros != s.numel) {
+      len = 0;
+      continue;
+    }
+    if (len == 0) start = frame.step;
+    if (++len < options_.zero_steps) continue;
+    Finding f;
+    f.code = "GRAD_VANISHING";
+    f.severity = Severity::kWarning;
+    f.step = start;
+    f.last_step = frame.step;
+    f.location = p;
+    f.summary = "the gradient of " + p + " has been exactly zero for " + std::to_string(len) +
+                " steps: this layer does not learn";
+    f.evidence_json = json{{"zero_steps", len}, {"numel", s.numel}}.dump();
+    std::vector<Cause> causes;
+    RaiseCause(&causes, "constant_init", 0.4);
+    RaiseCause(&causes, "dying_relu", 0.4);
+    f.causes = causes;
+    ctx.Report(std::move(f));
+  }
+  // By depth.
+  const auto by_depth = WeightGradsByDepth(frame, facts);
+  if (by_depth.size() >= 3) {
+    const double first = Rms(*by_depth.front().second), last = Rms(*by_depth.back().second);
+    if (std::isfinite(first) && std::isfinite(last) && last > 0 && first > 0) {
+      depth_.push_back(first / last);
+      if (depth_.size() > options_.depth_window) depth_.pop_front();
+      if (depth_.size() == options_.depth_window) {
+        const double med = MedianOf(depth_);
+        if (med <= options_.depth_ratio) {
+          Finding f;
+          f.code = "GRAD_VANISHING";
+          f.severity = Severity::kWarning;
+          f.step = f.last_step = frame.step;
+          f.location = by_depth.front().first;
+          json layers = json::object();
+          for (const auto& [p, s] : by_depth) layers[p] = Num(Rms(*s));
+          f.summary = "gradients vanish toward the input: the first layer's RMS gradient is " + Fmt(med) +
+                      "x the last layer's (median over " + std::to_string(options_.depth_window) + " steps)";
+          if (!depth_reported_) {
+            f.evidence_json = json{{"first_layer", by_depth.front().first}, {"last_layer", by_depth.back().first},
+                                   {"ratio_median", Num(med)}, {"rms_grad_by_layer", layers}}.dump();
+          }
+          depth_reported_ = true;
+          std::vector<Cause> causes;
+          bool saturating = false;
+          for (const auto& [tag, s] : frame.stats) {
+            if (HasPrefix(tag, "act/") && !std::isnan(s.saturated_fraction) && s.saturated_fraction > 0.3) saturating = true;
+          }
+          RaiseCause(&causes, "saturating_activation", saturating ? 0.7 : 0.4);
+          RaiseCause(&causes, "bad_init", 0.4);
+          f.causes = causes;
+          ctx.Report(std::move(f));
+        }
+      }
+    }
+  }
+  // Globally tiny.
+  const double g = facts.grad_norm;
+  if (std::isfinite(g) && g < options_.global_floor && std::isfinite(facts.loss) && facts.loss > 1e-3) {
+    if (floor_streak_ == 0) floor_start_ = frame.step;
+    if (++floor_streak_ >= 20) {
+      Finding f;
+      f.code = "GRAD_VANISHING";
+      f.severity = Severity::kWarning;
+      f.step = floor_start_;
+      f.last_step = frame.step;
+      f.location = facts.roles.Has(Role::kGradNorm) ? facts.roles.Get(Role::kGradNorm) : "grad/global_norm";
+      f.summary = "the global gradient norm is " + Fmt(g) + " while the loss is still " + Fmt(facts.loss);
+      f.evidence_json = json{{"grad_norm", Num(g)}, {"loss", Num(facts.loss)}}.dump();
+      f.causes = {{"saturating_activation", 0.4}, {"dying_relu", 0.4}, {"constant_init", 0.3}};
+      ctx.Report(std::move(f));
+    }
+  } else {
+    floor_streak_ = 0;
+  }
+}
+
+// ---- not zeroed ----
+
+void GradNotZeroedDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  const double* z = frame.Scalar("train/grad_zeroed");
+  if (!z) return;
+  if (*z != 0) {
+    streak_ = 0;
+    return;
+  }
+  if (streak_ == 0) streak_start_ = frame.step;
+  if (++streak_ < options_.sustain) return;
+  Finding f;
+  f.code = "GRAD_NOT_ZEROED";
+  f.severity = Severity::kCritical;
+  f.step = streak_start_;
+  f.last_step = frame.step;
+  f.location = "optimizer";
+  f.summary = "gradients were not zeroed between optimizer steps (" + std::to_string(streak_) +
+              " steps in a row): each step applies the sum of all gradients so far";
+  json ev = {{"steps_not_zeroed", streak_}, {"declared_accumulation_steps", ctx.facts.accumulation_steps}};
+  if (std::isfinite(ctx.facts.grad_norm)) ev["grad_norm"] = Num(ctx.facts.grad_norm);
+  f.evidence_json = ev.dump();
+  f.causes = {{"missing_zero_grad", 0.9}};
+  ctx.Report(std::move(f));
+}
+
+// ---- update ratio ----
+
+void UpdateRatioDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  const RunFacts& facts = ctx.facts;
+  std::unordered_map<std::string_view, const TensorStats*> weights;
+  for (const auto& [tag, s] : frame.stats) {
+    std::string_view rest;
+    if (HasPrefix(tag, "weight/", &rest)) weights[rest] = &s;
+  }
+  std::vector<double> step_ratios;
+  std::string worst;
+  double worst_median = 0;
+  for (const auto& [tag, s] : frame.stats) {
+    std::string_view rest;
+    if (!HasPrefix(tag, "update/", &rest)) continue;
+    auto w = weights.find(rest);
+    if (w == weights.end()) continue;
+    const std::string p(rest);
+    if (IsBiasOrNormParam(p, facts) || s.numel < 2) continue;
+    const double wn = w->second->l2_norm(), un = s.l2_norm();
+    if (!(wn > 1e-12) || !std::isfinite(un) || !std::isfinite(wn)) continue;
+    if (un == 0) continue;  // a skipped step (guard mode, accumulation): not a "low" update
+    const double r = un / wn;
+    step_ratios.push_back(r);
+    auto& d = ratios_[p];
+    d.push_back(r);
+    if (d.size() > options_.window) d.pop_front();
+    if (d.size() == options_.window) {
+      const double med = MedianOf(d);
+      if (med > worst_median) {
+        worst_median = med;
+        worst = p;
+      }
+    }
+  }
+  if (worst_median >= options_.high) {
+    if (high_location_.empty()) high_location_ = worst;
+    Finding f;
+    f.code = "UPDATE_RATIO_HIGH";
+    f.severity = Severity::kWarning;
+    f.step = frame.step - static_cast<int64_t>(options_.window) + 1;
+    f.last_step = frame.step;
+    f.location = high_location_;
+    f.summary = "each step changes " + worst + " by " + Fmt(worst_median) +
+                " of its norm (median over " + std::to_string(options_.window) +
+                " steps; ~1e-3 is healthy): the learning rate is too high for it";
+    f.evidence_json = json{{"param", worst}, {"update_ratio_median", Num(worst_median)}, {"lr", Num(facts.lr)}}.dump();
+    f.causes = {{"lr_too_high", 0.8}};
+    ctx.Report(std::move(f));
+  }
+  if (step_ratios.empty()) return;
+  global_.push_back(Median(step_ratios));
+  if (global_.size() > options_.low_window) global_.pop_front();
+  if (global_.size() < options_.low_window) return;
+  const double med = MedianOf(global_);
+  if (med >= options_.low) return;
+  // A schedule that has decayed the LR on purpose is not "too low".
+  if (std::isfinite(facts.lr) && facts.lr_max > 0 && facts.lr < options_.decayed_lr_fraction * facts.lr_max) return;
+  Finding f;
+  f.code = "UPDATE_RATIO_LOW";
+  f.severity = Severity::kWarning;
+  f.step = frame.step - static_cast<int64_t>(options_.low_window) + 1;
+  f.last_step = frame.step;
+  f.location = "";
+  if (!low_reported_) {
+    f.summary = "updates are " + Fmt(med) + " of the weights' norm (median over layers and " +
+                std::to_string(options_.low_window) + " steps; ~1e-3 is healthy): the weights barely move";
+    f.evidence_json = json{{"update_ratio_median", Num(med)}, {"lr", Num(facts.lr)}}.dump();
+    f.causes = {{"lr_too_low", 0.8}};
+  }
+  low_reported_ = true;
+  ctx.Report(std::move(f));
+}
+
+// ---- symmetry ----
+
+void WeightSymmetryDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  for (const auto& [tag, s] : frame.stats) {
+    std::string_view rest;
+    if (!HasPrefix(tag, "weight/", &rest)) continue;
+    const std::string p(rest);
+    if (!seen_.insert(p).second) continue;  // only the first record: the initialisation
+    if (IsBiasOrNormParam(p, ctx.facts) || s.numel < 2 || s.nan + s.inf) continue;
+    const double sd = s.stddev();
+    if (!(sd <= options_.rel_std * std::max(1.0, std::fabs(s.mean())))) continue;
+    Finding f;
+    f.code = "WEIGHT_SYMMETRY";
+    f.severity = Severity::kWarning;
+    f.step = f.last_step = frame.step;
+    f.location = p;
+    const bool zero = s.zeros == s.numel;
+    f.summary = p + (zero ? " starts all zero" : " starts with every value equal (" + Fmt(s.mean()) + ")") +
+                ": all its units compute the same and get the same gradient, so they never differ";
+    f.evidence_json = json{{"mean", Num(s.mean())}, {"std", Num(sd)}, {"numel", s.numel}, {"all_zero", zero}}.dump();
+    f.causes = {{"constant_init", 0.9}};
+    ctx.Report(std::move(f));
+  }
+  for (const auto& [tag, v] : frame.vectors) {
+    std::string_view rest;
+    if (!HasPrefix(tag, "grad_units/", &rest) || v.size() < 2) continue;
+    Welford w;
+    for (float x : v) w.Add(x);
+    const double mean = w.mean(), sd = std::sqrt(std::max(0.0, w.variance()));
+    auto& streak = unit_streak_[std::string(rest)];
+    if (!(mean > 0) || sd / mean > options_.units_cv) {
+      streak = 0;
+      continue;
+    }
+    if (++streak < options_.sustain) continue;
+    Finding f;
+    f.code = "WEIGHT_SYMMETRY";
+    f.severity = Severity::kWarning;
+    f.step = f.last_step = frame.step;
+    f.location = std::string(rest);
+    f.summary = "all " + std::to_string(v.size()) + " units of " + std::string(rest) +
+                " get the same gradient (coefficient of variation " + Fmt(sd / mean) +
+                "): they were initialised alike and stay alike";
+    f.evidence_json = json{{"units", v.size()}, {"mean_unit_grad_norm", Num(mean)}, {"cv", Num(sd / mean)}}.dump();
+    f.causes = {{"constant_init", 0.9}};
+    ctx.Report(std::move(f));
+  }
+}
+
+// ---- norm scale ----
+
+void NormScaleDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  for (const auto& [tag, s] : frame.stats) {
+    std::string_view rest;
+    if (!HasPrefix(tag, "weight/", &rest)) continue;
+    const std::string p(rest);
+    if (!EndsWith(p, "weight") || !IsNormModule(RunFacts::ModuleOfParam(p), ctx.facts)) continue;
+    const double rms = Rms(s);
+    if (!std::isfinite(rms)) continue;
+    auto [it, added] = baseline_.try_emplace(p, rms);
+    const double base = it->second;
+    if (!(base > 0)) continue;
+    const double ratio = rms / base;
+    auto& [len, start] = streak_[p];
+    if (ratio > options_.collapse && ratio < options_.blowup) {
+      len = 0;
+      continue;
+    }
+    if (len == 0) start = frame.step;
+    if (++len < options_.sustain) continue;
+    Finding f;
+    f.code = "NORM_SCALE_COLLAPSE";
+    f.severity = Severity::kWarning;
+    f.step = start;
+    f.last_step = frame.step;
+    f.location = p;
+    const bool collapsed = ratio <= options_.collapse;
+    f.summary = "the learned scale of " + RunFacts::ModuleOfParam(p) + (collapsed ? " collapsed to " : " blew up to ") +
+                Fmt(ratio) + "x its initial RMS (" + Fmt(rms) + " from " + Fmt(base) + ")";
+    f.evidence_json = json{{"rms", Num(rms)}, {"initial_rms", Num(base)}, {"ratio", Num(ratio)}}.dump();
+    f.causes = collapsed ? std::vector<Cause>{{"weight_decay_on_norm", 0.6}, {"lr_too_high", 0.2}}
+                         : std::vector<Cause>{{"lr_too_high", 0.5}, {"unnormalized_input", 0.3}};
+    ctx.Report(std::move(f));
+  }
+}
+
+// ---- learning rate ----
+
+void LrAnomalyDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  const std::string& tag = ctx.facts.roles.Get(Role::kLr);
+  const double* lr = tag.empty() ? nullptr : frame.Scalar(tag);
+  if (!lr) return;
+  const double x = *lr;
+  ++points_;
+  if (points_ == bad_from_start_ + 1 && !(x > 0 && std::isfinite(x))) {
+    ++bad_from_start_;
+    if (bad_from_start_ == options_.zero_points) {
+      Finding f;
+      f.code = "LR_ANOMALY";
+      f.severity = Severity::kWarning;
+      f.step = ctx.facts.first_step;
+      f.last_step = frame.step;
+      f.location = tag;
+      f.summary = "the learning rate has been " + Fmt(x) + " since the start: nothing can train";
+      f.evidence_json = json{{"lr", Num(x)}, {"points", bad_from_start_}}.dump();
+      f.causes = {{"lr_too_low", 0.7}};
+      ctx.Report(std::move(f));
+    }
+  }
+  if (std::isfinite(prev_) && prev_ > 0 && points_ > 5 && x >= options_.jump_ratio * prev_ &&
+      x >= options_.above_max_ratio * std::max(max_before_, prev_)) {
+    Finding f;
+    f.code = "LR_ANOMALY";
+    f.severity = Severity::kWarning;
+    f.step = f.last_step = frame.step;
+    f.location = tag;
+    f.summary = "the learning rate jumped from " + Fmt(prev_) + " to " + Fmt(x) + " at step " +
+                std::to_string(frame.step) + " (" + Fmt(x / prev_) + "x, above anything before)";
+    f.evidence_json = json{{"lr", Num(x)}, {"previous", Num(prev_)}, {"max_before", Num(max_before_)}}.dump();
+    f.causes = {{"lr_too_high", 0.6}, {"scheduler_bug", 0.5}};
+    ctx.Report(std::move(f));
+  }
+  if (std::isfinite(x)) {
+    if (std::isfinite(prev_)) max_before_ = std::max(max_before_, prev_);
+    prev_ = x;
+  }
+}
+
+}  // namespace trainscope::doctor

@@ -1,0 +1,195 @@
+// Detectors on gradients, weights, updates and the learning rate: gradient explosion
+// (global and per layer) and vanishing (per layer, by depth, all-zero), gradients not
+// zeroed, the update/weight ratio, symmetric weights from constant initialisation,
+// normalisation scales collapsing or blowing up, and learning-rate anomalies.
+#pragma once
+
+#include <deque>
+#include <set>
+
+#include "doctor/detector.h"
+
+namespace trainscope::doctor {
+
+// A parameter that is a bias or the scale/shift of a normalisation layer: its statistics
+// follow other rules (biases start at 0, norm scales at 1), so the weight checks skip it.
+bool IsBiasOrNormParam(const std::string& param, const RunFacts& facts);
+// Whether the module is a normalisation layer (by meta type, else by its name).
+bool IsNormModule(const std::string& module, const RunFacts& facts);
+
+struct GradExplosionOptions {
+  size_t window = 50;
+  size_t warmup = 10;
+  // Global norm >= 10x its rolling median and robust z > 6. Small-batch noise moves the
+  // gradient norm 2-4x; an order of magnitude in one step is not noise.
+  double ratio = 10;
+  double z = 6;
+  // And above the run's early level (median of its first `early` points): gradients are
+  // largest early in training; once the loss is near zero a hard sample moves a tiny
+  // gradient norm 10x without anything exploding.
+  size_t early = 20;
+  // One layer's gradient norm >= 20x its own median (stricter: fewer values, more noise).
+  double layer_ratio = 20;
+  // By depth: the first layer's RMS gradient >= 1e3 x the last layer's (median over
+  // depth_window steps): gradients grow as they flow back to the input.
+  double depth_ratio = 1e3;
+  size_t depth_window = 20;
+};
+
+class GradExplosionDetector : public Detector {
+ public:
+  explicit GradExplosionDetector(GradExplosionOptions options = {}) : options_(options), global_(options.window) {}
+  const char* name() const override { return "grad_explosion"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+
+ private:
+  GradExplosionOptions options_;
+  RollingMedianMad global_;
+  std::unordered_map<std::string, RollingMedianMad> layers_;
+  std::vector<double> global_early_;
+  std::unordered_map<std::string, std::vector<double>> layers_early_;
+  std::deque<double> depth_;
+  std::string location_;  // the first finding's location: later ones extend it
+};
+
+struct GradVanishingOptions {
+  // By depth: first layer's RMS gradient <= 1e-3 x the last layer's, median over 20
+  // steps. Healthy ReLU/residual nets stay within ~100x; ten saturated sigmoid layers
+  // shrink gradients by 0.25^10 ~ 1e-6.
+  double depth_ratio = 1e-3;
+  size_t depth_window = 20;
+  // A weight whose gradient is exactly zero everywhere for 20 steps in a row.
+  size_t zero_steps = 20;
+  // The global gradient norm below 1e-8 for 20 steps while the loss is above 1e-3.
+  double global_floor = 1e-8;
+};
+
+class GradVanishingDetector : public Detector {
+ public:
+  explicit GradVanishingDetector(GradVanishingOptions options = {}) : options_(options) {}
+  const char* name() const override { return "grad_vanishing"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+
+ private:
+  GradVanishingOptions options_;
+  std::deque<double> depth_;
+  std::unordered_map<std::string, std::pair<size_t, int64_t>> zero_streak_;  // param -> (length, start)
+  size_t floor_streak_ = 0;
+  int64_t floor_start_ = 0;
+  bool depth_reported_ = false;
+};
+
+struct GradNotZeroedOptions {
+  // `train/grad_zeroed` = 0 at this many optimizer steps in a row (beyond declared
+  // accumulation): one could be a deliberate trick, two in a row is accumulation nobody
+  // declared.
+  size_t sustain = 2;
+};
+
+class GradNotZeroedDetector : public Detector {
+ public:
+  explicit GradNotZeroedDetector(GradNotZeroedOptions options = {}) : options_(options) {}
+  const char* name() const override { return "grad_not_zeroed"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+
+ private:
+  GradNotZeroedOptions options_;
+  size_t streak_ = 0;
+  int64_t streak_start_ = 0;
+};
+
+struct UpdateRatioOptions {
+  // ||update|| / ||weight|| per weight matrix, median over `window` steps. ~1e-3 is
+  // healthy (Karpathy's rule of thumb); Adam at common LRs sits at 1e-3..3e-2.
+  // Above 0.1 each step rewrites a tenth of the weight: the LR is too high.
+  double high = 0.1;
+  size_t window = 20;
+  // Below 1e-5 the weights barely move: the LR is too low (unless a schedule has decayed
+  // it to under low_lr_fraction of its peak, which is intended).
+  double low = 1e-5;
+  size_t low_window = 50;
+  double decayed_lr_fraction = 0.1;
+};
+
+class UpdateRatioDetector : public Detector {
+ public:
+  explicit UpdateRatioDetector(UpdateRatioOptions options = {}) : options_(options) {}
+  const char* name() const override { return "update_ratio"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+
+ private:
+  UpdateRatioOptions options_;
+  std::unordered_map<std::string, std::deque<double>> ratios_;
+  std::deque<double> global_;
+  std::string high_location_;
+  bool low_reported_ = false;
+};
+
+struct WeightSymmetryOptions {
+  // A weight matrix whose values are all equal (std <= 1e-7 x max(1, |mean|)) when first
+  // seen was initialised to a constant: every unit computes the same thing and gets the
+  // same gradient, forever. With per-unit gradient norms (`grad_units/<param>` vectors)
+  // the same shows after training started: coefficient of variation across units below
+  // 1e-4 at `sustain` records.
+  double rel_std = 1e-7;
+  double units_cv = 1e-4;
+  size_t sustain = 3;
+};
+
+class WeightSymmetryDetector : public Detector {
+ public:
+  explicit WeightSymmetryDetector(WeightSymmetryOptions options = {}) : options_(options) {}
+  const char* name() const override { return "weight_symmetry"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+
+ private:
+  WeightSymmetryOptions options_;
+  std::set<std::string> seen_;
+  std::unordered_map<std::string, size_t> unit_streak_;
+};
+
+struct NormScaleOptions {
+  // The RMS of a normalisation layer's scale (weight) against its first value (1 at the
+  // usual init): below 0.1x it has collapsed (weight decay on norm scales, or a layer the
+  // network learned to switch off), above 10x it blows up; for `sustain` steps.
+  double collapse = 0.1;
+  double blowup = 10;
+  size_t sustain = 10;
+};
+
+class NormScaleDetector : public Detector {
+ public:
+  explicit NormScaleDetector(NormScaleOptions options = {}) : options_(options) {}
+  const char* name() const override { return "norm_scale"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+
+ private:
+  NormScaleOptions options_;
+  std::unordered_map<std::string, double> baseline_;
+  std::unordered_map<std::string, std::pair<size_t, int64_t>> streak_;
+};
+
+struct LrAnomalyOptions {
+  // The LR jumps up >= 10x from one point to the next, to >= 2x anything seen before
+  // (a warm restart back to a known level is fine).
+  double jump_ratio = 10;
+  double above_max_ratio = 2;
+  // The LR is 0 (or negative, or non-finite) for the first 20 points: nothing trains.
+  size_t zero_points = 20;
+};
+
+class LrAnomalyDetector : public Detector {
+ public:
+  explicit LrAnomalyDetector(LrAnomalyOptions options = {}) : options_(options) {}
+  const char* name() const override { return "lr_anomaly"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+
+ private:
+  LrAnomalyOptions options_;
+  size_t points_ = 0;
+  size_t bad_from_start_ = 0;
+  double prev_ = kNaN;
+  double max_before_ = 0;
+};
+
+}  // namespace trainscope::doctor

@@ -1,0 +1,183 @@
+#include "doctor/detectors/gradients.h"
+
+#include <gtest/gtest.h>
+
+#include "doctor/test_util.h"
+
+namespace trainscope::doctor {
+namespace {
+
+using namespace testing;
+
+TEST(GradExplosion, GlobalJumpEdge) {
+  auto run = [](double jump) {
+    Feed feed({"grad_explosion"});
+    std::mt19937 rng(1);
+    std::lognormal_distribution<double> noise(0, 0.3);
+    for (int64_t s = 0; s < 100; ++s) feed.Scalar("grad/global_norm", s, s == 80 ? jump : noise(rng));
+    return feed.Finish();
+  };
+  EXPECT_TRUE(run(8).empty());
+  const auto f = run(15);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].step, 80);
+}
+
+TEST(GradExplosion, NoisyGradientNormIsSilent) {
+  Feed feed({"grad_explosion"});
+  std::mt19937 rng(2);
+  std::lognormal_distribution<double> noise(0, 0.5);
+  for (int64_t s = 0; s < 2000; ++s) feed.Scalar("grad/global_norm", s, noise(rng));
+  EXPECT_TRUE(feed.Finish().empty());
+}
+
+TEST(GradExplosion, OneLayerJumpNamesTheLayer) {
+  Feed feed({"grad_explosion"});
+  for (int64_t s = 0; s < 60; ++s) {
+    feed.Stats("grad/a.weight", s, WithRms(64, 1.0, s));
+    feed.Stats("grad/b.weight", s, WithRms(64, s == 50 ? 30.0 : 1.0 + 0.05 * (s % 3), s + 1));
+  }
+  const auto f = feed.Finish();
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].location, "b.weight");
+}
+
+std::vector<Finding> DepthRun(const std::set<std::string>& only, double first_rms) {
+  Feed feed(only);
+  for (int64_t s = 0; s < 30; ++s) {
+    feed.Stats("weight/l0.weight", s, WithRms(64, 0.1));
+    feed.Stats("weight/l1.weight", s, WithRms(64, 0.1));
+    feed.Stats("weight/l2.weight", s, WithRms(64, 0.1));
+    feed.Stats("grad/l2.weight", s, WithRms(64, 1.0, s));
+    feed.Stats("grad/l1.weight", s, WithRms(64, std::sqrt(first_rms), s));
+    feed.Stats("grad/l0.weight", s, WithRms(64, first_rms, s));
+  }
+  return feed.Finish();
+}
+
+TEST(GradVanishing, ByDepthEdge) {
+  EXPECT_TRUE(DepthRun({"grad_vanishing"}, 2e-3).empty());
+  const auto f = DepthRun({"grad_vanishing"}, 5e-4);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].code, "GRAD_VANISHING");
+  EXPECT_EQ(f[0].location, "l0.weight");
+}
+
+TEST(GradExplosion, ByDepthEdge) {
+  EXPECT_TRUE(DepthRun({"grad_explosion"}, 500).empty());
+  const auto f = DepthRun({"grad_explosion"}, 2000);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].location, "l0.weight");
+}
+
+TEST(GradVanishing, ExactlyZeroGradient) {
+  auto run = [](int64_t zero_steps) {
+    Feed feed({"grad_vanishing"});
+    for (int64_t s = 0; s < zero_steps; ++s) {
+      TensorStats z = WithRms(16, 0);
+      z = ComputeTensorStats(std::vector<double>(16, 0.0).data(), 16, false);
+      feed.Stats("grad/fc.weight", s, z);
+    }
+    return feed.Finish();
+  };
+  EXPECT_TRUE(run(19).empty());
+  EXPECT_EQ(run(20).size(), 1u);
+}
+
+TEST(GradNotZeroed, TwoOptimizerStepsInARow) {
+  auto run = [](std::vector<double> flags) {
+    Feed feed({"grad_not_zeroed"});
+    for (size_t s = 0; s < flags.size(); ++s) feed.Scalar("train/grad_zeroed", static_cast<int64_t>(s), flags[s]);
+    return feed.Finish();
+  };
+  EXPECT_TRUE(run({1, 1, 0, 1, 0, 1, 1}).empty());
+  const auto f = run({1, 1, 0, 0, 0});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].step, 2);
+  EXPECT_EQ(f[0].severity, Severity::kCritical);
+}
+
+std::vector<Finding> UpdateRun(double ratio, double lr = 0.1, double lr_max = 0.1) {
+  Feed feed({"update_ratio"});
+  for (int64_t s = 0; s < 60; ++s) {
+    feed.Scalar("opt/lr", s, s == 0 ? lr_max : lr);
+    feed.Stats("weight/fc.weight", s, WithRms(100, 1.0));
+    feed.Stats("update/fc.weight", s, WithRms(100, ratio, s));
+    feed.Stats("weight/fc.bias", s, WithRms(10, 1e-3));
+    feed.Stats("update/fc.bias", s, WithRms(10, 1e-3, s));  // bias ratio 1: ignored
+  }
+  return feed.Finish();
+}
+
+TEST(UpdateRatio, Edges) {
+  EXPECT_TRUE(UpdateRun(1e-3).empty());
+  EXPECT_TRUE(UpdateRun(0.05).empty());
+  ASSERT_EQ(UpdateRun(0.2).size(), 1u);
+  EXPECT_EQ(UpdateRun(0.2)[0].code, "UPDATE_RATIO_HIGH");
+  EXPECT_EQ(UpdateRun(0.2)[0].location, "fc.weight");
+  EXPECT_TRUE(UpdateRun(2e-5).empty());
+  ASSERT_EQ(UpdateRun(5e-6).size(), 1u);
+  EXPECT_EQ(UpdateRun(5e-6)[0].code, "UPDATE_RATIO_LOW");
+  EXPECT_TRUE(UpdateRun(5e-6, 1e-4, 0.1).empty());  // a schedule decayed the LR: intended
+}
+
+TEST(WeightSymmetry, ConstantInitButNotNormScales) {
+  Feed feed({"weight_symmetry"});
+  const std::vector<double> c(64, 0.5), z(64, 0.0), one(8, 1.0);
+  feed.Stats("weight/fc1.weight", 0, ComputeTensorStats(c.data(), c.size(), false));
+  feed.Stats("weight/fc2.weight", 0, ComputeTensorStats(z.data(), z.size(), false));
+  feed.Stats("weight/fc3.weight", 0, WithRms(64, 0.1));
+  feed.Stats("weight/bn1.weight", 0, ComputeTensorStats(one.data(), one.size(), false));
+  feed.Stats("weight/fc1.bias", 0, ComputeTensorStats(z.data(), 8, false));
+  const auto f = feed.Finish();
+  ASSERT_EQ(f.size(), 2u);
+  std::set<std::string> where = {f[0].location, f[1].location};
+  EXPECT_TRUE(where.count("fc1.weight"));
+  EXPECT_TRUE(where.count("fc2.weight"));
+}
+
+TEST(WeightSymmetry, IdenticalUnitGradients) {
+  Feed feed({"weight_symmetry"});
+  for (int64_t s = 0; s < 3; ++s) {
+    feed.Vector("grad_units/fc1.weight", s, std::vector<float>(16, 0.25f));
+    feed.Vector("grad_units/fc2.weight", s, {0.1f, 0.2f, 0.3f});
+  }
+  const auto f = feed.Finish();
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].location, "fc1.weight");
+}
+
+TEST(NormScale, CollapseEdge) {
+  auto run = [](double final_rms) {
+    Feed feed({"norm_scale"});
+    for (int64_t s = 0; s < 40; ++s) {
+      const double rms = s < 20 ? 1.0 : final_rms;
+      feed.Stats("weight/encoder.ln1.weight", s, WithRms(32, rms));
+      feed.Stats("weight/encoder.fc.weight", s, WithRms(32, s < 20 ? 1.0 : 0.01));  // not a norm layer
+    }
+    return feed.Finish();
+  };
+  EXPECT_TRUE(run(0.2).empty());
+  ASSERT_EQ(run(0.05).size(), 1u);
+  EXPECT_EQ(run(0.05)[0].location, "encoder.ln1.weight");
+  EXPECT_EQ(run(20).size(), 1u);
+}
+
+TEST(LrAnomaly, JumpAboveAnythingBefore) {
+  auto run = [](std::vector<double> lr) {
+    Feed feed({"lr_anomaly"});
+    for (size_t s = 0; s < lr.size(); ++s) feed.Scalar("opt/lr", static_cast<int64_t>(s), lr[s]);
+    return feed.Finish();
+  };
+  std::vector<double> restart = {0.1, 0.1, 0.05, 0.01, 0.005, 0.001, 0.0005, 0.1, 0.05};
+  EXPECT_TRUE(run(restart).empty());  // warm restart to a known level
+  std::vector<double> jump = {0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 1.0, 1.0};
+  const auto f = run(jump);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].step, 7);
+  std::vector<double> zero(25, 0.0);
+  EXPECT_EQ(run(zero).size(), 1u);
+}
+
+}  // namespace
+}  // namespace trainscope::doctor

@@ -1,0 +1,354 @@
+#include "doctor/detectors/loss_curve.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+namespace trainscope::doctor {
+
+namespace {
+
+using json = nlohmann::json;
+
+std::string Fmt(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.4g", v);
+  return buf;
+}
+
+}  // namespace
+
+// ---- spike ----
+
+void LossSpikeDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  const RunFacts& f = ctx.facts;
+  // Leading signals: the update size and the gradient norm against their own medians.
+  auto lead = [&](RollingMedianMad& series, double v, const char* what) {
+    if (!std::isfinite(v)) return;
+    if (series.count() >= options_.warmup) {
+      const double med = series.Median();
+      if (med > 0 && v >= options_.leading_ratio * med) {
+        last_lead_step_ = frame.step;
+        lead_what_ = what;
+        lead_ratio_ = v / med;
+      }
+    }
+    series.Add(v);
+  };
+  lead(update_, f.update_ratio, "update/weight ratio");
+  lead(grad_, f.grad_norm, "gradient norm");
+
+  const double x = f.loss;
+  if (!std::isfinite(x)) return;  // NaN/Inf is the non-finite detector's
+  if (pending_) {
+    const Pending p = *pending_;
+    pending_.reset();
+    if (x >= p.median + options_.rel * 0.5 * std::fabs(p.median)) {
+      Emit(p, true, "the loss stayed high at the next point", ctx);
+    } else {
+      Emit(p, false, "", ctx);
+    }
+  }
+  if (first_.size() < 10) first_.push_back(x);
+  if (loss_.count() >= options_.warmup) {
+    const double med = loss_.Median();
+    const double z = loss_.RobustZ(x);
+    const double floor = options_.min_jump_of_initial * std::fabs(Median(first_));
+    if (z > options_.z && x > med + options_.rel * std::fabs(med) && x - med >= floor) {
+      Pending p{frame.step, x, med, z};
+      if (last_lead_step_ != std::numeric_limits<int64_t>::min() && frame.step - last_lead_step_ <= options_.leading_steps) {
+        Emit(p, true, "the " + lead_what_ + " jumped " + Fmt(lead_ratio_) + "x at step " +
+                          std::to_string(last_lead_step_), ctx);
+      } else {
+        pending_ = p;
+      }
+    }
+  }
+  loss_.Add(x);
+}
+
+void LossSpikeDetector::Finish(const DetectorContext& ctx) {
+  if (pending_) Emit(*pending_, false, "", ctx);
+  pending_.reset();
+}
+
+void LossSpikeDetector::Emit(const Pending& p, bool confirmed, const std::string& why, const DetectorContext& ctx) {
+  Finding f;
+  f.code = "LOSS_SPIKE";
+  f.severity = confirmed ? Severity::kWarning : Severity::kInfo;
+  f.step = f.last_step = p.step;
+  f.location = ctx.facts.roles.Get(Role::kLoss);
+  f.summary = "loss jumped to " + Fmt(p.value) + " at step " + std::to_string(p.step) + " (" +
+              Fmt(p.value / (p.median != 0 ? p.median : 1)) + "x its rolling median " + Fmt(p.median) +
+              ", robust z " + Fmt(p.z) + ")" + (confirmed ? "; " + why : "; a single outlier (hard batch?)");
+  json ev = {{"value", Num(p.value)}, {"median", Num(p.median)}, {"robust_z", Num(p.z)}, {"confirmed", confirmed}};
+  if (!why.empty()) ev["confirmation"] = why;
+  if (last_lead_step_ > std::numeric_limits<int64_t>::min()) {
+    ev["leading_signal"] = {{"what", lead_what_}, {"step", last_lead_step_}, {"ratio", Num(lead_ratio_)}};
+  }
+  f.evidence_json = ev.dump();
+  std::vector<Cause> causes;
+  if (confirmed && lead_what_ == "update/weight ratio") RaiseCause(&causes, "lr_too_high", 0.5);
+  if (confirmed && lead_what_ == "gradient norm") RaiseCause(&causes, "gradient_explosion", 0.5);
+  RaiseCause(&causes, "bad_batch", confirmed ? 0.3 : 0.5);
+  RaiseCause(&causes, "lr_too_high", 0.2);
+  f.causes = causes;
+  ctx.Report(std::move(f));
+}
+
+// ---- divergence ----
+
+void LossDivergenceDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  const double x = ctx.facts.loss;
+  if (std::isnan(x)) return;
+  if (first_.size() < options_.initial_points) {
+    if (std::isfinite(x)) first_.push_back(x);
+  }
+  const double v = std::isfinite(x) ? x : std::numeric_limits<double>::max();
+  recent_.push_back(v);
+  recent_steps_.push_back(frame.step);
+  if (recent_.size() > options_.window) {
+    recent_.pop_front();
+    recent_steps_.pop_front();
+  }
+  long_.push_back(v);
+  if (long_.size() > std::max(options_.best_window, options_.trend_points)) long_.pop_front();
+  if (first_.size() < options_.initial_points || recent_.size() < options_.window) return;
+  const double initial = Median(first_);
+  if (!(initial > 0)) return;  // ratios need a positive loss
+  std::vector<double> r(recent_.begin(), recent_.end());
+  const double cur = Median(r);
+  if (long_.size() >= options_.best_window) {
+    std::vector<double> l(long_.end() - static_cast<std::ptrdiff_t>(options_.best_window), long_.end());
+    const double level = Median(l);
+    if (level < best_) {
+      best_ = level;
+      best_step_ = frame.step;
+    }
+  }
+  if (!std::isfinite(best_)) best_ = initial, best_step_ = frame.step;
+  // The climb starts after the last step the current level was near the best one.
+  // (A median lags: it speaks for the middle of its window.)
+  if (cur <= best_ + 0.1 * std::max(initial - best_, 0.0) || cur <= 1.1 * best_) {
+    near_best_step_ = recent_steps_[recent_steps_.size() / 2];
+  }
+  if (std::isfinite(x)) spread_.Add(x);
+  const double noise = 1.25 * 1.4826 * spread_.Mad() / std::sqrt(static_cast<double>(options_.window));
+  const double clear = options_.noise_sigmas * (std::isfinite(noise) ? noise : 0.0);
+  const bool climbed = cur > best_ + options_.rise_fraction * (initial - best_) && cur > options_.rise_ratio * best_ &&
+                       cur - best_ > clear;
+  const bool above_start = cur > options_.above_initial_ratio * initial && cur - initial > clear;
+  bool rising = false;
+  if (climbed || above_start) {
+    const size_t n = std::min(long_.size(), options_.trend_points);
+    std::vector<double> xs, ys;
+    for (size_t i = long_.size() - n; i < long_.size(); ++i) {
+      xs.push_back(static_cast<double>(i));
+      ys.push_back(long_[i]);
+    }
+    rising = RobustSlope(xs, ys).trend_z >= options_.trend_z;
+  }
+  if ((climbed || above_start) && (rising || streak_ > 0)) {
+    if (streak_ == 0) streak_start_ = frame.step;
+    ++streak_;
+  } else {
+    streak_ = 0;
+  }
+  if (streak_ < options_.sustain) return;
+  const bool critical = cur >= options_.critical_ratio * initial;
+  if (reported_ && (!critical || critical_)) {
+    Finding f;
+    f.code = "LOSS_DIVERGENCE";
+    f.location = ctx.facts.roles.Get(Role::kLoss);
+    f.severity = critical_ ? Severity::kCritical : Severity::kWarning;
+    f.step = climb_start_;
+    f.last_step = frame.step;
+    ctx.Report(std::move(f));
+    return;
+  }
+  reported_ = true;
+  critical_ = critical;
+  climb_start_ = std::min(streak_start_, near_best_step_);
+  Finding f;
+  f.code = "LOSS_DIVERGENCE";
+  f.severity = critical ? Severity::kCritical : Severity::kWarning;
+  f.step = climb_start_;
+  f.last_step = frame.step;
+  f.location = ctx.facts.roles.Get(Role::kLoss);
+  f.summary = "loss is climbing: " + Fmt(cur) + " now (median of the last " + std::to_string(options_.window) +
+              " points) against a best of " + Fmt(best_) + " at step " + std::to_string(best_step_) +
+              " and " + Fmt(initial) + " at the start";
+  json ev = {{"current", Num(cur)}, {"best", Num(best_)}, {"best_step", best_step_}, {"initial", Num(initial)}};
+  std::vector<Cause> causes;
+  RaiseCause(&causes, "lr_too_high", 0.5);
+  RaiseCause(&causes, "gradient_explosion", 0.25);
+  if (!std::isnan(ctx.facts.lr)) {
+    ev["lr"] = Num(ctx.facts.lr);
+    // The LR went up over the recorded window: the likeliest trigger.
+    const auto lr_hist = ctx.flight.ScalarHistory(ctx.facts.roles.Get(Role::kLr));
+    if (!lr_hist.empty() && lr_hist.front().second > 0 && ctx.facts.lr >= 3 * lr_hist.front().second) {
+      RaiseCause(&causes, "lr_too_high", 0.7);
+      ev["lr_before"] = Num(lr_hist.front().second);
+    }
+  }
+  if (ctx.facts.has_grad_zeroed) {
+    // no change: the not-zeroed detector reports that with its own evidence
+  }
+  const auto& gn = ctx.flight.grad_norm();
+  if (gn.size() >= 4 && std::isfinite(gn.back().second)) {
+    std::vector<double> v;
+    for (const auto& p : gn) {
+      if (std::isfinite(p.second)) v.push_back(p.second);
+    }
+    const double med = Median(v);
+    ev["grad_norm"] = Num(gn.back().second);
+    ev["grad_norm_median"] = Num(med);
+    if (med > 0 && gn.back().second > 5 * med) RaiseCause(&causes, "gradient_explosion", 0.4);
+  }
+  f.evidence_json = ev.dump();
+  f.causes = causes;
+  ctx.Report(std::move(f));
+}
+
+// ---- plateau ----
+
+void LossPlateauDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  const double x = ctx.facts.loss;
+  if (!std::isfinite(x)) return;
+  steps_.push_back(frame.step);
+  values_.push_back(x);
+  lrs_.push_back(ctx.facts.lr);
+  if (values_.size() >= options_.min_points && values_.size() % options_.eval_every == 0) Check(ctx, false);
+}
+
+void LossPlateauDetector::Check(const DetectorContext& ctx, bool final) {
+  if (reported_ || values_.size() < options_.min_points) return;
+  const size_t n = values_.size();
+  const double initial = Median(std::span<const double>(values_.data(), options_.initial_points));
+  const size_t recent_n = std::max<size_t>(20, static_cast<size_t>(options_.recent_fraction * n));
+  const double now = Median(std::span<const double>(values_.data() + (n - recent_n), recent_n));
+  // Still warming up: the learning rate is rising over the recent window.
+  const double lr_then = lrs_[n - recent_n], lr_now = lrs_.back();
+  if (!final && std::isfinite(lr_then) && std::isfinite(lr_now) && lr_now > lr_then * 1.01) return;
+  const int c = ctx.facts.num_classes;
+  const double chance = c > 1 ? std::log(static_cast<double>(c)) : kNaN;
+  bool at_chance = c > 1 && std::fabs(now - chance) <= options_.chance_tolerance * chance;
+  // Within +-5 % of where it started: a loss far above its start is diverging, not stuck.
+  bool stuck = initial > 0 && std::fabs(initial - now) < options_.min_improvement * initial;
+  if (at_chance || stuck) {
+    std::vector<double> xs(steps_.end() - static_cast<std::ptrdiff_t>(recent_n), steps_.end());
+    std::span<const double> ys(values_.data() + (n - recent_n), recent_n);
+    const double z = RobustSlope(xs, ys).trend_z;
+    if (z <= -2) at_chance = false;  // still going down: learning
+    if (z >= 3) at_chance = stuck = false;  // climbing through its start: diverging, not stuck
+  }
+  if (!stuck && !at_chance) return;
+  reported_ = true;
+  Finding f;
+  f.code = "LOSS_PLATEAU";
+  f.severity = Severity::kWarning;
+  f.step = steps_.front();
+  f.last_step = steps_.back();
+  f.location = ctx.facts.roles.Get(Role::kLoss);
+  if (at_chance) {
+    f.summary = "loss is stuck at chance level: " + Fmt(now) + " ~ ln(" + std::to_string(c) + ") = " + Fmt(chance) +
+                " after " + std::to_string(n) + " points";
+  } else {
+    f.summary = "loss is stuck at its initial value: " + Fmt(now) + " now against " + Fmt(initial) + " at the start (" +
+                Fmt(100 * (initial - now) / initial) + "% better after " + std::to_string(n) + " points)";
+  }
+  json ev = {{"initial", Num(initial)}, {"now", Num(now)}, {"points", n}, {"at_chance", at_chance}};
+  if (c > 1) ev["chance_level"] = Num(chance);
+  std::vector<Cause> causes;
+  const double lr = ctx.facts.lr;
+  if (std::isfinite(lr)) {
+    ev["lr"] = Num(lr);
+    const bool adam = ctx.facts.optimizer.find("adam") != std::string::npos;
+    RaiseCause(&causes, "lr_too_low", lr < (adam ? 1e-5 : 1e-4) ? 0.6 : 0.3);
+  } else {
+    RaiseCause(&causes, "lr_too_low", 0.3);
+  }
+  if (std::isfinite(ctx.facts.update_ratio)) {
+    ev["update_ratio"] = Num(ctx.facts.update_ratio);
+    if (ctx.facts.update_ratio < 1e-5) RaiseCause(&causes, "lr_too_low", 0.5);
+  }
+  RaiseCause(&causes, "bad_init", 0.2);
+  RaiseCause(&causes, "missing_zero_grad", 0.05);
+  if (at_chance) RaiseCause(&causes, "label_noise", 0.3);
+  f.evidence_json = ev.dump();
+  f.causes = causes;
+  ctx.Report(std::move(f));
+}
+
+// ---- oscillation ----
+
+void LossOscillationDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  const double x = ctx.facts.loss;
+  if (!std::isfinite(x)) return;
+  window_.emplace_back(frame.step, x);
+  if (window_.size() > options_.window) window_.pop_front();
+  if (window_.size() < options_.window) return;
+  size_t changes = 0, diffs = 0;
+  double amplitude = 0;
+  double prev_diff = 0;
+  std::vector<double> xs, ys;
+  for (size_t i = 0; i < window_.size(); ++i) {
+    xs.push_back(static_cast<double>(window_[i].first));
+    ys.push_back(window_[i].second);
+    if (i == 0) continue;
+    const double d = window_[i].second - window_[i - 1].second;
+    amplitude += std::fabs(d);
+    if (i >= 2 && d * prev_diff < 0) ++changes;
+    if (i >= 2) ++diffs;
+    prev_diff = d;
+  }
+  amplitude /= static_cast<double>(window_.size() - 1);
+  const double alternation = diffs ? static_cast<double>(changes) / static_cast<double>(diffs) : 0;
+  const double level = std::fabs(Median(ys));
+  if (alternation < options_.min_alternation || amplitude < options_.min_amplitude * level) return;
+  const SlopeFit fit = RobustSlope(xs, ys);
+  if (std::fabs(fit.trend_z) >= options_.max_trend_z) return;
+  Finding f;
+  f.code = "LOSS_OSCILLATION";
+  f.severity = Severity::kWarning;
+  f.step = window_.front().first;
+  f.last_step = frame.step;
+  f.location = ctx.facts.roles.Get(Role::kLoss);
+  f.summary = "loss see-saws without progress: " + Fmt(100 * alternation) + "% of steps reverse direction, swings of " +
+              Fmt(amplitude) + " around " + Fmt(level);
+  f.evidence_json = json{{"alternation", Num(alternation)}, {"mean_swing", Num(amplitude)}, {"level", Num(level)},
+                         {"trend_z", Num(fit.trend_z)}, {"window", options_.window}}.dump();
+  f.causes = {{"lr_too_high", 0.7}};
+  ctx.Report(std::move(f));
+}
+
+// ---- negative ----
+
+void NegativeLossDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  const double x = ctx.facts.loss;
+  if (!std::isfinite(x)) return;
+  std::string tag = ctx.facts.roles.Get(Role::kLoss);
+  for (char& c : tag) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* may : {"nll", "elbo", "kl", "gan", "gen", "disc", "reward", "score", "likelihood", "contrast"}) {
+    if (tag.find(may) != std::string::npos) return;
+  }
+  if (x >= -options_.tolerance) {
+    streak_ = 0;
+    return;
+  }
+  if (streak_ == 0) streak_start_ = frame.step;
+  if (++streak_ < options_.sustain) return;
+  Finding f;
+  f.code = "NEGATIVE_LOSS";
+  f.severity = Severity::kWarning;
+  f.step = streak_start_;
+  f.last_step = frame.step;
+  f.location = ctx.facts.roles.Get(Role::kLoss);
+  f.summary = "loss is negative (" + Fmt(x) + " at step " + std::to_string(frame.step) +
+              "): cross-entropy, MSE and friends cannot be";
+  f.evidence_json = json{{"value", Num(x)}, {"first_negative_step", streak_start_}}.dump();
+  f.causes = {{"wrong_loss_inputs", 0.7}};
+  ctx.Report(std::move(f));
+}
+
+}  // namespace trainscope::doctor

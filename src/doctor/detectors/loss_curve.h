@@ -1,0 +1,181 @@
+// Detectors on the training-loss curve (the `loss` role): spikes, divergence, plateaus
+// (stuck at the initial value or at chance level), oscillation and negative values. They
+// work point by point, so a log with the loss every 50 steps works as well as one with
+// every step (thresholds in "points" are points of the series).
+#pragma once
+
+#include <deque>
+#include <optional>
+
+#include "doctor/detector.h"
+
+namespace trainscope::doctor {
+
+struct LossSpikeOptions {
+  // Rolling median/MAD window: long enough to be stable, short enough to follow a
+  // falling loss (50 points ~ the last few percent of a typical run).
+  size_t window = 50;
+  size_t warmup = 20;  // points before judging: the first steps fall fast and are not "normal"
+  // A spike is robust z > z AND above median * (1 + rel). MAD-z alone fires on the
+  // heavy-tailed noise of small batches; the relative floor keeps "2x the median" from the
+  // common rule, without its noisy mean.
+  double z = 6;
+  double rel = 1.0;
+  // And the jump is >= 5 % of the loss's initial level (median of its first 10 points): a
+  // "10x" jump of a loss that has converged to 0.003 is noise on the scale of the run.
+  double min_jump_of_initial = 0.05;
+  // Confirmation (severity warning rather than info): the update ratio or gradient norm
+  // jumped >= leading_ratio x its rolling median at the spike's step or up to
+  // leading_steps before (large runs see the update jump before the loss does), or the
+  // next point is still elevated (>= median * (1 + rel/2)). A lone unconfirmed outlier is a
+  // hard batch more often than a problem: info.
+  double leading_ratio = 5;
+  int64_t leading_steps = 3;
+};
+
+class LossSpikeDetector : public Detector {
+ public:
+  explicit LossSpikeDetector(LossSpikeOptions options = {})
+      : options_(options), loss_(options.window), grad_(options.window), update_(options.window) {}
+  const char* name() const override { return "loss_spike"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+  void Finish(const DetectorContext& ctx) override;
+
+ private:
+  struct Pending {
+    int64_t step;
+    double value, median, z;
+  };
+  void Emit(const Pending& p, bool confirmed, const std::string& why, const DetectorContext& ctx);
+  LossSpikeOptions options_;
+  RollingMedianMad loss_, grad_, update_;
+  std::vector<double> first_;
+  std::optional<Pending> pending_;
+  int64_t last_lead_step_ = std::numeric_limits<int64_t>::min();
+  std::string lead_what_;
+  double lead_ratio_ = 0;
+};
+
+struct DivergenceOptions {
+  size_t initial_points = 10;  // the "initial level" is the median of the first points
+  size_t window = 9;           // current level: median of the last 9 points (kills single spikes)
+  // The best level is the lowest median of `best_window` points: a longer median, so that
+  // the minimum over a long run is not just the luckiest noise.
+  size_t best_window = 20;
+  // Diverging when the current level climbed back more than rise_fraction of the way from
+  // the best level to the initial one AND is >= rise_ratio x the best level, or is above
+  // the initial level by above_initial_ratio; with a rising trend over the last
+  // trend_points (Mann-Kendall z >= trend_z) and for `sustain` points in a row. A healthy
+  // noisy run wanders around its best by far less than half of what it has gained, and
+  // has no sustained upward trend.
+  double rise_fraction = 0.5;
+  double rise_ratio = 1.5;
+  double above_initial_ratio = 1.5;
+  size_t trend_points = 15;
+  double trend_z = 2;
+  size_t sustain = 3;
+  double critical_ratio = 10;  // >= 10x the initial level: critical
+  // The rise must also clear the noise: >= noise_sigmas standard deviations of the current
+  // level (estimated from the MAD of the last 50 raw points / sqrt(window)). Batch-4 losses
+  // swing 10x from batch to batch; their 5-point median still moves by a lot.
+  double noise_sigmas = 4;
+};
+
+class LossDivergenceDetector : public Detector {
+ public:
+  explicit LossDivergenceDetector(DivergenceOptions options = {}) : options_(options) {}
+  const char* name() const override { return "loss_divergence"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+
+ private:
+  DivergenceOptions options_;
+  std::vector<double> first_;
+  std::deque<double> recent_, long_;
+  std::deque<int64_t> recent_steps_;
+  RollingMedianMad spread_{50};
+  double best_ = std::numeric_limits<double>::infinity();
+  int64_t best_step_ = 0;
+  size_t streak_ = 0;
+  int64_t streak_start_ = 0;
+  int64_t climb_start_ = 0;
+  int64_t near_best_step_ = 0;
+  bool reported_ = false;
+  bool critical_ = false;
+};
+
+struct PlateauOptions {
+  // Judge only after min_points points (and every eval_every points after that): before
+  // ~100 steps a slow start is normal (warm-up, Adam's bias correction).
+  size_t min_points = 100;
+  size_t eval_every = 10;
+  size_t initial_points = 10;
+  double recent_fraction = 0.2;  // "now" = median of the last 20 % of points (>= 20 points)
+  // Improved by less than 5 % of the initial level: stuck at its initial value.
+  double min_improvement = 0.05;
+  // Within 3 % of ln(num_classes) with no downward trend over the recent points
+  // (Mann-Kendall z > -2): at chance level, what a model predicting uniform probabilities
+  // scores with cross-entropy. A loss 9 % under chance and still falling is learning.
+  double chance_tolerance = 0.03;
+};
+
+class LossPlateauDetector : public Detector {
+ public:
+  explicit LossPlateauDetector(PlateauOptions options = {}) : options_(options) {}
+  const char* name() const override { return "loss_plateau"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+  void Finish(const DetectorContext& ctx) override { Check(ctx, true); }
+
+ private:
+  void Check(const DetectorContext& ctx, bool final);
+  PlateauOptions options_;
+  std::vector<int64_t> steps_;
+  std::vector<double> values_;
+  std::vector<double> lrs_;
+  bool reported_ = false;
+};
+
+struct OscillationOptions {
+  size_t window = 60;
+  // Fraction of successive differences that change sign. Independent noise gives 2/3
+  // (sd ~0.06 over 60 points); 0.9 is > 4 sd above it: a real see-saw, as an LR past
+  // the stability edge makes.
+  double min_alternation = 0.9;
+  // The swings are large: mean |difference| >= 0.3 x the median level.
+  double min_amplitude = 0.3;
+  // And no progress: |Mann-Kendall z| over the window below this.
+  double max_trend_z = 2;
+};
+
+class LossOscillationDetector : public Detector {
+ public:
+  explicit LossOscillationDetector(OscillationOptions options = {}) : options_(options) {}
+  const char* name() const override { return "loss_oscillation"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+
+ private:
+  OscillationOptions options_;
+  std::deque<std::pair<int64_t, double>> window_;
+};
+
+struct NegativeLossOptions {
+  double tolerance = 1e-6;  // float round-off around 0 is not negative
+  size_t sustain = 3;       // points in a row
+};
+
+// A negative training loss where the loss cannot be negative (cross-entropy, MSE, ...):
+// almost always a sign error, log-probabilities passed as probabilities or soft targets
+// that do not sum to one. Losses whose names say they may be negative (nll of a density,
+// elbo, kl, gan/generator/discriminator, reward) are left alone.
+class NegativeLossDetector : public Detector {
+ public:
+  explicit NegativeLossDetector(NegativeLossOptions options = {}) : options_(options) {}
+  const char* name() const override { return "negative_loss"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+
+ private:
+  NegativeLossOptions options_;
+  size_t streak_ = 0;
+  int64_t streak_start_ = 0;
+};
+
+}  // namespace trainscope::doctor

@@ -1,0 +1,193 @@
+#include "doctor/detectors/loss_curve.h"
+
+#include <gtest/gtest.h>
+
+#include "doctor/test_util.h"
+
+namespace trainscope::doctor {
+namespace {
+
+using namespace testing;
+
+std::vector<Finding> LossRun(const std::string& detector, const std::vector<double>& loss,
+                             const std::vector<double>& update_ratio = {}) {
+  Feed feed({detector});
+  feed.Meta("num_classes", "10");
+  for (size_t s = 0; s < loss.size(); ++s) {
+    feed.Scalar("train/loss", static_cast<int64_t>(s), loss[s]);
+    if (!update_ratio.empty()) {
+      feed.Stats("weight/w", static_cast<int64_t>(s), WithRms(100, 1.0, 1));
+      feed.Stats("update/w", static_cast<int64_t>(s), WithRms(100, update_ratio[s], s + 2));
+    }
+  }
+  return feed.Finish();
+}
+
+std::vector<double> Healthy(size_t n, uint32_t seed, double noise = 0.15) {
+  std::mt19937 rng(seed);
+  std::vector<double> v;
+  for (size_t s = 0; s < n; ++s) v.push_back(HealthyLoss(static_cast<int64_t>(s), rng, noise));
+  return v;
+}
+
+// ---- spike ----
+
+TEST(LossSpike, ConfirmedByALastingRise) {
+  std::vector<double> v(200, 1.0);
+  for (size_t i = 0; i < v.size(); ++i) v[i] += 0.01 * ((i * 7) % 5);
+  v[150] = v[151] = 5.0;
+  const auto f = LossRun("loss_spike", v);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].code, "LOSS_SPIKE");
+  EXPECT_EQ(f[0].severity, Severity::kWarning);
+  EXPECT_EQ(f[0].step, 150);
+}
+
+TEST(LossSpike, ConfirmedByTheUpdateJumpingFirst) {
+  std::vector<double> v(200, 1.0), u(200, 1e-3);
+  for (size_t i = 0; i < v.size(); ++i) v[i] += 0.01 * ((i * 7) % 5);
+  u[149] = 1e-2;  // the update jumps one step before the loss
+  v[150] = 5.0;   // a single-point spike
+  const auto f = LossRun("loss_spike", v, u);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].severity, Severity::kWarning);
+  EXPECT_NE(f[0].evidence_json.find("update/weight ratio"), std::string::npos);
+}
+
+TEST(LossSpike, LoneOutlierIsOnlyInfo) {
+  std::vector<double> v(200, 1.0);
+  for (size_t i = 0; i < v.size(); ++i) v[i] += 0.01 * ((i * 7) % 5);
+  v[150] = 5.0;
+  const auto f = LossRun("loss_spike", v);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].severity, Severity::kInfo);
+}
+
+TEST(LossSpike, EdgeOfTheRelativeFloor) {
+  // 1.9x the median: under the 2x floor even though the robust z is huge.
+  std::vector<double> v(200, 1.0);
+  for (size_t i = 0; i < v.size(); ++i) v[i] += 0.001 * ((i * 7) % 5);
+  v[150] = v[151] = 1.9;
+  EXPECT_TRUE(LossRun("loss_spike", v).empty());
+  v[150] = v[151] = 2.1;
+  EXPECT_EQ(LossRun("loss_spike", v).size(), 1u);
+}
+
+TEST(LossSpike, NoisySmallBatchRunsRaiseNoWarning) {
+  for (uint32_t seed = 1; seed <= 10; ++seed) {
+    EXPECT_EQ(Alarms(LossRun("loss_spike", Healthy(1000, seed, 0.3))), 0u) << seed;
+  }
+}
+
+// ---- divergence ----
+
+TEST(LossDivergence, ClimbsBackAfterProgress) {
+  auto v = Healthy(400, 1, 0.05);
+  for (size_t i = 300; i < 400; ++i) v[i] = v[299] * std::exp(0.05 * static_cast<double>(i - 299));
+  const auto f = LossRun("loss_divergence", v);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].code, "LOSS_DIVERGENCE");
+  EXPECT_GE(f[0].step, 290);  // where the climb began
+  EXPECT_LE(f[0].step, 310);
+  EXPECT_EQ(f[0].severity, Severity::kCritical);  // it passes 10x the start
+}
+
+TEST(LossDivergence, AboveTheStartFromTheFirstSteps) {
+  std::vector<double> v;
+  for (int i = 0; i < 60; ++i) v.push_back(i < 20 ? 2.3 : 2.3 * (1 + 0.1 * (i - 20)));
+  const auto f = LossRun("loss_divergence", v);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_LE(f[0].step, 30);
+}
+
+TEST(LossDivergence, EdgeOfTheRise) {
+  // From 2.3 down to 0.3, then back up to 1.2 (45 % of the way back: below the 50 %) and
+  // 1.4 (55 %: above).
+  auto run = [](double back) {
+    std::vector<double> v;
+    for (int i = 0; i < 200; ++i) v.push_back(i < 100 ? 2.3 - 0.02 * i : 0.3);
+    for (int i = 0; i < 30; ++i) v.push_back(back);
+    return LossRun("loss_divergence", v);
+  };
+  EXPECT_TRUE(run(1.2).empty());
+  EXPECT_EQ(run(1.4).size(), 1u);
+}
+
+TEST(LossDivergence, HealthyNoisyRunsAreSilent) {
+  for (uint32_t seed = 1; seed <= 10; ++seed) EXPECT_TRUE(LossRun("loss_divergence", Healthy(1000, seed, 0.3)).empty());
+}
+
+// ---- plateau ----
+
+TEST(LossPlateau, StuckAtChanceLevel) {
+  std::vector<double> v;
+  std::mt19937 rng(1);
+  std::normal_distribution<double> n(0, 0.01);
+  for (int i = 0; i < 200; ++i) v.push_back(std::log(10.0) + n(rng));
+  const auto f = LossRun("loss_plateau", v);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0].summary.find("chance"), std::string::npos);
+}
+
+TEST(LossPlateau, EdgeOfTheImprovement) {
+  auto run = [](double final_fraction) {
+    std::vector<double> v;
+    for (int i = 0; i < 200; ++i) v.push_back(5.0 * (1 - (1 - final_fraction) * i / 199.0));
+    return LossRun("loss_plateau", v);
+  };
+  // Judged first at 100 points: the last fifth (points 80-99) against the first ten.
+  EXPECT_EQ(run(0.94).size(), 1u);  // ~4.5 % better by then: stuck
+  EXPECT_TRUE(run(0.88).empty());   // ~6 % better by then: learning, slowly
+}
+
+TEST(LossPlateau, ADivergedLossIsNotStuck) {
+  std::vector<double> v;
+  for (int i = 0; i < 200; ++i) v.push_back(i < 100 ? 2.3 - 0.015 * i : 0.8 * std::exp(0.03 * (i - 100)));
+  EXPECT_TRUE(LossRun("loss_plateau", v).empty());
+}
+
+TEST(LossPlateau, TooEarlyToTell) {
+  std::vector<double> v(99, 5.0);
+  EXPECT_TRUE(LossRun("loss_plateau", v).empty());
+}
+
+TEST(LossPlateau, HealthyIsSilent) {
+  for (uint32_t seed = 1; seed <= 5; ++seed) EXPECT_TRUE(LossRun("loss_plateau", Healthy(600, seed, 0.3)).empty());
+}
+
+// ---- oscillation ----
+
+TEST(LossOscillation, SeeSawWithoutProgress) {
+  std::vector<double> v;
+  for (int i = 0; i < 100; ++i) v.push_back(i % 2 ? 3.0 : 1.0);
+  const auto f = LossRun("loss_oscillation", v);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].code, "LOSS_OSCILLATION");
+}
+
+TEST(LossOscillation, SmallSwingsAreNotOscillation) {
+  std::vector<double> v;
+  for (int i = 0; i < 100; ++i) v.push_back(i % 2 ? 1.1 : 1.0);  // 10 % swings: under 30 %
+  EXPECT_TRUE(LossRun("loss_oscillation", v).empty());
+}
+
+TEST(LossOscillation, NoisyRunsAreSilent) {
+  for (uint32_t seed = 1; seed <= 10; ++seed) EXPECT_TRUE(LossRun("loss_oscillation", Healthy(1000, seed, 0.5)).empty());
+}
+
+// ---- negative ----
+
+TEST(NegativeLoss, ThreeNegativePointsInARow) {
+  std::vector<double> v = {1, 0.5, -0.1, -0.2, 0.1, -0.1, -0.2, -0.3};
+  const auto f = LossRun("negative_loss", v);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].step, 5);
+}
+
+TEST(NegativeLoss, RoundOffAroundZeroIsFine) {
+  std::vector<double> v(50, -1e-7);
+  EXPECT_TRUE(LossRun("negative_loss", v).empty());
+}
+
+}  // namespace
+}  // namespace trainscope::doctor

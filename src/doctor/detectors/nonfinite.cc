@@ -1,0 +1,347 @@
+#include "doctor/detectors/nonfinite.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+
+namespace trainscope::doctor {
+
+namespace {
+
+using json = nlohmann::json;
+
+bool NonFinite(const TensorStats& s) { return s.nan + s.inf > 0; }
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool Contains(const std::string& hay, std::initializer_list<const char*> needles) {
+  for (const char* n : needles) {
+    if (hay.find(n) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Whether a word of `text` (split at non-letters: "to_half" -> to, half; "Sqrt2" -> sqrt)
+// equals one of `words` or ends with one (class names: "LogSoftmax" ends with "softmax").
+// Whole words, so "experts" is no "exp" and "logits" no "log".
+bool HasWord(const std::string& text, std::initializer_list<const char*> words) {
+  std::string word;
+  auto check = [&]() {
+    for (const char* w : words) {
+      const size_t n = std::strlen(w);
+      if (word == w || (word.size() > n && word.compare(word.size() - n, n, w) == 0 && n >= 4)) return true;
+    }
+    return false;
+  };
+  for (size_t i = 0; i <= text.size(); ++i) {
+    const char c = i < text.size() ? text[i] : ' ';
+    if (std::isalpha(static_cast<unsigned char>(c))) {
+      word.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    } else if (!word.empty()) {
+      if (check()) return true;
+      word.clear();
+    }
+  }
+  return false;
+}
+
+// Whether `ancestor` is a strict ancestor module of `module` ("enc" of "enc.0").
+bool IsAncestor(const std::string& ancestor, const std::string& module) {
+  return module.size() > ancestor.size() && module.compare(0, ancestor.size(), ancestor) == 0 &&
+         module[ancestor.size()] == '.';
+}
+
+}  // namespace
+
+bool LabelsOutOfRange(const StepFrame& frame, int num_classes, double* min_label, double* max_label) {
+  const double* lo = frame.Scalar("input/label_min");
+  const double* hi = frame.Scalar("input/label_max");
+  *min_label = lo ? *lo : kNaN;
+  *max_label = hi ? *hi : kNaN;
+  // -100 is PyTorch's default ignore_index: a legitimate "no label".
+  if (lo && *lo < 0 && *lo != -100) return true;
+  if (hi && num_classes > 0 && *hi >= num_classes) return true;
+  return false;
+}
+
+void LabelRangeDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  double lo, hi;
+  if (!LabelsOutOfRange(frame, ctx.facts.num_classes, &lo, &hi)) return;
+  Finding f;
+  f.code = "LABEL_OUT_OF_RANGE";
+  f.severity = Severity::kCritical;
+  f.step = f.last_step = frame.step;
+  f.location = "input";
+  f.summary = "labels of the batch at step " + std::to_string(frame.step) + " range over [" +
+              std::to_string(static_cast<long long>(lo)) + ", " + std::to_string(static_cast<long long>(hi)) +
+              "], outside the " +
+              (ctx.facts.num_classes > 0 ? std::to_string(ctx.facts.num_classes) + " classes [0, " +
+                                               std::to_string(ctx.facts.num_classes - 1) + "]"
+                                         : std::string("valid range (>= 0)"));
+  f.evidence_json = json{{"label_min", Num(lo)}, {"label_max", Num(hi)}, {"num_classes", ctx.facts.num_classes}}.dump();
+  f.causes = {{"label_out_of_range", 0.9}};
+  ctx.Report(std::move(f));
+}
+
+void NonFiniteDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  const RunFacts& facts = ctx.facts;
+  std::vector<std::string> bad_inputs, bad_acts, bad_grads, bad_weights, bad_buffers;
+  std::vector<std::pair<std::string, const TensorStats*>> acts;  // in forward order
+  for (const auto& [tag, s] : frame.stats) {
+    std::string_view rest;
+    if (HasPrefix(tag, "act/", &rest)) {
+      acts.emplace_back(std::string(rest), &s);
+      if (NonFinite(s)) bad_acts.emplace_back(rest);
+    } else if (HasPrefix(tag, "input/", &rest)) {
+      if (NonFinite(s)) bad_inputs.emplace_back(rest);
+    } else if (HasPrefix(tag, "grad/", &rest)) {
+      if (NonFinite(s)) bad_grads.emplace_back(rest);
+    } else if (HasPrefix(tag, "weight/", &rest)) {
+      if (NonFinite(s)) {
+        if (Contains(std::string(rest), {"running_mean", "running_var"})) bad_buffers.emplace_back(rest);
+        else bad_weights.emplace_back(rest);
+      }
+    }
+  }
+  const std::string& loss_tag = facts.roles.Get(Role::kLoss);
+  const double* loss_value = loss_tag.empty() ? nullptr : frame.Scalar(loss_tag);
+  const bool loss_nonfinite = loss_value && !std::isfinite(*loss_value);
+  const bool grad_norm_bad = !std::isnan(facts.grad_norm) && !std::isfinite(facts.grad_norm);
+  const bool grad_norm_nan = facts.grad_norm != facts.grad_norm && !facts.roles.Get(Role::kGradNorm).empty() &&
+                             frame.Scalar(facts.roles.Get(Role::kGradNorm)) != nullptr;
+  const bool any = !bad_inputs.empty() || !bad_acts.empty() || loss_nonfinite || !bad_grads.empty() ||
+                   !bad_weights.empty() || !bad_buffers.empty() || grad_norm_bad || grad_norm_nan;
+
+  // Remember finite activation magnitudes for the next step's precision evidence.
+  auto remember = [&] {
+    for (const auto& [module, s] : acts) prev_abs_max_[module] = std::isfinite(s->abs_max) ? s->abs_max : 0;
+  };
+  if (!any) {
+    remember();
+    return;
+  }
+  if (found_) {
+    Finding f;
+    f.code = code_;
+    f.location = location_;
+    f.severity = severity_;
+    f.step = f.last_step = frame.step;
+    ctx.Report(std::move(f));
+    return;
+  }
+  found_ = true;
+
+  // ---- the first producer ----
+  std::string code, location, phase, kind;
+  std::string producer_module;  // module whose output or gradient went bad first (for cause keywords)
+  if (!bad_inputs.empty()) {
+    code = "NONFINITE_INPUT";
+    location = "input";
+    phase = "data";
+    kind = "input";
+  } else if (!bad_acts.empty()) {
+    // Earliest in forward order; a container whose child went bad is not the producer.
+    std::vector<std::string> candidates;
+    for (const auto& m : bad_acts) {
+      const bool has_bad_child =
+          std::any_of(bad_acts.begin(), bad_acts.end(), [&](const std::string& o) { return IsAncestor(m, o); });
+      if (!has_bad_child && !m.empty()) candidates.push_back(m);
+    }
+    if (candidates.empty()) candidates = bad_acts;
+    if (facts.module_order_explicit) {
+      std::stable_sort(candidates.begin(), candidates.end(), [&](const std::string& a, const std::string& b) {
+        int ia = facts.ModuleIndex(a), ib = facts.ModuleIndex(b);
+        if (ia < 0) ia = 1 << 30;
+        if (ib < 0) ib = 1 << 30;
+        return ia < ib;
+      });
+    }
+    producer_module = candidates.front();
+    code = "NONFINITE_ACTIVATION";
+    location = producer_module;
+    phase = "forward";
+    kind = "activation";
+  } else if (loss_nonfinite) {
+    code = "NONFINITE_LOSS";
+    location = "loss";
+    phase = "forward";
+    kind = "loss";
+  } else if (!bad_grads.empty()) {
+    // Backward runs from the loss toward the input: the first gradient to go bad is the
+    // one latest in forward order.
+    std::string best = bad_grads.front();
+    int best_index = facts.ParamIndex(best);
+    for (const auto& g : bad_grads) {
+      const int i = facts.ParamIndex(g);
+      if (i > best_index) {
+        best = g;
+        best_index = i;
+      }
+    }
+    code = "NONFINITE_GRAD";
+    location = best;
+    phase = "backward";
+    kind = "gradient";
+    producer_module = RunFacts::ModuleOfParam(best);
+  } else if (grad_norm_bad || grad_norm_nan) {
+    code = "NONFINITE_GRAD";
+    location = facts.roles.Get(Role::kGradNorm).empty() ? "grad/global_norm" : facts.roles.Get(Role::kGradNorm);
+    phase = "backward";
+    kind = "gradient";
+  } else {
+    code = "NONFINITE_WEIGHT";
+    location = !bad_buffers.empty() ? bad_buffers.front() : bad_weights.front();
+    phase = "optimizer";
+    kind = "weight";
+    producer_module = RunFacts::ModuleOfParam(location);
+  }
+
+  // ---- causes from the evidence ----
+  std::vector<Cause> causes;
+  json evidence = {{"phase", phase}, {"first_producer", location}, {"producer_kind", kind}};
+  if (!bad_inputs.empty()) {
+    RaiseCause(&causes, "input_nonfinite", 0.9);
+    evidence["nonfinite_inputs"] = bad_inputs;
+  }
+  double lo, hi;
+  if (LabelsOutOfRange(frame, facts.num_classes, &lo, &hi)) {
+    RaiseCause(&causes, "label_out_of_range", 0.85);
+    evidence["label_min"] = Num(lo);
+    evidence["label_max"] = Num(hi);
+  }
+  if (loss_nonfinite) evidence["loss"] = Num(*loss_value);
+  if (!bad_acts.empty()) {
+    evidence["nonfinite_activations"] = json(std::vector<std::string>(
+        bad_acts.begin(), bad_acts.begin() + std::min<size_t>(bad_acts.size(), 12)));
+  }
+  evidence["nonfinite_gradients"] = bad_grads.size();
+  if (!bad_weights.empty()) evidence["nonfinite_weights"] = bad_weights.size();
+  // Loss non-finite while the last activation (the logits) is finite: the loss function
+  // itself did it — log of 0 or a division by 0 in a hand-written loss.
+  if (loss_nonfinite && !acts.empty() && bad_acts.empty()) {
+    RaiseCause(&causes, "log_of_zero", 0.5);
+    RaiseCause(&causes, "division_by_zero", 0.3);
+    evidence["logits_finite"] = true;
+  }
+  // The producer's name or type says which operation it was. In the backward pass the
+  // operation that made the infinite derivative sits after the parameter's module: the
+  // next module in forward order is named too.
+  std::string what = Lower(producer_module + " " + facts.ModuleType(producer_module));
+  if (phase == "backward") {
+    const int i = facts.ModuleIndex(producer_module);
+    if (i >= 0 && i + 1 < static_cast<int>(facts.module_order.size())) {
+      const std::string& next = facts.module_order[static_cast<size_t>(i) + 1];
+      what += " " + Lower(next + " " + facts.ModuleType(next));
+      evidence["next_module"] = next;
+    }
+  }
+  if (!what.empty() && what != " ") {
+    if (HasWord(what, {"sqrt", "rsqrt", "std", "norm2", "distance", "dist"}))
+      RaiseCause(&causes, "sqrt_at_zero", phase == "backward" ? 0.75 : 0.6);
+    if (HasWord(what, {"log", "logsoftmax", "logsigmoid", "entropy"})) RaiseCause(&causes, "log_of_zero", 0.7);
+    if (HasWord(what, {"exp", "softmax", "softplus", "logsumexp"})) RaiseCause(&causes, "exp_overflow", 0.7);
+    if (HasWord(what, {"div", "divide", "recip", "reciprocal", "normalize"}))
+      RaiseCause(&causes, "division_by_zero", 0.6);
+    if (HasWord(what, {"half", "fp", "float", "cast", "tohalf"})) RaiseCause(&causes, "precision_overflow", 0.6);
+    if (HasWord(what, {"batchnorm", "bn"})) RaiseCause(&causes, "batchnorm_stats", 0.4);
+    evidence["producer_type"] = facts.ModuleType(producer_module);
+  }
+  // Finite forward, non-finite backward: an operation whose derivative is infinite where
+  // its value is not (sqrt or a norm at 0, pow with a fractional exponent at 0).
+  if (phase == "backward" && facts.has_act_stats) {
+    RaiseCause(&causes, "sqrt_at_zero", 0.35);
+    RaiseCause(&causes, "division_by_zero", 0.2);
+  }
+  if (!bad_buffers.empty()) {
+    RaiseCause(&causes, "batchnorm_stats", 0.7);
+    evidence["nonfinite_buffers"] = bad_buffers;
+  }
+  // Precision overflow: an Inf (not a NaN) produced right after a finite value past the
+  // float16 range, in the producer or the module before it.
+  if (kind == "activation") {
+    const TensorStats* ps = nullptr;
+    for (const auto& [m, s] : acts) {
+      if (m == producer_module) ps = s;
+    }
+    double upstream_max = 0;
+    std::string upstream;
+    for (const auto& [m, s] : acts) {
+      if (m == producer_module) break;
+      if (std::isfinite(s->abs_max) && s->abs_max > upstream_max) {
+        upstream_max = s->abs_max;
+        upstream = m;
+      }
+    }
+    auto prev = prev_abs_max_.find(producer_module);
+    const double prev_max = prev == prev_abs_max_.end() ? 0 : prev->second;
+    const bool past_fp16 = (upstream_max > options_.fp16_max && upstream_max < options_.fp32_plausible_max) ||
+                           (prev_max > options_.fp16_max * 0.5 && prev_max < options_.fp32_plausible_max);
+    if (ps && ps->inf > 0 && past_fp16) {
+      RaiseCause(&causes, "precision_overflow", 0.75);
+      evidence["upstream_abs_max"] = Num(upstream_max);
+      evidence["upstream_module"] = upstream;
+    }
+    if (ps && ps->inf > 0 && ps->nan == 0) RaiseCause(&causes, "exp_overflow", 0.15);
+  }
+  // Gradient norm climbing in the steps before.
+  const auto& gn = ctx.flight.grad_norm();
+  std::vector<double> before;
+  for (const auto& [step, v] : gn) {
+    if (step < frame.step && std::isfinite(v)) before.push_back(v);
+  }
+  if (before.size() >= 4) {
+    const double last = before.back();
+    std::vector<double> earlier(before.begin(), before.end() - 1);
+    const double med = Median(earlier);
+    evidence["grad_norm_before"] = Num(last);
+    evidence["grad_norm_median_before"] = Num(med);
+    if (med > 0 && last > options_.explosion_ratio * med) {
+      RaiseCause(&causes, "gradient_explosion", 0.6);
+      RaiseCause(&causes, "lr_too_high", 0.2);
+    }
+  }
+  // Early with a large learning rate.
+  const bool adam = facts.optimizer.find("adam") != std::string::npos;
+  const double high = adam ? options_.adam_high_lr : options_.high_lr;
+  const int64_t steps_in = frame.step - facts.first_step;
+  if (!std::isnan(facts.lr)) {
+    evidence["lr"] = Num(facts.lr);
+    if (steps_in < options_.early_steps && facts.lr >= high) RaiseCause(&causes, "lr_too_high", facts.lr >= 10 * high ? 0.7 : 0.5);
+    else if (facts.lr >= 10 * high) RaiseCause(&causes, "lr_too_high", 0.4);
+  }
+  if (steps_in < options_.early_steps) evidence["early"] = true;
+  if (causes.empty() && phase == "backward") RaiseCause(&causes, "gradient_explosion", 0.2);
+
+  // The flight recorder: the last steps of everything involved.
+  std::vector<std::string> focus;
+  auto add_focus = [&](const std::string& prefix, const std::string& name) { focus.push_back(prefix + name); };
+  if (kind == "activation") add_focus("act/", location);
+  if (kind == "gradient") add_focus("grad/", location);
+  if (kind == "weight") add_focus("weight/", location);
+  for (const auto& i : bad_inputs) add_focus("input/", i);
+  evidence["flight_recorder"] = ctx.flight.Snapshot(focus, 8);
+
+  Finding f;
+  f.code = code;
+  f.severity = Severity::kCritical;
+  f.step = f.last_step = frame.step;
+  f.location = location;
+  std::string where = kind == "input"      ? "in the input batch"
+                      : kind == "loss"     ? "in the loss (its inputs were finite)"
+                      : kind == "activation" ? "first in the output of " + location + " (forward pass)"
+                      : kind == "gradient" ? "first in the gradient of " + location + " (backward pass; forward was finite)"
+                                           : "in the weights of " + location + " after the optimizer step";
+  f.summary = "first non-finite value at step " + std::to_string(frame.step) + ", " + where;
+  f.evidence_json = evidence.dump();
+  f.causes = std::move(causes);
+  code_ = f.code;
+  location_ = f.location;
+  severity_ = f.severity;
+  ctx.Report(std::move(f));
+  remember();
+}
+
+}  // namespace trainscope::doctor

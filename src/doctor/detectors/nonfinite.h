@@ -1,0 +1,63 @@
+// NaN/Inf forensics. At the first step with a non-finite value anywhere (input, activation,
+// loss, gradient, weight) it names the first producer (DESIGN.md: the earliest module in
+// forward order whose output went non-finite, else the parameter whose gradient did, else
+// the input or the loss), says whether it arose in the forward pass, the backward pass or
+// the optimizer step, ranks causes from the evidence and attaches the flight recorder.
+// Later non-finite steps extend the same finding; consequences are not reported again.
+#pragma once
+
+#include <deque>
+
+#include "doctor/detector.h"
+
+namespace trainscope::doctor {
+
+struct NonFiniteOptions {
+  // "Early" for the LR-too-high cause: most LR blow-ups happen in the first ~100 steps,
+  // before warm-up would have helped (the seeds' figure).
+  int64_t early_steps = 100;
+  // An LR at or above this is "large" for SGD-family optimizers; Adam-family optimizers
+  // (meta/config optimizer names adam/adamw/...) use adam_high_lr: typical working LRs are
+  // 1e-1..1e-2 for SGD and 1e-3..1e-4 for Adam.
+  double high_lr = 0.1;
+  double adam_high_lr = 0.01;
+  // Gradient norm at the step before the NaN this many times its median over the flight
+  // recorder window = "climbing before" -> gradient_explosion.
+  double explosion_ratio = 10;
+  // Largest finite float16 value: a finite activation past it before an Inf means the Inf
+  // came from a cast to half precision.
+  double fp16_max = 65504;
+  // ... but far below float32's range: a float32 tensor overflowing after values of 1e30
+  // is plain explosion, not a cast.
+  double fp32_plausible_max = 1e15;
+};
+
+class NonFiniteDetector : public Detector {
+ public:
+  explicit NonFiniteDetector(NonFiniteOptions options = {}) : options_(options) {}
+  const char* name() const override { return "nonfinite"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+
+ private:
+  NonFiniteOptions options_;
+  bool found_ = false;
+  std::string code_, location_;
+  Severity severity_ = Severity::kCritical;
+  // Largest finite |activation| per module at the previous step (precision overflow).
+  std::unordered_map<std::string, double> prev_abs_max_;
+};
+
+// Labels outside [0, num_classes): `input/label_min` < 0 (other than the ignore index
+// -100) or `input/label_max` >= num_classes (meta/config num_classes). PyTorch on CPU
+// raises at once; on CUDA it is a device assert or silent garbage — either way the data,
+// not the model, is wrong. Code LABEL_OUT_OF_RANGE (critical).
+class LabelRangeDetector : public Detector {
+ public:
+  const char* name() const override { return "label_range"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+};
+
+// Whether the labels at this frame are out of range (used as NaN evidence as well).
+bool LabelsOutOfRange(const StepFrame& frame, int num_classes, double* min_label, double* max_label);
+
+}  // namespace trainscope::doctor

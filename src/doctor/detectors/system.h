@@ -1,0 +1,113 @@
+// Detectors on time and memory: data-loader bottleneck (data wait share of the step),
+// memory leak (robust slope of memory over steps after warm-up, with the object type that
+// grows), and throughput drop against the run's own early step time.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <set>
+
+#include "doctor/detector.h"
+
+namespace trainscope::doctor {
+
+// The data wait and the whole step time at a frame, from `time/<phase>` scalars or spans
+// (seconds). *step is time/step (or a "step" span), else the sum of the phases seen.
+// Returns false when the frame has no timing.
+bool StepTimes(const StepFrame& frame, double* data_wait, double* step);
+
+struct DataloaderOptions {
+  // Data wait above 30 % of the step time (the seeds' figure), median over 20 steps after
+  // the first 5 (worker start-up), and at least 1 ms of waiting per step (below that the
+  // whole step is so short that there is nothing to win).
+  double share = 0.3;
+  size_t window = 20;
+  size_t skip = 5;
+  double min_wait_seconds = 1e-3;
+};
+
+class DataloaderDetector : public Detector {
+ public:
+  explicit DataloaderDetector(DataloaderOptions options = {}) : options_(options) {}
+  const char* name() const override { return "dataloader"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+
+ private:
+  DataloaderOptions options_;
+  size_t seen_ = 0;
+  std::deque<std::pair<double, double>> window_;  // (wait, step)
+  std::deque<int64_t> steps_;
+};
+
+struct MemoryLeakOptions {
+  // Skip the warm-up (allocator pools, caches, the first optimizer state): the first 20 %
+  // of points, at least `warmup`. Then Theil-Sen slope and Mann-Kendall z over the rest:
+  // z >= 5 is a steady climb, not noise; and the total growth must matter: >= min_growth
+  // bytes and >= rel_growth of the level (RSS), or >= cuda_min_growth for device memory
+  // (which is flat in a healthy loop). Healthy CPU scenario runs measured here grow their
+  // RSS by ~20 MB over 400 steps (allocator, the monitor's own buffers), steadily: 50 MB
+  // and 10 % keep those quiet; a kept graph grows by that in tens of steps.
+  size_t warmup = 20;
+  double warmup_fraction = 0.2;
+  size_t min_points = 50;
+  double trend_z = 5;
+  double min_growth = 50e6;
+  double rel_growth = 0.1;
+  double cuda_min_growth = 10e6;
+  // A census type grows: slope >= 0.5 objects per step with z >= 4.
+  double census_slope = 0.5;
+  double census_z = 4;
+  size_t eval_every = 25;
+};
+
+class MemoryLeakDetector : public Detector {
+ public:
+  explicit MemoryLeakDetector(MemoryLeakOptions options = {}) : options_(options) {}
+  const char* name() const override { return "memory_leak"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+  void Finish(const DetectorContext& ctx) override;
+
+ private:
+  void Check(const DetectorContext& ctx);
+  MemoryLeakOptions options_;
+  struct Series {
+    std::vector<double> steps, values;
+  };
+  std::map<std::string, Series> memory_, census_;
+  std::set<std::string> reported_;
+  size_t frames_ = 0;
+};
+
+struct ThroughputOptions {
+  // Step time: baseline = median over records [skip, skip + baseline) ; now = median of the
+  // last `window`; a drop when now >= ratio x baseline. 2x is far past the jitter of a
+  // steady loop and below what a real regression (swapping, thermal throttling, a
+  // growing graph) produces.
+  size_t skip = 10;
+  size_t baseline = 50;
+  size_t window = 50;  // a slowdown must last: short bursts of a busy host are not a regression
+  double ratio = 2;
+  // Severity: info unless >= warning_ratio x and >= warning_increase_seconds slower. On a
+  // shared host other processes make a millisecond loop 2-4x slower for minutes; a real
+  // regression of a real training step (100 ms and up) clears both.
+  double warning_ratio = 4;
+  double warning_increase_seconds = 0.05;
+  // And at least 10 ms slower: sub-millisecond steps of a toy loop double whenever a
+  // neighbour process takes the core; nothing to act on.
+  double min_increase_seconds = 0.01;
+};
+
+class ThroughputDetector : public Detector {
+ public:
+  explicit ThroughputDetector(ThroughputOptions options = {}) : options_(options) {}
+  const char* name() const override { return "throughput"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+
+ private:
+  ThroughputOptions options_;
+  std::vector<double> base_;
+  size_t seen_ = 0;
+  std::deque<std::pair<int64_t, double>> recent_;
+};
+
+}  // namespace trainscope::doctor

@@ -1,0 +1,84 @@
+#include "doctor/detectors/system.h"
+
+#include <gtest/gtest.h>
+
+#include "doctor/test_util.h"
+
+namespace trainscope::doctor {
+namespace {
+
+using namespace testing;
+
+std::vector<Finding> DataRun(double data_ms, double compute_ms, bool spans) {
+  Feed feed({"dataloader"});
+  std::mt19937 rng(1);
+  std::lognormal_distribution<double> n(0, 0.1);
+  for (int64_t s = 0; s < 60; ++s) {
+    const double d = data_ms * n(rng) / 1e3, c = compute_ms * n(rng) / 1e3;
+    if (spans) {
+      feed.Span(s, "data", d);
+      feed.Span(s, "forward", c / 2);
+      feed.Span(s, "backward", c / 2);
+    } else {
+      feed.Scalar("time/data", s, d);
+      feed.Scalar("time/step", s, d + c);
+    }
+  }
+  return feed.Finish();
+}
+
+TEST(Dataloader, EdgeOfThirtyPercent) {
+  EXPECT_TRUE(DataRun(25, 75, false).empty());   // 25 %
+  EXPECT_EQ(DataRun(40, 60, false).size(), 1u);  // 40 %
+  EXPECT_EQ(DataRun(40, 60, true).size(), 1u);   // from spans
+  EXPECT_TRUE(DataRun(0.4, 0.6, false).empty()); // 40 % of a 1 ms step: nothing to win
+}
+
+std::vector<Finding> MemRun(double bytes_per_step, bool census) {
+  Feed feed({"memory_leak"});
+  std::mt19937 rng(1);
+  std::normal_distribution<double> n(0, 2e6);
+  for (int64_t s = 0; s < 300; ++s) {
+    const double warm = s < 30 ? 3e6 * s : 90e6;
+    feed.Scalar("mem/rss", s, 400e6 + warm + bytes_per_step * s + n(rng));
+    if (census) {
+      feed.Scalar("census/torch.Tensor", s, 100 + s);
+      feed.Scalar("census/dict", s, 500 + (s % 7));
+    }
+  }
+  return feed.Finish();
+}
+
+TEST(MemoryLeak, SteadyClimbWithTheGrowingType) {
+  const auto f = MemRun(1e6, true);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].code, "MEMORY_LEAK");
+  EXPECT_NE(f[0].summary.find("torch.Tensor"), std::string::npos);
+  EXPECT_EQ(f[0].causes[0].id, "retained_graph");
+  EXPECT_NEAR(std::stod(f[0].evidence_json.substr(f[0].evidence_json.find("slope_bytes_per_step") + 22)), 1e6, 2.5e5);  // found early: some warm-up still in the fit
+}
+
+TEST(MemoryLeak, WarmUpAndNoiseAreNotALeak) {
+  EXPECT_TRUE(MemRun(0, false).empty());
+  EXPECT_TRUE(MemRun(2e4, false).empty());  // 5 MB over the run: under the 50 MB floor
+  EXPECT_TRUE(MemRun(1.5e5, false).empty());  // 36 MB: what healthy runs measured here grow
+}
+
+TEST(Throughput, EdgeOfTwiceAsSlow) {
+  auto run = [](double later) {
+    Feed feed({"throughput"});
+    for (int64_t s = 0; s < 150; ++s) feed.Scalar("time/step", s, s < 100 ? 0.1 : 0.1 * later);
+    return feed.Finish();
+  };
+  EXPECT_TRUE(run(1.8).empty());
+  auto f = run(2.5);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].code, "THROUGHPUT_DROP");
+  EXPECT_EQ(f[0].severity, Severity::kInfo);
+  f = run(5);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].severity, Severity::kWarning);
+}
+
+}  // namespace
+}  // namespace trainscope::doctor

@@ -1,0 +1,499 @@
+#include "doctor/doctor.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "doctor/knowledge.h"
+
+namespace trainscope::doctor {
+
+namespace {
+
+using json = nlohmann::json;
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// An integer from a JSON object under any of `keys` (numbers or numeric strings).
+int IntFrom(const json& obj, std::initializer_list<const char*> keys) {
+  if (!obj.is_object()) return 0;
+  for (const char* k : keys) {
+    auto it = obj.find(k);
+    if (it == obj.end()) continue;
+    if (it->is_number_integer()) return it->get<int>();
+    if (it->is_number()) return static_cast<int>(it->get<double>());
+    if (it->is_string()) return std::atoi(it->get<std::string>().c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+// ---- RunFacts ----
+
+int RunFacts::ModuleIndex(const std::string& module) const {
+  for (size_t i = 0; i < module_order.size(); ++i) {
+    if (module_order[i] == module) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::string RunFacts::ModuleOfParam(const std::string& param) {
+  const size_t dot = param.rfind('.');
+  return dot == std::string::npos ? "" : param.substr(0, dot);
+}
+
+int RunFacts::ParamIndex(const std::string& param) const {
+  if (!param_order_explicit && !module_order.empty()) {
+    // Forward position of the parameter's module (or of its nearest recorded ancestor),
+    // scaled so parameters of one module keep their own order.
+    std::string module = ModuleOfParam(param);
+    while (true) {
+      const int m = ModuleIndex(module);
+      if (m >= 0) {
+        int within = 0;
+        for (size_t i = 0; i < param_order.size(); ++i) {
+          if (param_order[i] == param) within = static_cast<int>(i);
+        }
+        return m * 100000 + within;
+      }
+      const size_t dot = module.rfind('.');
+      if (dot == std::string::npos) break;
+      module = module.substr(0, dot);
+    }
+  }
+  for (size_t i = 0; i < param_order.size(); ++i) {
+    if (param_order[i] == param) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::string RunFacts::ModuleType(const std::string& module) const {
+  auto it = module_types.find(module);
+  return it == module_types.end() ? "" : it->second;
+}
+
+void RaiseCause(std::vector<Cause>* causes, const std::string& id, double confidence) {
+  for (Cause& c : *causes) {
+    if (c.id == id) {
+      c.confidence = 1 - (1 - c.confidence) * (1 - confidence);
+      return;
+    }
+  }
+  causes->push_back({id, confidence});
+}
+
+void RankCauses(std::vector<Cause>* causes) {
+  causes->erase(std::remove_if(causes->begin(), causes->end(), [](const Cause& c) { return c.confidence < 0.05; }),
+                causes->end());
+  for (Cause& c : *causes) c.confidence = std::round(std::min(c.confidence, 0.95) * 100) / 100;
+  std::stable_sort(causes->begin(), causes->end(),
+                   [](const Cause& a, const Cause& b) { return a.confidence > b.confidence; });
+}
+
+// ---- Doctor ----
+
+Doctor::Doctor(DoctorOptions options) : options_(std::move(options)), flight_(options_.flight_recorder_steps) {
+  std::vector<std::unique_ptr<Detector>> all;
+  all.push_back(std::make_unique<NonFiniteDetector>(options_.nonfinite));
+  all.push_back(std::make_unique<LabelRangeDetector>());
+  all.push_back(std::make_unique<LossSpikeDetector>(options_.loss_spike));
+  all.push_back(std::make_unique<LossDivergenceDetector>(options_.divergence));
+  all.push_back(std::make_unique<LossPlateauDetector>(options_.plateau));
+  all.push_back(std::make_unique<LossOscillationDetector>(options_.oscillation));
+  all.push_back(std::make_unique<NegativeLossDetector>(options_.negative_loss));
+  all.push_back(std::make_unique<OverfittingDetector>(options_.overfitting));
+  all.push_back(std::make_unique<MetricStallDetector>(options_.metric_stall));
+  all.push_back(std::make_unique<MetricImbalanceDetector>(options_.metric_imbalance));
+  all.push_back(std::make_unique<GradExplosionDetector>(options_.grad_explosion));
+  all.push_back(std::make_unique<GradVanishingDetector>(options_.grad_vanishing));
+  all.push_back(std::make_unique<GradNotZeroedDetector>(options_.grad_not_zeroed));
+  all.push_back(std::make_unique<UpdateRatioDetector>(options_.update_ratio));
+  all.push_back(std::make_unique<WeightSymmetryDetector>(options_.weight_symmetry));
+  all.push_back(std::make_unique<NormScaleDetector>(options_.norm_scale));
+  all.push_back(std::make_unique<LrAnomalyDetector>(options_.lr_anomaly));
+  all.push_back(std::make_unique<DeadUnitsDetector>(options_.dead_units));
+  all.push_back(std::make_unique<SaturationDetector>(options_.saturation));
+  all.push_back(std::make_unique<ActivationDriftDetector>(options_.activation_drift));
+  all.push_back(std::make_unique<InputScaleDetector>(options_.input_scale));
+  all.push_back(std::make_unique<BatchNormBatchDetector>(options_.batchnorm_batch));
+  all.push_back(std::make_unique<DataloaderDetector>(options_.dataloader));
+  all.push_back(std::make_unique<MemoryLeakDetector>(options_.memory_leak));
+  all.push_back(std::make_unique<ThroughputDetector>(options_.throughput));
+  for (auto& d : all) {
+    if (options_.only.empty() || options_.only.count(d->name())) detectors_.push_back(std::move(d));
+  }
+}
+
+Doctor::~Doctor() = default;
+
+std::vector<std::string> Doctor::detector_names() const {
+  std::vector<std::string> names;
+  for (const auto& d : detectors_) names.push_back(d->name());
+  return names;
+}
+
+StepFrame& Doctor::FrameFor(int64_t step, double wall_time, bool* accepted) {
+  static thread_local StepFrame discard;
+  *accepted = !finished_ && step > judged_through_;
+  if (!*accepted) {
+    ++late_samples_;
+    discard = StepFrame();
+    return discard;
+  }
+  auto [it, added] = open_.try_emplace(step);
+  if (added) it->second.step = step;
+  it->second.wall_time = std::max(it->second.wall_time, wall_time);
+  return it->second;
+}
+
+void Doctor::OnScalar(std::string_view tag, int64_t step, double wall_time, double value) {
+  bool ok;
+  StepFrame& f = FrameFor(step, wall_time, &ok);
+  if (!ok) return;
+  f.scalars.emplace_back(std::string(tag), value);
+  JudgeReadyFrames();
+}
+
+void Doctor::OnTensorStats(std::string_view tag, int64_t step, double wall_time, const TensorStats& stats) {
+  bool ok;
+  StepFrame& f = FrameFor(step, wall_time, &ok);
+  if (!ok) return;
+  f.stats.emplace_back(std::string(tag), stats);
+  JudgeReadyFrames();
+}
+
+void Doctor::OnVector(std::string_view tag, int64_t step, double wall_time, const std::vector<float>& values) {
+  bool ok;
+  StepFrame& f = FrameFor(step, wall_time, &ok);
+  if (!ok) return;
+  f.vectors.emplace_back(std::string(tag), values);
+  JudgeReadyFrames();
+}
+
+void Doctor::OnSpan(const Span& span) {
+  bool ok;
+  StepFrame& f = FrameFor(span.step, span.start + span.duration, &ok);
+  if (!ok) return;
+  f.spans.push_back(span);
+  JudgeReadyFrames();
+}
+
+void Doctor::OnFinding(const Finding& finding) { recorded_.push_back(finding); }
+
+void Doctor::OnMeta(std::string_view key, std::string_view value) {
+  facts_.meta[std::string(key)] = std::string(value);
+  if (key == "roles") {
+    facts_.roles.SetExplicit(value);
+  } else if (key == "num_classes") {
+    facts_.num_classes = std::atoi(std::string(value).c_str());
+  } else if (key == "batch_size") {
+    facts_.batch_size = std::atoi(std::string(value).c_str());
+  } else if (key == "accumulation_steps") {
+    facts_.accumulation_steps = std::max(1, std::atoi(std::string(value).c_str()));
+  } else if (key == "optimizer") {
+    facts_.optimizer = Lower(std::string(value));
+  } else if (key == "module_order" || key == "param_order") {
+    json j = json::parse(value, nullptr, false);
+    if (j.is_array()) {
+      std::vector<std::string> order;
+      for (const json& v : j) {
+        if (v.is_string()) order.push_back(v.get<std::string>());
+      }
+      if (key == "module_order") {
+        facts_.module_order = order;
+        facts_.module_order_explicit = true;
+      } else {
+        facts_.param_order = order;
+        facts_.param_order_explicit = true;
+      }
+    }
+  } else if (key == "module_types") {
+    json j = json::parse(value, nullptr, false);
+    if (j.is_object()) {
+      for (const auto& [name, type] : j.items()) {
+        if (type.is_string()) facts_.module_types[name] = type.get<std::string>();
+      }
+    }
+  } else if (key == "config") {
+    json j = json::parse(value, nullptr, false);
+    if (facts_.num_classes == 0) facts_.num_classes = IntFrom(j, {"num_classes", "n_classes", "classes", "num_labels"});
+    if (facts_.batch_size == 0) {
+      facts_.batch_size = IntFrom(j, {"batch_size", "batch", "train_batch_size", "per_device_train_batch_size"});
+    }
+    const int acc = IntFrom(j, {"accumulation_steps", "gradient_accumulation_steps", "grad_accum"});
+    if (acc > 1) facts_.accumulation_steps = acc;
+    if (facts_.optimizer.empty() && j.is_object() && j.contains("optimizer") && j["optimizer"].is_string()) {
+      facts_.optimizer = Lower(j["optimizer"].get<std::string>());
+    }
+  }
+}
+
+void Doctor::JudgeReadyFrames() {
+  if (!options_.streaming || open_.empty()) return;
+  const int64_t newest = open_.rbegin()->first;
+  while (!open_.empty() && open_.begin()->first < newest - options_.lag_steps) {
+    StepFrame frame = std::move(open_.begin()->second);
+    open_.erase(open_.begin());
+    Judge(frame);
+  }
+}
+
+void Doctor::UpdateFacts(const StepFrame& frame) {
+  RunFacts& f = facts_;
+  if (f.steps_seen == 0) f.first_step = frame.step;
+  for (const auto& [tag, value] : frame.scalars) {
+    if (seen_scalars_.insert(tag).second) f.roles.See(tag);
+    std::string_view rest;
+    if (tag == "train/grad_zeroed") f.has_grad_zeroed = true;
+    if (HasPrefix(tag, "time/")) f.has_time = true;
+    if (HasPrefix(tag, "mem/")) f.has_memory = true;
+    if (HasPrefix(tag, "census/")) f.has_census = true;
+    if (tag == "input/label_min" || tag == "input/label_max") f.has_labels = true;
+  }
+  if (!frame.spans.empty()) f.has_time = true;
+  for (const auto& [tag, s] : frame.stats) {
+    std::string_view rest;
+    if (HasPrefix(tag, "grad/", &rest)) {
+      f.has_grad_stats = true;
+      if (seen_grads_.insert(std::string(rest)).second) grad_order_.emplace_back(rest);
+    } else if (HasPrefix(tag, "weight/", &rest)) {
+      f.has_weight_stats = true;
+      if (seen_weights_.insert(std::string(rest)).second) weight_order_.emplace_back(rest);
+    } else if (HasPrefix(tag, "update/")) {
+      f.has_update_stats = true;
+    } else if (HasPrefix(tag, "act/", &rest)) {
+      f.has_act_stats = true;
+      if (!std::isnan(s.dead_fraction)) f.has_dead = true;
+      if (!std::isnan(s.saturated_fraction)) f.has_saturated = true;
+      if (seen_acts_.insert(std::string(rest)).second && !f.module_order_explicit) f.module_order.emplace_back(rest);
+    } else if (HasPrefix(tag, "input/")) {
+      f.has_input_stats = true;
+    }
+  }
+  if (!f.param_order_explicit) {
+    // Weights are recorded in named_parameters() order after the optimizer step; gradient
+    // hooks fire in backward order, so they are only the fallback.
+    const auto& order = weight_order_.empty() ? grad_order_ : weight_order_;
+    if (order.size() != f.param_order.size()) {
+      f.param_order = order;
+      for (const auto& g : grad_order_) {
+        if (!seen_weights_.empty() && !seen_weights_.count(g)) f.param_order.push_back(g);
+      }
+    }
+  }
+
+  // Derived numbers for this step.
+  const std::string& loss_tag = f.roles.Get(Role::kLoss);
+  const double* loss = loss_tag.empty() ? nullptr : frame.Scalar(loss_tag);
+  f.loss = loss ? *loss : kNaN;
+  const std::string& lr_tag = f.roles.Get(Role::kLr);
+  if (const double* lr = lr_tag.empty() ? nullptr : frame.Scalar(lr_tag)) {
+    f.lr = *lr;
+    if (std::isfinite(*lr)) f.lr_max = std::max(f.lr_max, *lr);
+  }
+  const std::string& gn_tag = f.roles.Get(Role::kGradNorm);
+  const double* gn = gn_tag.empty() ? nullptr : frame.Scalar(gn_tag);
+  double grad_sq = 0, weight_sq = 0, update_sq = 0;
+  bool any_grad = false, any_update = false;
+  std::map<std::string_view, double> weight_sq_by_param;
+  for (const auto& [tag, s] : frame.stats) {
+    std::string_view rest;
+    if (HasPrefix(tag, "grad/", &rest)) {
+      grad_sq += s.nan + s.inf ? std::numeric_limits<double>::infinity() : s.sum_squares;
+      any_grad = true;
+    } else if (HasPrefix(tag, "weight/", &rest)) {
+      weight_sq_by_param[rest] = s.sum_squares;
+    }
+  }
+  for (const auto& [tag, s] : frame.stats) {
+    std::string_view rest;
+    if (HasPrefix(tag, "update/", &rest)) {
+      auto it = weight_sq_by_param.find(rest);
+      if (it == weight_sq_by_param.end()) continue;
+      update_sq += s.sum_squares;
+      weight_sq += it->second;
+      any_update = true;
+    }
+  }
+  f.grad_norm = gn ? *gn : any_grad ? std::sqrt(grad_sq) : kNaN;
+  f.update_ratio = any_update && weight_sq > 0 ? std::sqrt(update_sq / weight_sq) : kNaN;
+}
+
+void Doctor::Judge(const StepFrame& frame) {
+  judging_step_ = frame.step;
+  judged_through_ = std::max(judged_through_, frame.step);
+  UpdateFacts(frame);
+  flight_.Add(frame);
+  if (!std::isnan(facts_.grad_norm)) flight_.AddGradNorm(frame.step, facts_.grad_norm);
+  DetectorContext ctx(options_, facts_, flight_, this, &Doctor::ReportThunk);
+  for (auto& d : detectors_) d->OnStep(frame, ctx);
+  ++facts_.steps_seen;
+}
+
+void Doctor::ReportThunk(void* self, Finding finding) { static_cast<Doctor*>(self)->Report(std::move(finding)); }
+
+void Doctor::Report(Finding finding) {
+  RankCauses(&finding.causes);
+  const auto key = std::make_pair(finding.code, finding.location);
+  auto it = open_findings_.find(key);
+  if (it != open_findings_.end()) {
+    Finding& open = findings_[it->second];
+    open.last_step = std::max(open.last_step, std::max(finding.last_step, finding.step));
+    if (finding.severity > open.severity) {
+      open.severity = finding.severity;
+      open.summary = finding.summary;
+    }
+    return;
+  }
+  if (finding.last_step < finding.step) finding.last_step = finding.step;
+  // When the doctor knew (the step being judged), next to when the problem began (step):
+  // the difference is the detection delay.
+  json evidence = json::parse(finding.evidence_json, nullptr, false);
+  if (!evidence.is_object()) evidence = json::object();
+  evidence["detected_at"] = judging_step_;
+  finding.evidence_json = evidence.dump();
+  if (finding.actions.empty()) finding.actions = KnowledgeBase::Builtin().ActionsFor(finding);
+  open_findings_[key] = findings_.size();
+  findings_.push_back(finding);
+  if (options_.on_finding) options_.on_finding(findings_.back());
+}
+
+void Doctor::Finish() {
+  if (finished_) return;
+  while (!open_.empty()) {
+    StepFrame frame = std::move(open_.begin()->second);
+    open_.erase(open_.begin());
+    Judge(frame);
+  }
+  DetectorContext ctx(options_, facts_, flight_, this, &Doctor::ReportThunk);
+  for (auto& d : detectors_) d->Finish(ctx);
+  finished_ = true;
+}
+
+void SortFindings(std::vector<Finding>* findings) {
+  std::stable_sort(findings->begin(), findings->end(), [](const Finding& a, const Finding& b) {
+    if (a.severity != b.severity) return a.severity > b.severity;
+    if (a.step != b.step) return a.step < b.step;
+    return a.code < b.code;
+  });
+}
+
+std::vector<Finding> Doctor::findings() const {
+  std::vector<Finding> out = findings_;
+  for (const Finding& r : recorded_) {
+    const bool dup = std::any_of(out.begin(), out.end(), [&](const Finding& f) {
+      return f.code == r.code && f.location == r.location;
+    });
+    if (!dup) out.push_back(r);
+  }
+  SortFindings(&out);
+  return out;
+}
+
+std::vector<NotChecked> Doctor::not_checked() const {
+  const RunFacts& f = facts_;
+  std::vector<NotChecked> out;
+  const bool loss = f.roles.Has(Role::kLoss);
+  if (!loss) {
+    out.push_back({"loss curve",
+                   {"LOSS_SPIKE", "LOSS_DIVERGENCE", "LOSS_PLATEAU", "LOSS_OSCILLATION", "NEGATIVE_LOSS",
+                    "NONFINITE_LOSS"},
+                   "no series looks like the training loss (no tag named like loss/train_loss; name it in the run "
+                   "meta key `roles`)"});
+  }
+  if (!f.roles.Has(Role::kValLoss)) {
+    out.push_back({"over-fitting", {"OVERFITTING"}, "no validation loss recorded (log val/loss every few hundred steps)"});
+  }
+  if (!f.roles.Has(Role::kValAcc) && !f.roles.Has(Role::kAcc)) {
+    out.push_back({"metric stall", {"METRIC_STALL"}, "no accuracy or other metric recorded"});
+  }
+  if (!f.roles.Has(Role::kMacroF1)) {
+    out.push_back({"hidden classes", {"METRIC_IMBALANCE"},
+                   "no macro-F1 recorded next to accuracy (run.log_classification logs it)"});
+  }
+  if (!f.has_grad_stats) {
+    out.push_back({"gradients per layer",
+                   {"NONFINITE_GRAD", "GRAD_VANISHING", "GRAD_NOT_ZEROED"},
+                   f.roles.Has(Role::kGradNorm)
+                       ? "only a global gradient norm was recorded: explosion is checked on it, but per-layer and "
+                         "by-depth checks need per-parameter gradients (run.watch(model))"
+                       : "no gradient statistics recorded (run.watch(model) records them)"});
+    if (!f.roles.Has(Role::kGradNorm)) {
+      out.push_back({"gradient explosion", {"GRAD_EXPLOSION"}, "no gradient norm recorded"});
+    }
+  }
+  if (!f.has_weight_stats || !f.has_update_stats) {
+    out.push_back({"weights and updates",
+                   {"NONFINITE_WEIGHT", "UPDATE_RATIO_HIGH", "UPDATE_RATIO_LOW", "WEIGHT_SYMMETRY", "NORM_SCALE_COLLAPSE"},
+                   "no weight/update statistics recorded (run.watch(model, optimizer) records them)"});
+  }
+  if (!f.has_act_stats) {
+    out.push_back({"activations",
+                   {"NONFINITE_ACTIVATION", "DEAD_UNITS", "ACTIVATION_SATURATION", "ACTIVATION_DRIFT"},
+                   "no activation statistics recorded: a non-finite value can only be traced to a parameter, the "
+                   "input or the loss, not to the module that produced it"});
+  } else if (!f.has_dead && !f.has_saturated) {
+    out.push_back({"dead and saturated units", {"DEAD_UNITS", "ACTIVATION_SATURATION"},
+                   "activation statistics carry no dead/saturated fractions (no ReLU/sigmoid/tanh modules seen)"});
+  }
+  if (!f.has_input_stats && !f.has_labels) {
+    out.push_back({"input batch", {"NONFINITE_INPUT", "LABEL_OUT_OF_RANGE"},
+                   "no statistics of the input batch recorded: a NaN in the data cannot be told apart from one "
+                   "made by the model"});
+  }
+  if (!f.has_grad_zeroed) {
+    out.push_back({"zero_grad", {"GRAD_NOT_ZEROED"}, "train/grad_zeroed not recorded (run.watch(model, optimizer))"});
+  }
+  if (!f.roles.Has(Role::kLr)) {
+    out.push_back({"learning rate", {"LR_ANOMALY"}, "no learning-rate series found"});
+  }
+  if (!f.has_time) {
+    out.push_back({"step time", {"DATALOADER_BOTTLENECK", "THROUGHPUT_DROP"}, "no step or data-wait timings recorded"});
+  }
+  if (!f.has_memory) {
+    out.push_back({"memory", {"MEMORY_LEAK"}, "no memory series (mem/rss, mem/cuda_allocated) recorded"});
+  }
+  return out;
+}
+
+// ---- offline ----
+
+Diagnosis Diagnose(const RunData& run, const DoctorOptions& options) {
+  DoctorOptions opts = options;
+  opts.streaming = false;
+  Doctor doctor(std::move(opts));
+  run.Replay(&doctor);
+  doctor.Finish();
+  Diagnosis d;
+  d.findings = doctor.findings();
+  d.not_checked = doctor.not_checked();
+  d.steps = doctor.steps_judged();
+  return d;
+}
+
+json DiagnosisToJson(const Diagnosis& d, const std::string& source, const std::string& format, int64_t steps) {
+  json findings = json::array();
+  for (const Finding& f : d.findings) {
+    json evidence = json::parse(f.evidence_json, nullptr, false);
+    if (!evidence.is_object()) evidence = json::object();
+    json causes = json::array();
+    for (const Cause& c : f.causes) causes.push_back({{"id", c.id}, {"confidence", c.confidence}});
+    findings.push_back({{"code", f.code},         {"severity", SeverityName(f.severity)},
+                        {"step", f.step},         {"last_step", f.last_step},
+                        {"location", f.location}, {"summary", f.summary},
+                        {"evidence", evidence},   {"causes", causes},
+                        {"actions", f.actions}});
+  }
+  json not_checked = json::array();
+  for (const NotChecked& n : d.not_checked) {
+    not_checked.push_back({{"check", n.check}, {"codes", n.codes}, {"reason", n.reason}});
+  }
+  return {{"source", source}, {"format", format}, {"steps", steps}, {"findings", findings},
+          {"not_checked", not_checked}};
+}
+
+}  // namespace trainscope::doctor

@@ -1,0 +1,153 @@
+// The doctor: turns a run's sample stream into findings (DESIGN.md). The same code runs
+// online, fed sample by sample while training goes on, and offline over a recorded or
+// imported run:
+//
+//   Doctor doctor(options);            // online: a SampleSink
+//   recorder_fanout.Add(&doctor);      // ... samples arrive ...
+//   doctor.Finish();                   // at run.finish()
+//   doctor.findings();
+//
+//   Diagnosis d = Diagnose(run_data);  // offline
+//
+// The doctor groups samples into steps (StepFrame) and gives each detector every step in
+// order. Online it holds the newest `lag_steps` + 1 steps open, so samples of one step that
+// arrive interleaved with the next are still seen together; a sample for a step already
+// judged is counted in late_samples() and ignored. Not thread-safe: feed it from one
+// thread (the recorder's writer thread, or the caller).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/run_data.h"
+#include "doctor/detector.h"
+#include "doctor/detectors/activations.h"
+#include "doctor/detectors/gradients.h"
+#include "doctor/detectors/loss_curve.h"
+#include "doctor/detectors/nonfinite.h"
+#include "doctor/detectors/system.h"
+#include "doctor/detectors/validation.h"
+
+namespace trainscope::doctor {
+
+struct DoctorOptions {
+  NonFiniteOptions nonfinite;
+  LossSpikeOptions loss_spike;
+  DivergenceOptions divergence;
+  PlateauOptions plateau;
+  OscillationOptions oscillation;
+  NegativeLossOptions negative_loss;
+  OverfittingOptions overfitting;
+  MetricStallOptions metric_stall;
+  MetricImbalanceOptions metric_imbalance;
+  GradExplosionOptions grad_explosion;
+  GradVanishingOptions grad_vanishing;
+  GradNotZeroedOptions grad_not_zeroed;
+  UpdateRatioOptions update_ratio;
+  WeightSymmetryOptions weight_symmetry;
+  NormScaleOptions norm_scale;
+  LrAnomalyOptions lr_anomaly;
+  DeadUnitsOptions dead_units;
+  SaturationOptions saturation;
+  ActivationDriftOptions activation_drift;
+  InputScaleOptions input_scale;
+  BatchNormBatchOptions batchnorm_batch;
+  DataloaderOptions dataloader;
+  MemoryLeakOptions memory_leak;
+  ThroughputOptions throughput;
+
+  // Steps of every statistic kept for the evidence of a finding.
+  size_t flight_recorder_steps = 32;
+  // true: judge steps as they complete (online). false: keep everything until Finish()
+  // and judge it then in step order (offline: samples may come series by series).
+  bool streaming = true;
+  int64_t lag_steps = 1;
+  // Run only the detectors with these names (empty: all). Tests use it to look at one.
+  std::set<std::string> only;
+  // Called when a finding opens (not when it is extended): the live alert.
+  std::function<void(const Finding&)> on_finding;
+};
+
+// A check the doctor could not run on this run, and why (e.g. a loss-only imported log).
+struct NotChecked {
+  std::string check;
+  std::vector<std::string> codes;
+  std::string reason;
+};
+
+class Doctor : public SampleSink {
+ public:
+  explicit Doctor(DoctorOptions options = {});
+  ~Doctor() override;
+
+  void OnScalar(std::string_view tag, int64_t step, double wall_time, double value) override;
+  void OnTensorStats(std::string_view tag, int64_t step, double wall_time, const TensorStats& stats) override;
+  void OnVector(std::string_view tag, int64_t step, double wall_time, const std::vector<float>& values) override;
+  void OnSpan(const Span& span) override;
+  // A finding recorded earlier (e.g. by the online doctor): merged into findings().
+  void OnFinding(const Finding& finding) override;
+  void OnMeta(std::string_view key, std::string_view value) override;
+
+  // Judges every step still open and runs the end-of-run checks. Idempotent; samples that
+  // arrive afterwards are ignored.
+  void Finish();
+
+  // Findings so far: the doctor's, then recorded ones not already found (same code and
+  // location), worst first, then by step.
+  std::vector<Finding> findings() const;
+  // What could not be checked with the data seen, and why.
+  std::vector<NotChecked> not_checked() const;
+  int64_t steps_judged() const { return facts_.steps_seen; }
+  uint64_t late_samples() const { return late_samples_; }
+  const RunFacts& facts() const { return facts_; }
+  // The names of the detectors that run.
+  std::vector<std::string> detector_names() const;
+
+ private:
+  StepFrame& FrameFor(int64_t step, double wall_time, bool* accepted);
+  void JudgeReadyFrames();
+  void Judge(const StepFrame& frame);
+  void UpdateFacts(const StepFrame& frame);
+  void Report(Finding finding);
+  static void ReportThunk(void* self, Finding finding);
+
+  DoctorOptions options_;
+  RunFacts facts_;
+  FlightRecorder flight_;
+  std::vector<std::unique_ptr<Detector>> detectors_;
+  std::map<int64_t, StepFrame> open_;
+  int64_t judging_step_ = 0;  // the step being judged (or the last one, in Finish)
+  int64_t judged_through_ = std::numeric_limits<int64_t>::min();  // last step judged
+  bool finished_ = false;
+  uint64_t late_samples_ = 0;
+  std::vector<Finding> findings_;
+  std::map<std::pair<std::string, std::string>, size_t> open_findings_;  // (code, location) -> index
+  std::vector<Finding> recorded_;
+  std::set<std::string> seen_scalars_, seen_weights_, seen_grads_, seen_acts_;
+  std::vector<std::string> weight_order_, grad_order_;
+};
+
+struct Diagnosis {
+  std::vector<Finding> findings;  // worst first, then by step
+  std::vector<NotChecked> not_checked;
+  int64_t steps = 0;              // steps judged
+};
+
+// Runs the doctor over a whole run (offline) and merges the findings recorded with it.
+Diagnosis Diagnose(const RunData& run, const DoctorOptions& options = {});
+
+// Sorts findings worst first, then by step, then by code.
+void SortFindings(std::vector<Finding>* findings);
+
+// The `diagnose --json` object of DESIGN.md for one run, plus "not_checked":
+// {"source", "format", "steps", "findings": [...], "not_checked": [{"check", "codes",
+// "reason"}]}. Shared by the CLI and the Python binding (ts.diagnose).
+nlohmann::json DiagnosisToJson(const Diagnosis& diagnosis, const std::string& source, const std::string& format,
+                               int64_t steps);
+
+}  // namespace trainscope::doctor

@@ -1,0 +1,59 @@
+// The knowledge base: what each finding code means, the causes behind it with the evidence
+// that raises or lowers each, and what to do. It is data (data/knowledge/knowledge.json),
+// embedded into the library at build time so the binary is self-contained; the doctor's
+// detectors name codes and cause ids, the knowledge base supplies the words.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/sample.h"
+#include "core/status.h"
+
+namespace trainscope::doctor {
+
+struct CauseInfo {
+  std::string id;
+  std::string title;
+  std::vector<std::string> raised_by;   // evidence that makes this cause more likely
+  std::vector<std::string> lowered_by;  // evidence against it
+  std::vector<std::string> actions;     // concrete things to do, most useful first
+};
+
+struct CodeInfo {
+  std::string code;
+  std::string title;
+  std::string meaning;
+  std::string severity;  // the usual severity: info, warning, critical
+  std::vector<std::string> causes;   // cause ids, most common first
+  std::vector<std::string> actions;  // actions whatever the cause
+};
+
+class KnowledgeBase {
+ public:
+  // The knowledge base compiled into the library (parsed once; never fails in a correct
+  // build: the build checks the file with the same parser through the tests).
+  static const KnowledgeBase& Builtin();
+  // Parses the JSON text of a knowledge file; `origin` names it in error messages.
+  static Status Parse(std::string_view text, std::string_view origin, KnowledgeBase* kb);
+
+  const CodeInfo* Code(std::string_view code) const;
+  const CauseInfo* Cause(std::string_view id) const;
+  // Actions for a finding: those of its likeliest causes (confidence >= 0.2, at most 3
+  // causes), then the code's own, without repeats, at most `max_actions`.
+  std::vector<std::string> ActionsFor(const Finding& finding, size_t max_actions = 5) const;
+
+  const std::map<std::string, CodeInfo, std::less<>>& codes() const { return codes_; }
+  const std::map<std::string, CauseInfo, std::less<>>& causes() const { return causes_; }
+
+ private:
+  std::map<std::string, CodeInfo, std::less<>> codes_;
+  std::map<std::string, CauseInfo, std::less<>> causes_;
+};
+
+// The text of data/knowledge/knowledge.json as embedded at build time.
+std::string_view EmbeddedKnowledgeJson();
+
+}  // namespace trainscope::doctor

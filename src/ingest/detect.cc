@@ -1,0 +1,217 @@
+#include "ingest/detect.h"
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "ingest/csv_reader.h"
+#include "ingest/mapped_file.h"
+#include "ingest/parse_util.h"
+#include "ingest/text_log_reader.h"
+#include "ingest/tfrecord.h"
+
+namespace trainscope::ingest {
+
+namespace {
+
+struct NameOf {
+  Format format;
+  const char* name;
+};
+constexpr NameOf kNames[] = {
+    {Format::kUnknown, "unknown"},          {Format::kTrainscopeStore, "trainscope"},
+    {Format::kTfEvents, "tfevents"},        {Format::kHfTrainerState, "hf_trainer_state"},
+    {Format::kMegatronGolden, "megatron_golden"}, {Format::kJsonl, "jsonl"},
+    {Format::kCsv, "csv"},                  {Format::kTextLog, "text_log"},
+};
+
+std::vector<std::string_view> FirstLines(std::string_view text, size_t max_lines, bool whole_file) {
+  std::vector<std::string_view> lines;
+  while (!text.empty() && lines.size() < max_lines) {
+    const size_t nl = text.find('\n');
+    if (nl == std::string_view::npos) {
+      if (whole_file) lines.push_back(text);  // else it may be cut by the prefix
+      break;
+    }
+    std::string_view line = text.substr(0, nl);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (!Trim(line).empty()) lines.push_back(line);
+    text.remove_prefix(nl + 1);
+  }
+  return lines;
+}
+
+bool LooksBinary(std::string_view prefix) {
+  size_t odd = 0;
+  for (unsigned char c : prefix) {
+    if (c == 0) return true;
+    if (c < 0x20 && c != '\n' && c != '\r' && c != '\t' && c != '\f') ++odd;
+  }
+  return odd * 20 > prefix.size();
+}
+
+bool IsJsonObjectLine(std::string_view line) {
+  line = Trim(line);
+  if (line.size() < 2 || line.front() != '{' || line.back() != '}') return false;
+  // Non-finite literals would fail accept(); quoting them is the readers' job, here it is
+  // enough to know the line is a complete object.
+  std::string copy(line);
+  for (const char* lit : {"-Infinity", "Infinity", "NaN"}) {
+    for (size_t at = copy.find(lit); at != std::string::npos; at = copy.find(lit, at + 1)) {
+      std::string zero(std::strlen(lit), ' ');
+      zero[0] = '0';
+      copy.replace(at, zero.size(), zero);
+    }
+  }
+  return nlohmann::json::accept(copy);
+}
+
+}  // namespace
+
+const char* FormatName(Format format) {
+  for (const NameOf& n : kNames) {
+    if (n.format == format) return n.name;
+  }
+  return "unknown";
+}
+
+bool ParseFormatName(std::string_view name, Format* format) {
+  for (const NameOf& n : kNames) {
+    if (name == n.name && n.format != Format::kUnknown) {
+      *format = n.format;
+      return true;
+    }
+  }
+  if (name == "text" || name == "log") {
+    *format = Format::kTextLog;
+    return true;
+  }
+  return false;
+}
+
+Status DetectFormatFromPrefix(std::string_view prefix, const std::string& name, bool whole_file, Format* format) {
+  *format = Format::kUnknown;
+  if (prefix.empty()) return Status::Error(name + ": empty file (expected an event file, a JSON, CSV or text log)");
+  if (prefix.size() >= 16 && prefix.substr(0, 15) == "SQLite format 3") {
+    *format = Format::kTrainscopeStore;
+    return Status::Ok();
+  }
+  if (LooksLikeTfRecord(prefix)) {
+    *format = Format::kTfEvents;
+    return Status::Ok();
+  }
+  std::string_view text = prefix;
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // UTF-8 byte order mark
+  const std::string_view trimmed = Trim(text);
+  if (trimmed.empty()) return Status::Error(name + ": only whitespace (expected an event file, a JSON, CSV or text log)");
+  if (LooksBinary(text)) {
+    return Status::Error(name + ": offset 0: binary data that is not a TFRecord event file (its first record header's "
+                                "checksum does not match) nor a trainscope store");
+  }
+  const std::vector<std::string_view> lines = FirstLines(text, 40, whole_file);
+  if (trimmed.front() == '[') {
+    // "[2023-04-18 01:46:52,554] [INFO] ..." is a log, "[{...}, ...]" is a JSON array.
+    for (std::string_view line : lines) {
+      if (!TextLineFamily(line).empty()) {
+        *format = Format::kTextLog;
+        return Status::Ok();
+      }
+    }
+    return Status::Error(name + ": line 1: expected a JSON object (trainer_state.json, Megatron golden values) or one "
+                                "object a line (JSONL), found a JSON array");
+  }
+  if (trimmed.front() == '{') {
+    if (lines.size() >= 1 && IsJsonObjectLine(lines[0]) && (lines.size() >= 2 || whole_file)) {
+      // One complete object on the first line: JSONL, unless it is the whole file and is
+      // itself a trainer state or golden-values object.
+      if (lines.size() >= 2 && IsJsonObjectLine(lines[1])) {
+        *format = Format::kJsonl;
+        return Status::Ok();
+      }
+    }
+    if (trimmed.find("\"log_history\"") != std::string_view::npos) {
+      *format = Format::kHfTrainerState;
+      return Status::Ok();
+    }
+    if (trimmed.find("\"values\"") != std::string_view::npos &&
+        (trimmed.find("\"step_interval\"") != std::string_view::npos || trimmed.find("\"start_step\"") != std::string_view::npos)) {
+      *format = Format::kMegatronGolden;
+      return Status::Ok();
+    }
+    if (lines.size() >= 1 && IsJsonObjectLine(lines[0])) {
+      *format = Format::kJsonl;
+      return Status::Ok();
+    }
+    if (trimmed.front() == '{' && trimmed.find('\'') != std::string_view::npos) {
+      *format = Format::kTextLog;  // Hugging Face printed dicts
+      return Status::Ok();
+    }
+    if (whole_file || prefix.size() < kDetectBytes) {
+      return Status::Error(name + ": a JSON object with neither \"log_history\" (trainer_state.json) nor Megatron-style "
+                                  "{\"values\": ...} series; expected one of those, or JSONL");
+    }
+    *format = Format::kHfTrainerState;  // a large object: let the reader say what is missing
+    return Status::Ok();
+  }
+  // CSV: a header with two or more cells, and the next lines with as many.
+  if (lines.size() >= 2) {
+    const std::string_view header = lines[0];
+    char delimiter = ',';
+    if (header.find(',') == std::string_view::npos) delimiter = header.find('\t') != std::string_view::npos ? '\t' : ';';
+    std::vector<std::string_view> cells;
+    std::vector<std::string> unquoted;
+    SplitCsvLine(header, delimiter, &cells, &unquoted);
+    const size_t width = cells.size();
+    bool numeric_header = false;
+    for (std::string_view c : cells) {
+      double v;
+      if (ParseNumber(c, &v)) numeric_header = true;
+    }
+    // A header names columns; a line that already reads as metrics ("iter 1: loss 2.0, ...") is a log.
+    if (width >= 2 && !numeric_header && header.find('|') == std::string_view::npos && TextLineFamily(header).empty()) {
+      size_t same = 0, checked = 0;
+      for (size_t i = 1; i < lines.size() && checked < 10; ++i, ++checked) {
+        SplitCsvLine(lines[i], delimiter, &cells, &unquoted);
+        if (cells.size() == width) ++same;
+      }
+      if (checked > 0 && same > 0 && same * 2 >= checked) {
+        *format = Format::kCsv;
+        return Status::Ok();
+      }
+    }
+  }
+  for (std::string_view line : lines) {
+    if (!TextLineFamily(line).empty()) {
+      *format = Format::kTextLog;
+      return Status::Ok();
+    }
+  }
+  // A header of names over rows that are mostly ragged is still a CSV: the reader names
+  // the bad rows.
+  if (lines.size() >= 2) {
+    std::vector<std::string_view> cells;
+    std::vector<std::string> unquoted;
+    SplitCsvLine(lines[0], ',', &cells, &unquoted);
+    bool names = cells.size() >= 2;
+    for (std::string_view c : cells) {
+      double v;
+      if (Trim(c).empty() || ParseNumber(c, &v)) names = false;
+    }
+    if (names) {
+      *format = Format::kCsv;
+      return Status::Ok();
+    }
+  }
+  return Status::Error(name + ": text with no recognisable training metrics in its first " + std::to_string(lines.size()) +
+                       " lines (expected TFRecord events, trainer_state.json, JSONL, CSV with a header, or a "
+                       "training log with key: value / key=value metrics)");
+}
+
+Status DetectFormat(const std::string& path, Format* format) {
+  std::string prefix;
+  Status s = ReadFilePrefix(path, kDetectBytes, &prefix);
+  if (!s.ok()) return s;
+  return DetectFormatFromPrefix(prefix, path, prefix.size() < kDetectBytes, format);
+}
+
+}  // namespace trainscope::ingest

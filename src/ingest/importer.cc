@@ -1,0 +1,226 @@
+#include "ingest/importer.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <unordered_set>
+
+#include "core/tag.h"
+#include "ingest/csv_reader.h"
+#include "ingest/fast_sink.h"
+#include "ingest/json_readers.h"
+#include "ingest/mapped_file.h"
+#include "ingest/text_log_reader.h"
+#include "ingest/tfevents_reader.h"
+
+namespace trainscope::ingest {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Forwards every sample and remembers the series' tags in first-seen order (for roles).
+class TagCollector : public SampleSink {
+ public:
+  explicit TagCollector(SampleSink* next) : next_(next) {}
+  void OnScalar(std::string_view tag, int64_t step, double wall_time, double value) override {
+    Note(tag);
+    next_->OnScalar(tag, step, wall_time, value);
+  }
+  void OnTensorStats(std::string_view tag, int64_t step, double wall_time, const TensorStats& stats) override {
+    Note(tag);
+    next_->OnTensorStats(tag, step, wall_time, stats);
+  }
+  void OnVector(std::string_view tag, int64_t step, double wall_time, const std::vector<float>& values) override {
+    next_->OnVector(tag, step, wall_time, values);
+  }
+  void OnSpan(const Span& span) override { next_->OnSpan(span); }
+  void OnFinding(const Finding& finding) override { next_->OnFinding(finding); }
+  void OnMeta(std::string_view key, std::string_view value) override {
+    if (key == "format") return;  // the importer sets it once, with the sub-format
+    next_->OnMeta(key, value);
+  }
+  std::vector<std::string> tags() const {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < tags_.size(); ++i) out.push_back(tags_.Name(static_cast<uint32_t>(i)));
+    return out;
+  }
+
+ private:
+  void Note(std::string_view tag) { tags_.Intern(tag); }
+  SampleSink* next_;
+  TagInterner tags_;
+};
+
+constexpr uint64_t kMaxJsonBytes = uint64_t{2} << 30;
+
+Status ReadWholeJson(const std::string& path, Format format, SampleSink* sink, ImportStats* stats) {
+  std::unique_ptr<MappedFile> file;
+  Status s = MappedFile::Open(path, &file);
+  if (!s.ok()) return s;
+  if (file->size() > kMaxJsonBytes) {
+    return Status::Error(path + ": " + std::to_string(file->size()) + " bytes; expected a JSON document under 2 GiB");
+  }
+  if (format == Format::kHfTrainerState) return ReadTrainerState(file->view(), path, sink, stats);
+  return ReadMegatronGolden(file->view(), path, sink, stats);
+}
+
+// A finer name for the role map and the user: which writer made a CSV or event file.
+std::string SubFormat(Format format, const std::vector<std::string>& tags) {
+  auto has = [&](const char* t) { return std::find(tags.begin(), tags.end(), t) != tags.end(); };
+  if (format == Format::kCsv || format == Format::kTfEvents) {
+    const std::string base = FormatName(format);
+    if (has("train/box_loss")) return base + "/yolo";
+    if (has("epoch_loss") || has("batch_loss")) return base + "/keras";
+    if (format == Format::kCsv && (has("train_loss_step") || has("train_loss_epoch"))) return base + "/lightning";
+    return base;
+  }
+  return FormatName(format);
+}
+
+}  // namespace
+
+std::string ImportStatsToJson(const ImportStats& stats) {
+  nlohmann::json j = {{"format", stats.format},
+                      {"bytes", stats.bytes},
+                      {"records", stats.records},
+                      {"scalars", stats.scalars},
+                      {"tensor_stats", stats.tensor_stats},
+                      {"skipped_values", stats.skipped_values},
+                      {"unknown_fields", stats.unknown_fields},
+                      {"damaged", stats.damaged},
+                      {"partial_tail", stats.partial_tail},
+                      {"resume_offset", stats.resume_offset},
+                      {"warnings", stats.warnings}};
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+Status FindImportSources(const std::string& path, std::vector<ImportSource>* sources, size_t* considered) {
+  sources->clear();
+  *considered = 0;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return Status::Error(path + ": no such file or directory");
+  if (!fs::is_directory(path, ec)) {
+    ImportSource src;
+    src.name = fs::path(path).filename().string();
+    src.path = path;
+    *considered = 1;
+    Status s = DetectFormat(path, &src.format);
+    if (!s.ok()) return s;
+    if (src.format == Format::kTfEvents) src.files.push_back(path);
+    sources->push_back(std::move(src));
+    return Status::Ok();
+  }
+  // TensorBoard runs: directories holding event files.
+  std::vector<TfEventsRun> runs;
+  Status s = FindTfEventsRuns(path, &runs);
+  if (!s.ok()) return s;
+  std::unordered_set<std::string> taken;
+  for (TfEventsRun& run : runs) {
+    ImportSource src;
+    src.name = run.name;
+    src.path = run.dir;
+    src.format = Format::kTfEvents;
+    src.files = run.files;
+    for (const std::string& f : run.files) taken.insert(f);
+    *considered += run.files.size();
+    sources->push_back(std::move(src));
+  }
+  // Other files a reader recognises, three levels down at most.
+  fs::recursive_directory_iterator it(path, fs::directory_options::skip_permission_denied, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    if (it.depth() > 3) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (!it->is_regular_file(ec) || taken.count(it->path().string())) continue;
+    if (it->path().filename() == "trainscope.db" || it->path().filename().string().rfind("trainscope.db", 0) == 0)
+      continue;  // stores are found by ListRuns
+    if (++*considered > 10000) break;
+    ImportSource src;
+    src.path = it->path().string();
+    Format format;
+    if (!DetectFormat(src.path, &format).ok() || format == Format::kTrainscopeStore || format == Format::kTfEvents)
+      continue;
+    src.format = format;
+    src.name = fs::relative(it->path(), path, ec).string();
+    sources->push_back(std::move(src));
+  }
+  std::sort(sources->begin(), sources->end(), [](const ImportSource& a, const ImportSource& b) { return a.name < b.name; });
+  return Status::Ok();
+}
+
+Status ImportSourceTo(const ImportSource& source, SampleSink* sink, ImportStats* stats, const ImportOptions& options) {
+  Format format = options.format != Format::kUnknown ? options.format : source.format;
+  // Reading into memory (diagnose): append without RunData's per-point lookup.
+  std::unique_ptr<RunDataAppender> appender;
+  if (auto* run = dynamic_cast<RunData*>(sink)) {
+    appender = std::make_unique<RunDataAppender>(run);
+    sink = appender.get();
+  }
+  TagCollector collector(sink);
+  Status s;
+  switch (format) {
+    case Format::kTfEvents: {
+      TfEventsOptions tf;
+      tf.progress = options.progress;
+      std::vector<std::string> files = source.files;
+      if (files.empty()) files.push_back(source.path);
+      stats->format = "tfevents";
+      for (const std::string& f : files) {
+        s = ReadTfEventsFile(f, 0, &collector, stats, tf);
+        if (!s.ok()) break;
+      }
+      break;
+    }
+    case Format::kHfTrainerState:
+    case Format::kMegatronGolden:
+      s = ReadWholeJson(source.path, format, &collector, stats);
+      break;
+    case Format::kJsonl:
+      s = ReadJsonl(source.path, &collector, stats, options.progress);
+      break;
+    case Format::kCsv:
+      s = ReadCsv(source.path, &collector, stats, options.progress);
+      break;
+    case Format::kTextLog:
+      s = ReadTextLog(source.path, &collector, stats, options.progress);
+      break;
+    case Format::kTrainscopeStore:
+      return Status::Error(source.path + ": already a trainscope store (nothing to import)");
+    default:
+      return Status::Error(source.path + ": unrecognised format");
+  }
+  const std::string sub = SubFormat(format, collector.tags());
+  sink->OnMeta("format", sub);
+  sink->OnMeta("source", source.path);
+  sink->OnMeta("roles", RoleMapToJson(ResolveRoles(sub, collector.tags(), options.roles)));
+  sink->OnMeta("import", ImportStatsToJson(*stats));
+  return s;
+}
+
+Status ImportPath(const std::string& path, SampleSink* sink, ImportStats* stats, const ImportOptions& options) {
+  ImportSource source;
+  source.path = path;
+  source.name = fs::path(path).filename().string();
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    std::vector<TfEventsRun> runs;
+    Status s = FindTfEventsRuns(path, &runs);
+    if (!s.ok()) return s;
+    if (runs.size() != 1) {
+      return Status::Error(path + ": expected one TensorBoard run (a directory of event files), found " +
+                           std::to_string(runs.size()));
+    }
+    source.format = Format::kTfEvents;
+    source.files = runs[0].files;
+  } else if (options.format == Format::kUnknown) {
+    Status s = DetectFormat(path, &source.format);
+    if (!s.ok()) return s;
+  }
+  return ImportSourceTo(source, sink, stats, options);
+}
+
+}  // namespace trainscope::ingest

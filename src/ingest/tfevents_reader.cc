@@ -1,0 +1,711 @@
+#include "ingest/tfevents_reader.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <deque>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/tag.h"
+#include "ingest/mapped_file.h"
+#include "ingest/proto_wire.h"
+#include "ingest/tfrecord.h"
+
+namespace trainscope::ingest {
+
+namespace fs = std::filesystem;
+using wire::Reader;
+
+namespace {
+
+// Field numbers, from tensorflow/core/util/event.proto, framework/summary.proto,
+// framework/tensor.proto, tensor_shape.proto and tensorboard's plugin protos.
+namespace event_f {
+constexpr uint32_t kWallTime = 1, kStep = 2, kFileVersion = 3, kGraphDef = 4, kSummary = 5, kLogMessage = 6,
+                   kSessionLog = 7, kTaggedRunMetadata = 8, kMetaGraphDef = 9, kSourceMetadata = 10;
+}
+namespace value_f {
+constexpr uint32_t kTag = 1, kSimpleValue = 2, kOldHistogram = 3, kImage = 4, kHisto = 5, kAudio = 6,
+                   kNodeName = 7, kTensor = 8, kMetadata = 9;
+}
+namespace histo_f {
+constexpr uint32_t kMin = 1, kMax = 2, kNum = 3, kSum = 4, kSumSquares = 5, kBucketLimit = 6, kBucket = 7;
+}
+namespace tensor_f {
+constexpr uint32_t kDtype = 1, kShape = 2, kVersion = 3, kContent = 4, kFloatVal = 5, kDoubleVal = 6,
+                   kIntVal = 7, kStringVal = 8, kInt64Val = 10, kBoolVal = 11, kHalfVal = 13;
+}
+enum DataType : int { kDtFloat = 1, kDtDouble = 2, kDtInt32 = 3, kDtInt64 = 9, kDtBool = 10, kDtBfloat16 = 14, kDtHalf = 19 };
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1f;
+  const uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: value = mant * 2^-24
+      const float f = static_cast<float>(mant) * std::ldexp(1.0f, -24);
+      return (h & 0x8000) ? -f : f;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+float Bfloat16ToFloat(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// A TensorProto decoded far enough for scalars and histogram tensors.
+struct Tensor {
+  int dtype = 0;
+  std::vector<int64_t> dims;
+  bool unknown_rank = false;
+  std::vector<double> values;  // numeric elements, in order
+  bool numeric = true;         // false for strings and kinds we do not read
+  uint64_t unknown_fields = 0;
+};
+
+// Appends the elements of a repeated scalar field, packed or not.
+template <class Decode>
+bool AppendRepeated(const Reader& r, wire::WireType element_type, std::vector<double>* out, Decode decode) {
+  if (r.type() == wire::kLengthDelimited) {
+    const std::string_view b = r.bytes();
+    if (element_type == wire::kFixed32) {
+      if (b.size() % 4) return false;
+      out->reserve(out->size() + b.size() / 4);
+      for (size_t i = 0; i < b.size(); i += 4) {
+        uint32_t v;
+        std::memcpy(&v, b.data() + i, 4);
+        out->push_back(decode(v));
+      }
+    } else if (element_type == wire::kFixed64) {
+      if (b.size() % 8) return false;
+      out->reserve(out->size() + b.size() / 8);
+      for (size_t i = 0; i < b.size(); i += 8) {
+        uint64_t v;
+        std::memcpy(&v, b.data() + i, 8);
+        out->push_back(decode(v));
+      }
+    } else {  // varints: decode them with a Reader over a synthetic stream
+      const uint8_t* p = reinterpret_cast<const uint8_t*>(b.data());
+      const uint8_t* end = p + b.size();
+      while (p < end) {
+        uint64_t v = 0;
+        int shift = 0;
+        bool done = false;
+        while (p < end && shift < 70) {
+          const uint8_t byte = *p++;
+          v |= static_cast<uint64_t>(byte & 0x7f) << (shift < 64 ? shift : 63);
+          shift += 7;
+          if (!(byte & 0x80)) {
+            done = true;
+            break;
+          }
+        }
+        if (!done) return false;
+        out->push_back(decode(v));
+      }
+    }
+    return true;
+  }
+  if (r.type() != element_type) return false;
+  out->push_back(decode(r.varint()));
+  return true;
+}
+
+double AsFloat(uint64_t v) {
+  const uint32_t u = static_cast<uint32_t>(v);
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+double AsDouble(uint64_t v) {
+  double d;
+  std::memcpy(&d, &v, 8);
+  return d;
+}
+
+bool DecodeShape(std::string_view bytes, Tensor* t) {
+  Reader r(bytes);
+  while (r.Next()) {
+    if (r.field() == 2 && r.type() == wire::kLengthDelimited) {  // Dim
+      Reader dim(r.bytes());
+      int64_t size = 0;
+      while (dim.Next()) {
+        if (dim.field() == 1 && dim.type() == wire::kVarint) size = dim.int64();
+      }
+      if (dim.error()) return false;
+      t->dims.push_back(size);
+    } else if (r.field() == 3 && r.type() == wire::kVarint) {
+      t->unknown_rank = r.varint() != 0;
+    }
+  }
+  return r.error() == nullptr;
+}
+
+bool DecodeTensor(std::string_view bytes, Tensor* t) {
+  Reader r(bytes);
+  std::string_view content;
+  bool has_content = false;
+  while (r.Next()) {
+    switch (r.field()) {
+      case tensor_f::kDtype:
+        t->dtype = static_cast<int>(r.varint());
+        break;
+      case tensor_f::kShape:
+        if (r.type() != wire::kLengthDelimited || !DecodeShape(r.bytes(), t)) return false;
+        break;
+      case tensor_f::kVersion:
+        break;
+      case tensor_f::kContent:
+        if (r.type() != wire::kLengthDelimited) return false;
+        content = r.bytes();
+        has_content = true;
+        break;
+      case tensor_f::kFloatVal:
+        if (!AppendRepeated(r, wire::kFixed32, &t->values, AsFloat)) return false;
+        break;
+      case tensor_f::kDoubleVal:
+        if (!AppendRepeated(r, wire::kFixed64, &t->values, AsDouble)) return false;
+        break;
+      case tensor_f::kIntVal:
+      case tensor_f::kInt64Val:
+      case tensor_f::kBoolVal:
+        if (!AppendRepeated(r, wire::kVarint, &t->values,
+                            [](uint64_t v) { return static_cast<double>(static_cast<int64_t>(v)); }))
+          return false;
+        break;
+      case tensor_f::kHalfVal:
+        // half_val holds the raw 16-bit patterns of DT_HALF and DT_BFLOAT16 as int32; the
+        // dtype (which may come later on the wire) says how to read them, so keep raw.
+        if (!AppendRepeated(r, wire::kVarint, &t->values,
+                            [](uint64_t v) { return static_cast<double>(static_cast<uint16_t>(v)); }))
+          return false;
+        break;
+      case tensor_f::kStringVal:
+        t->numeric = false;
+        break;
+      default:
+        ++t->unknown_fields;
+        break;
+    }
+  }
+  if (r.error()) return false;
+  if (has_content) {
+    t->values.clear();
+    size_t width = 0;
+    switch (t->dtype) {
+      case kDtFloat: case kDtInt32: width = 4; break;
+      case kDtDouble: case kDtInt64: width = 8; break;
+      case kDtHalf: case kDtBfloat16: width = 2; break;
+      case kDtBool: width = 1; break;
+      default: t->numeric = false; return true;
+    }
+    if (content.size() % width) return false;
+    const size_t n = content.size() / width;
+    t->values.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      const char* p = content.data() + i * width;
+      switch (t->dtype) {
+        case kDtFloat: { float f; std::memcpy(&f, p, 4); t->values.push_back(f); break; }
+        case kDtDouble: { double d; std::memcpy(&d, p, 8); t->values.push_back(d); break; }
+        case kDtInt32: { int32_t v; std::memcpy(&v, p, 4); t->values.push_back(v); break; }
+        case kDtInt64: { int64_t v; std::memcpy(&v, p, 8); t->values.push_back(static_cast<double>(v)); break; }
+        case kDtHalf: { uint16_t v; std::memcpy(&v, p, 2); t->values.push_back(HalfToFloat(v)); break; }
+        case kDtBfloat16: { uint16_t v; std::memcpy(&v, p, 2); t->values.push_back(Bfloat16ToFloat(v)); break; }
+        case kDtBool: t->values.push_back(*p ? 1.0 : 0.0); break;
+      }
+    }
+  } else if (t->dtype == kDtHalf || t->dtype == kDtBfloat16) {
+    for (double& v : t->values) {
+      const auto raw = static_cast<uint16_t>(v);
+      v = t->dtype == kDtHalf ? HalfToFloat(raw) : Bfloat16ToFloat(raw);
+    }
+  } else if (t->dtype != kDtFloat && t->dtype != kDtDouble && t->dtype != kDtInt32 && t->dtype != kDtInt64 &&
+             t->dtype != kDtBool) {
+    t->numeric = false;
+  }
+  return true;
+}
+
+// Decodes the hparams plugin's session_start_info into a JSON object of hparam values.
+bool DecodeHparams(std::string_view content, nlohmann::json* out) {
+  Reader plugin(content);
+  while (plugin.Next()) {
+    if (plugin.field() != 3 || plugin.type() != wire::kLengthDelimited) continue;  // session_start_info
+    Reader start(plugin.bytes());
+    while (start.Next()) {
+      if (start.field() != 1 || start.type() != wire::kLengthDelimited) continue;  // hparams map entry
+      Reader entry(start.bytes());
+      std::string key;
+      nlohmann::json value;
+      while (entry.Next()) {
+        if (entry.field() == 1 && entry.type() == wire::kLengthDelimited) {
+          key = std::string(entry.bytes());
+        } else if (entry.field() == 2 && entry.type() == wire::kLengthDelimited) {
+          Reader v(entry.bytes());  // google.protobuf.Value
+          while (v.Next()) {
+            if (v.field() == 2 && v.type() == wire::kFixed64) value = v.fixed64_double();
+            else if (v.field() == 3 && v.type() == wire::kLengthDelimited) value = std::string(v.bytes());
+            else if (v.field() == 4 && v.type() == wire::kVarint) value = v.varint() != 0;
+          }
+          if (v.error()) return false;
+        }
+      }
+      if (entry.error()) return false;
+      if (!key.empty() && IsValidUtf8(key) && (!value.is_string() || IsValidUtf8(value.get<std::string>())))
+        (*out)[key] = value;
+    }
+    if (start.error()) return false;
+  }
+  return plugin.error() == nullptr;
+}
+
+struct PluginInfo {
+  std::string name;
+  std::string_view content;
+};
+
+bool DecodeMetadata(std::string_view bytes, PluginInfo* info) {
+  Reader r(bytes);
+  while (r.Next()) {
+    if (r.field() == 1 && r.type() == wire::kLengthDelimited) {  // plugin_data
+      Reader pd(r.bytes());
+      while (pd.Next()) {
+        if (pd.field() == 1 && pd.type() == wire::kLengthDelimited) info->name = std::string(pd.bytes());
+        else if (pd.field() == 2 && pd.type() == wire::kLengthDelimited) info->content = pd.bytes();
+      }
+      if (pd.error()) return false;
+    }
+  }
+  return r.error() == nullptr;
+}
+
+// Decodes the records of one file, keeping per-tag plugin names across records (TF1
+// writers attach metadata to the first value of a tag only).
+class EventDecoder {
+ public:
+  EventDecoder(const std::string& name, SampleSink* sink, ImportStats* stats)
+      : name_(name), sink_(sink), stats_(stats) {}
+
+  // Returns false (with *error set) if the record is not a valid Event.
+  bool Decode(std::string_view record, uint64_t offset, std::string* error) {
+    Reader r(record);
+    double wall_time = 0;
+    int64_t step = 0;
+    std::string_view summary;
+    bool has_summary = false;
+    while (r.Next()) {
+      switch (r.field()) {
+        case event_f::kWallTime:
+          if (r.type() != wire::kFixed64) return Bad(offset, "wall_time", error);
+          wall_time = r.fixed64_double();
+          break;
+        case event_f::kStep:
+          if (r.type() != wire::kVarint) return Bad(offset, "step", error);
+          step = r.int64();
+          break;
+        case event_f::kSummary:
+          if (r.type() != wire::kLengthDelimited) return Bad(offset, "summary", error);
+          summary = r.bytes();
+          has_summary = true;
+          break;
+        case event_f::kFileVersion:
+          break;
+        case event_f::kGraphDef: case event_f::kLogMessage: case event_f::kSessionLog:
+        case event_f::kTaggedRunMetadata: case event_f::kMetaGraphDef: case event_f::kSourceMetadata:
+          ++stats_->skipped_values;
+          break;
+        default:
+          ++stats_->unknown_fields;
+          break;
+      }
+    }
+    if (r.error()) return Bad(offset, r.error(), error);
+    if (has_summary) return DecodeSummary(summary, step, wall_time, offset, error);
+    return true;
+  }
+
+ private:
+  bool Bad(uint64_t offset, const char* what, std::string* error) {
+    *error = name_ + ": offset " + std::to_string(offset) + ": expected an Event protocol buffer, found a malformed one (" +
+             what + ")";
+    return false;
+  }
+
+  bool DecodeSummary(std::string_view bytes, int64_t step, double wall_time, uint64_t offset, std::string* error) {
+    Reader r(bytes);
+    while (r.Next()) {
+      if (r.field() != 1 || r.type() != wire::kLengthDelimited) {
+        ++stats_->unknown_fields;
+        continue;
+      }
+      if (!DecodeValue(r.bytes(), step, wall_time, offset, error)) return false;
+    }
+    if (r.error()) return Bad(offset, r.error(), error);
+    return true;
+  }
+
+  bool DecodeValue(std::string_view bytes, int64_t step, double wall_time, uint64_t offset, std::string* error) {
+    Reader r(bytes);
+    std::string_view tag, tensor, histo, metadata;
+    float simple = 0;
+    bool has_simple = false, has_tensor = false, has_histo = false, has_metadata = false;
+    while (r.Next()) {
+      switch (r.field()) {
+        case value_f::kTag:
+          if (r.type() != wire::kLengthDelimited) return Bad(offset, "tag", error);
+          tag = r.bytes();
+          break;
+        case value_f::kSimpleValue:
+          if (r.type() != wire::kFixed32) return Bad(offset, "simple_value", error);
+          simple = r.fixed32_float();
+          has_simple = true;
+          break;
+        case value_f::kHisto:
+          if (r.type() != wire::kLengthDelimited) return Bad(offset, "histo", error);
+          histo = r.bytes();
+          has_histo = true;
+          break;
+        case value_f::kTensor:
+          if (r.type() != wire::kLengthDelimited) return Bad(offset, "tensor", error);
+          tensor = r.bytes();
+          has_tensor = true;
+          break;
+        case value_f::kMetadata:
+          if (r.type() != wire::kLengthDelimited) return Bad(offset, "metadata", error);
+          metadata = r.bytes();
+          has_metadata = true;
+          break;
+        case value_f::kNodeName:
+          break;
+        case value_f::kOldHistogram: case value_f::kImage: case value_f::kAudio:
+          break;  // images, audio and old-style histograms: counted below
+        default:
+          ++stats_->unknown_fields;
+          break;
+      }
+    }
+    if (r.error()) return Bad(offset, r.error(), error);
+    if (has_simple) {
+      if (!CheckTag(tag, offset)) return true;
+      sink_->OnScalar(tag, step, wall_time, simple);
+      ++stats_->scalars;
+      return true;
+    }
+    if (has_histo) {
+      if (!CheckTag(tag, offset)) return true;
+      return DecodeHisto(histo, tag, step, wall_time, offset, error);
+    }
+    // A tensor: what it means depends on the plugin, named in this value's metadata or,
+    // for TF1 writers, in the first value of the tag.
+    std::string plugin;
+    std::string_view content;
+    if (has_metadata) {
+      PluginInfo info;
+      if (!DecodeMetadata(metadata, &info)) return Bad(offset, "summary metadata", error);
+      plugin = info.name;
+      content = info.content;
+      if (!plugin.empty()) plugins_[std::string(tag)] = plugin;
+    } else {
+      auto it = plugins_.find(std::string(tag));
+      if (it != plugins_.end()) plugin = it->second;
+    }
+    if (plugin == "hparams") {
+      nlohmann::json hparams = nlohmann::json::object();
+      if (!content.empty() && DecodeHparams(content, &hparams) && !hparams.empty()) {
+        sink_->OnMeta("hparams", hparams.dump());
+      } else {
+        ++stats_->skipped_values;
+      }
+      return true;
+    }
+    if (!has_tensor) {
+      ++stats_->skipped_values;  // images, audio, old-style histograms, or an empty value
+      return true;
+    }
+    if (!plugin.empty() && plugin != "scalars" && plugin != "histograms") {
+      ++stats_->skipped_values;  // text, pr_curves, images, audio, custom plugins
+      return true;
+    }
+    Tensor t;
+    if (!DecodeTensor(tensor, &t)) return Bad(offset, "tensor", error);
+    stats_->unknown_fields += t.unknown_fields;
+    if (!t.numeric) {
+      ++stats_->skipped_values;
+      return true;
+    }
+    if (!CheckTag(tag, offset)) return true;
+    if (t.dims.empty() && !t.unknown_rank && t.values.size() == 1) {
+      sink_->OnScalar(tag, step, wall_time, t.values[0]);
+      ++stats_->scalars;
+      return true;
+    }
+    if (t.dims.size() == 2 && t.dims[1] == 3 && t.dims[0] >= 0 &&
+        static_cast<uint64_t>(t.dims[0]) == t.values.size() / 3 && t.values.size() % 3 == 0) {
+      // TF2 histogram: rows of (left edge, right edge, count).
+      const size_t k = static_cast<size_t>(t.dims[0]);
+      std::vector<double> lefts(k), rights(k), counts(k);
+      double num = 0;
+      for (size_t i = 0; i < k; ++i) {
+        lefts[i] = t.values[3 * i];
+        rights[i] = t.values[3 * i + 1];
+        counts[i] = t.values[3 * i + 2];
+        num += counts[i];
+      }
+      double lo = std::numeric_limits<double>::infinity(), hi = -lo, sum = 0, sum_sq = 0;
+      for (size_t i = 0; i < k; ++i) {
+        if (counts[i] <= 0) continue;
+        lo = std::min(lo, lefts[i]);
+        hi = std::max(hi, rights[i]);
+        const double mid = 0.5 * (lefts[i] + rights[i]);
+        sum += counts[i] * mid;
+        sum_sq += counts[i] * mid * mid;
+      }
+      sink_->OnTensorStats(tag, step, wall_time, HistogramToStats(lo, hi, num, sum, sum_sq, lefts, rights, counts));
+      ++stats_->tensor_stats;
+      return true;
+    }
+    ++stats_->skipped_values;  // a tensor of another shape
+    return true;
+  }
+
+  bool DecodeHisto(std::string_view bytes, std::string_view tag, int64_t step, double wall_time, uint64_t offset,
+                   std::string* error) {
+    Reader r(bytes);
+    double min = 0, max = 0, num = 0, sum = 0, sum_sq = 0;
+    std::vector<double>& limits = limits_;
+    std::vector<double>& counts = counts_;
+    limits.clear();
+    counts.clear();
+    while (r.Next()) {
+      switch (r.field()) {
+        case histo_f::kMin: min = r.fixed64_double(); break;
+        case histo_f::kMax: max = r.fixed64_double(); break;
+        case histo_f::kNum: num = r.fixed64_double(); break;
+        case histo_f::kSum: sum = r.fixed64_double(); break;
+        case histo_f::kSumSquares: sum_sq = r.fixed64_double(); break;
+        case histo_f::kBucketLimit:
+          if (!AppendRepeated(r, wire::kFixed64, &limits, AsDouble)) return Bad(offset, "bucket_limit", error);
+          break;
+        case histo_f::kBucket:
+          if (!AppendRepeated(r, wire::kFixed64, &counts, AsDouble)) return Bad(offset, "bucket", error);
+          break;
+        default:
+          ++stats_->unknown_fields;
+      }
+    }
+    if (r.error()) return Bad(offset, r.error(), error);
+    if (limits.size() != counts.size()) return Bad(offset, "histogram with bucket_limit and bucket of different lengths", error);
+    std::vector<double>& lefts = lefts_;
+    lefts.resize(limits.size());
+    for (size_t i = 0; i < limits.size(); ++i) lefts[i] = i ? limits[i - 1] : -std::numeric_limits<double>::infinity();
+    sink_->OnTensorStats(tag, step, wall_time, HistogramToStats(min, max, num, sum, sum_sq, lefts, limits, counts));
+    ++stats_->tensor_stats;
+    return true;
+  }
+
+  bool CheckTag(std::string_view tag, uint64_t offset) {
+    // A run has few tags and many points: validate each tag once. The set's views point
+    // into valid_tags_storage_, whose strings never move (a deque only appends).
+    if (valid_tags_.count(tag)) return true;
+    Status s = ValidateTag(tag);
+    if (!s.ok()) {
+      ++stats_->damaged;
+      stats_->Warn(name_ + ": offset " + std::to_string(offset) + ": value skipped: " + s.message());
+      return false;
+    }
+    if (valid_tags_.size() < kMaxCachedTags) {
+      valid_tags_storage_.emplace_back(tag);
+      valid_tags_.insert(valid_tags_storage_.back());
+    }
+    return true;
+  }
+
+  const std::string& name_;
+  SampleSink* sink_;
+  ImportStats* stats_;
+  std::unordered_map<std::string, std::string> plugins_;
+  static constexpr size_t kMaxCachedTags = 1 << 16;
+  std::deque<std::string> valid_tags_storage_;
+  std::unordered_set<std::string_view> valid_tags_;
+  std::vector<double> limits_, counts_, lefts_;  // reused between histograms
+};
+
+}  // namespace
+
+TensorStats HistogramToStats(double min, double max, double num, double sum, double sum_squares,
+                             const std::vector<double>& lefts, const std::vector<double>& rights,
+                             const std::vector<double>& counts) {
+  TensorStats s;
+  s.numel = num > 0 && std::isfinite(num) ? static_cast<uint64_t>(std::llround(std::min(num, 1e18))) : 0;
+  s.sum = sum;
+  s.sum_squares = sum_squares;
+  if (s.numel > 0) {
+    s.min = min;
+    s.max = max;
+    s.abs_max = std::max(std::fabs(min), std::fabs(max));
+  }
+  s.has_histogram = true;
+  // Our own export writes |x| on power-of-two buckets (limits 0, 2^e, 2^(e+1), ... with
+  // every bucket in between present); such a histogram maps back onto the exponent bins
+  // exactly. Anything else is mapped bucket by bucket through a representative value: the
+  // middle of the bucket within [min, max].
+  bool pow2 = !rights.empty();
+  for (size_t i = 0; i < rights.size() && pow2; ++i) {
+    int e;
+    const double r = rights[i];
+    if (i == 0 && r == 0) continue;
+    pow2 = r > 0 && std::isfinite(r) && std::frexp(r, &e) == 0.5 && (i < 2 || r == 2 * rights[i - 1]);
+  }
+  for (size_t i = 0; i < counts.size() && i < rights.size(); ++i) {
+    const double c = counts[i];
+    if (!(c > 0) || !std::isfinite(c)) continue;
+    const auto n = static_cast<uint64_t>(std::llround(std::min(c, 1e18)));
+    double rep;
+    if (pow2) {
+      rep = rights[i] / 2;  // [2^e, 2^(e+1)) is bin e; the 0 bucket holds the zeros
+    } else {
+      double lo = std::isfinite(lefts[i]) ? lefts[i] : rights[i];
+      double hi = std::isfinite(rights[i]) ? rights[i] : lo;
+      if (s.numel > 0 && min <= max) {
+        lo = std::clamp(lo, min, max);
+        hi = std::clamp(hi, min, max);
+      }
+      rep = 0.5 * (lo + hi);
+    }
+    if (rep == 0) {
+      s.zeros += n;
+    } else if (std::isfinite(rep)) {
+      s.exponent_counts[TensorStats::ExponentBin(std::fabs(rep))] += n;
+    }
+  }
+  return s;
+}
+
+bool IsTfEventsFileName(std::string_view filename) { return filename.find("tfevents") != std::string_view::npos; }
+
+Status ReadTfEventsBuffer(std::string_view data, const std::string& name, uint64_t base_offset, SampleSink* sink,
+                          ImportStats* stats, const TfEventsOptions& options) {
+  if (stats->format.empty()) stats->format = "tfevents";
+  TfRecordScanner scanner(data.data(), data.size(), base_offset, options.verify_crc);
+  EventDecoder decoder(name, sink, stats);
+  std::string_view record;
+  std::string error;
+  uint64_t next_progress = base_offset + (64u << 20);
+  const uint64_t total = base_offset + data.size();
+  stats->resume_offset = base_offset;
+  stats->partial_tail = false;
+  for (;;) {
+    const uint64_t at = scanner.offset();
+    const TfRecordScanner::Result result = scanner.Next(&record);
+    if (result == TfRecordScanner::kEnd) break;
+    if (result == TfRecordScanner::kPartial) {
+      stats->partial_tail = true;
+      break;
+    }
+    if (result == TfRecordScanner::kCorrupt) {
+      stats->bytes += at - stats->resume_offset;
+      return Status::Error(name + ": " + scanner.error());
+    }
+    if (result == TfRecordScanner::kBadRecord) {
+      ++stats->damaged;
+      stats->Warn(name + ": " + scanner.error());
+    } else {
+      ++stats->records;
+      if (!decoder.Decode(record, at, &error)) {
+        ++stats->damaged;
+        stats->Warn(error);
+      }
+    }
+    stats->resume_offset = scanner.offset();
+    if (scanner.offset() >= next_progress) {
+      if (options.progress) options.progress(scanner.offset(), total);
+      if (options.consumed) options.consumed(scanner.offset() - base_offset);
+      next_progress = scanner.offset() + (64u << 20);
+    }
+  }
+  stats->bytes += stats->resume_offset - base_offset;
+  return Status::Ok();
+}
+
+Status ReadTfEventsFile(const std::string& path, uint64_t offset, SampleSink* sink, ImportStats* stats,
+                        const TfEventsOptions& options) {
+  std::unique_ptr<MappedFile> file;
+  Status s = MappedFile::Open(path, &file);
+  if (!s.ok()) return s;
+  if (offset > file->size()) {
+    return Status::Error(path + ": resume offset " + std::to_string(offset) + " is past the end of the file (" +
+                         std::to_string(file->size()) + " bytes)");
+  }
+  TfEventsOptions opts = options;
+  MappedFile* f = file.get();
+  opts.consumed = [f, offset](uint64_t done) { f->Release(offset + done); };
+  return ReadTfEventsBuffer(file->view().substr(offset), path, offset, sink, stats, opts);
+}
+
+Status FindTfEventsRuns(const std::string& path, std::vector<TfEventsRun>* runs) {
+  runs->clear();
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) {
+    TfEventsRun run;
+    run.name = fs::path(path).filename().string();
+    run.dir = fs::path(path).parent_path().string();
+    run.files.push_back(path);
+    runs->push_back(std::move(run));
+    return Status::Ok();
+  }
+  if (!fs::is_directory(path, ec)) return Status::Error(path + ": no such file or directory");
+  std::map<std::string, TfEventsRun> by_dir;
+  auto add = [&](const fs::path& file) {
+    const std::string dir = file.parent_path().string();
+    TfEventsRun& run = by_dir[dir];
+    if (run.dir.empty()) {
+      run.dir = dir;
+      fs::path rel = fs::relative(file.parent_path(), path, ec);
+      run.name = ec || rel.empty() ? "." : rel.string();
+    }
+    run.files.push_back(file.string());
+  };
+  fs::recursive_directory_iterator it(path, fs::directory_options::skip_permission_denied, ec), end;
+  if (ec) return Status::Error(path + ": cannot list: " + ec.message());
+  size_t visited = 0;
+  for (; it != end; it.increment(ec)) {
+    if (ec) break;
+    if (++visited > 1000000) break;  // a runaway tree; what was found so far is enough
+    if (it->is_regular_file(ec) && IsTfEventsFileName(it->path().filename().string())) add(it->path());
+  }
+  for (auto& [dir, run] : by_dir) {
+    std::sort(run.files.begin(), run.files.end());
+    runs->push_back(std::move(run));
+  }
+  return Status::Ok();
+}
+
+Status ReadTfEventsRun(const TfEventsRun& run, SampleSink* sink, ImportStats* stats, const TfEventsOptions& options) {
+  sink->OnMeta("format", "tfevents");
+  for (const std::string& file : run.files) {
+    Status s = ReadTfEventsFile(file, 0, sink, stats, options);
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+}  // namespace trainscope::ingest

@@ -1,0 +1,89 @@
+// The dashboard's JSON API over the run stores of one logdir, independent of HTTP so it is
+// testable without a socket. Every endpoint is a read: nothing is ever written.
+//
+//   runs         -> {"runs": [{name, status, health, findings{critical,warning,info},
+//                    start_time, end_time, heartbeat, max_step, config, final{tag: value}}]}
+//   run          ?run=R -> {"meta", "max_step", "series": [{tag, kind, points, first_step,
+//                    last_step, last_value}]}
+//   scalars      ?run=R&tag=T[&width=1000][&min=S][&max=S] -> one series decimated to at most
+//                    `width` buckets of equal step width, columnar: begin, end, step (last
+//                    point's step), wall, last, min, max, count, nonfinite; non-finite
+//                    numbers are null (the nonfinite count says they were there).
+//   tensor_stats ?run=R&tag=T[&width][&min][&max][&hist=1] -> columnar statistics; over
+//                    `width` points, one point per bucket is kept: the one with the largest
+//                    L2 norm (non-finite first), so spikes survive. hist=1 adds the exponent
+//                    histogram as rows of counts over [exponent_lo, exponent_hi).
+//   layers       ?run=R&family=grad|weight|update|act|update_ratio[&metric=l2_norm][&width]
+//                    -> a layer x step-bucket matrix (max of the metric per bucket), layers in
+//                    the order their series were created (the model's order).
+//   vectors      ?run=R&tag=T[&width][&min][&max] -> per-unit values over steps.
+//   spans        ?run=R[&width][&min][&max] -> mean duration of each phase per step bucket.
+//   findings     ?run=R -> findings, worst first (DESIGN.md JSON form).
+//   config       ?run=R -> {"config": ...}
+//
+// Query parameters are bounded: at most kMaxParams, each value at most kMaxParamBytes, widths
+// in [1, kMaxWidth], steps int64; anything else is a 400. Run names go through
+// RunRegistry::Resolve (400/403/404).
+//
+// Thread-safe. Each thread keeps its own open stores (a RunStore is single-threaded),
+// reopened when the file was replaced.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "server/run_registry.h"
+
+namespace trainscope::server {
+
+using QueryParams = std::multimap<std::string, std::string>;
+
+struct ApiReply {
+  int status = 200;
+  std::string body;  // JSON
+};
+
+class Api {
+ public:
+  static constexpr size_t kMaxParams = 16;
+  static constexpr size_t kMaxParamBytes = 2048;
+  static constexpr int64_t kMaxWidth = 20000;
+  static constexpr size_t kMaxVectorUnits = 4096;
+
+  // `registry` must outlive the Api.
+  explicit Api(RunRegistry* registry) : registry_(registry) {}
+
+  // endpoint is the path after "/api/" ("runs", "scalars", ...).
+  ApiReply Handle(const std::string& endpoint, const QueryParams& params);
+
+ private:
+  struct RunSummaryCache;
+  ApiReply Runs();
+  ApiReply Run(const std::string& db_path);
+  ApiReply Scalars(const std::string& db_path, const QueryParams& params);
+  ApiReply TensorStatsSeries(const std::string& db_path, const QueryParams& params);
+  ApiReply Layers(const std::string& db_path, const QueryParams& params);
+  ApiReply Vectors(const std::string& db_path, const QueryParams& params);
+  ApiReply Spans(const std::string& db_path, const QueryParams& params);
+  ApiReply Findings(const std::string& db_path);
+  ApiReply Config(const std::string& db_path);
+
+  RunRegistry* registry_;
+  // Per-run summary for the runs list, recomputed only when the store's files changed.
+  struct Summary {
+    std::string signature;
+    std::string json;
+  };
+  std::mutex summaries_mu_;
+  std::unordered_map<std::string, Summary> summaries_;    // by run name
+  std::unordered_map<std::string, Summary> run_details_;  // by store path, finished runs only
+};
+
+// A string that changes whenever the store at db_path (or its WAL) is written: sizes and
+// modification times. Empty when the file is gone.
+std::string StoreSignature(const std::string& db_path);
+
+}  // namespace trainscope::server

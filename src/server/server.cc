@@ -1,0 +1,304 @@
+#include "server/server.h"
+
+#include <arpa/inet.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <thread>
+
+#include <httplib.h>
+#include <zlib.h>
+
+#include "server/api.h"
+#include "server/assets.h"
+#include "server/live_feed.h"
+#include "server/run_registry.h"
+
+namespace trainscope::server {
+
+namespace {
+
+void JsonError(httplib::Response& res, int status, const std::string& message) {
+  res.status = status;
+  std::string escaped;
+  for (char c : message) {
+    if (c == '"' || c == '\\') escaped += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) escaped += c;
+  }
+  res.set_content("{\"error\":\"" + escaped + "\"}", "application/json");
+}
+
+// The host part of a Host header: "[::1]:6007" -> "::1", "localhost:6007" -> "localhost".
+std::string HostOfHeader(const std::string& header) {
+  if (!header.empty() && header.front() == '[') {
+    const size_t end = header.find(']');
+    return end == std::string::npos ? header : header.substr(1, end - 1);
+  }
+  return header.substr(0, header.find(':'));
+}
+
+// The header the client's Accept-Encoding is moved to (see the pre-routing handler).
+constexpr char kAcceptEncoding[] = "X-Trainscope-Accept-Encoding";
+
+// gzip of `in` at `level`; empty on failure.
+std::string Gzip(const char* data, size_t size, int level) {
+  z_stream z{};
+  if (deflateInit2(&z, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) return "";
+  std::string out(deflateBound(&z, size), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data));
+  z.avail_in = static_cast<uInt>(size);
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  const int rc = deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return rc == Z_STREAM_END ? out : "";
+}
+
+// Compression pays on a network, not on loopback, and only for bodies of some size.
+bool WantsGzip(const httplib::Request& req, size_t size) {
+  return size >= 4096 && !IsLoopbackHost(req.remote_addr) &&
+         req.get_header_value(kAcceptEncoding).find("gzip") != std::string::npos;
+}
+
+bool ConstantTimeEquals(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+bool IsLoopbackHost(const std::string& host) {
+  if (host == "localhost" || host == "::1") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  return false;
+}
+
+std::string GenerateToken() {
+  std::ifstream random("/dev/urandom", std::ios::binary);
+  unsigned char bytes[16] = {};
+  random.read(reinterpret_cast<char*>(bytes), sizeof(bytes));
+  std::string token;
+  char hex[3];
+  for (unsigned char b : bytes) {
+    std::snprintf(hex, sizeof(hex), "%02x", b);
+    token += hex;
+  }
+  return token;
+}
+
+DashboardServer::DashboardServer(ServerOptions options) : options_(std::move(options)) {}
+
+DashboardServer::~DashboardServer() { Stop(); }
+
+const std::string& DashboardServer::root() const { return registry_->root(); }
+
+Status DashboardServer::Create(const ServerOptions& options, std::unique_ptr<DashboardServer>* out) {
+  if (!IsLoopbackHost(options.host) && options.token.empty()) {
+    return Status::Error("serving on " + options.host +
+                         " (not a loopback address) needs a token: pass --token SECRET, or --token auto "
+                         "to have one generated");
+  }
+  if (!options.token.empty() && options.token.size() < 8) {
+    return Status::Error("the token is " + std::to_string(options.token.size()) +
+                         " characters; use at least 8 (or --token auto)");
+  }
+  if (options.port < 0 || options.port > 65535) {
+    return Status::Error("port " + std::to_string(options.port) + " is not in [0, 65535]");
+  }
+  std::unique_ptr<DashboardServer> server(new DashboardServer(options));
+  Status s = RunRegistry::Open(options.logdir, &server->registry_);
+  if (!s.ok()) return s;
+  server->api_ = std::make_unique<Api>(server->registry_.get());
+  server->feed_ = std::make_unique<LiveFeed>(server->registry_.get(), options.poll_interval);
+  server->http_ = std::make_unique<httplib::Server>();
+  const int threads = std::max(4, options.threads);
+  server->http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  server->Routes();
+  if (options.port == 0) {
+    server->port_ = server->http_->bind_to_any_port(options.host);
+    if (server->port_ <= 0) return Status::Error("cannot bind " + options.host + " on any port");
+  } else {
+    if (!server->http_->bind_to_port(options.host, options.port)) {
+      return Status::Error("cannot bind " + options.host + ":" + std::to_string(options.port) +
+                           " (in use, or not an address of this machine)");
+    }
+    server->port_ = options.port;
+  }
+  *out = std::move(server);
+  return Status::Ok();
+}
+
+bool DashboardServer::Authorized(const std::string& header, const std::string& query_token) const {
+  static const std::string kBearer = "Bearer ";
+  if (header.size() > kBearer.size() && header.compare(0, kBearer.size(), kBearer) == 0 &&
+      ConstantTimeEquals(header.substr(kBearer.size()), options_.token)) {
+    return true;
+  }
+  return !query_token.empty() && ConstantTimeEquals(query_token, options_.token);
+}
+
+void DashboardServer::Routes() {
+  httplib::Server& http = *http_;
+  http.set_default_headers({{"X-Content-Type-Options", "nosniff"},
+                            {"X-Frame-Options", "DENY"},
+                            {"Referrer-Policy", "no-referrer"},
+                            {"Content-Security-Policy",
+                             "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+                             "connect-src 'self'; frame-ancestors 'none'"}});
+  http.set_keep_alive_max_count(1000);
+  http.set_payload_max_length(0);  // no request bodies: the API is read-only
+
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // Debian's cpp-httplib is built with brotli and compresses every JSON/text answer at
+    // brotli's best (slowest) quality: ~700 ms for one 130 KB series. The encoding is chosen
+    // here instead (gzip at level 1, off on loopback), so the client's Accept-Encoding is
+    // moved out of httplib's sight.
+    auto& headers = const_cast<httplib::Request&>(req).headers;
+    auto accept = headers.find("Accept-Encoding");
+    if (accept != headers.end()) {
+      std::string value = accept->second;
+      headers.erase(accept);
+      headers.emplace(kAcceptEncoding, std::move(value));
+    }
+    if (req.method != "GET" && req.method != "HEAD") {
+      res.set_header("Allow", "GET, HEAD");
+      JsonError(res, 405, "the dashboard is read-only: only GET and HEAD are answered");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (req.path.rfind("/api/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    if (!options_.token.empty()) {
+      const std::string query_token = req.get_param_value("token");
+      if (!Authorized(req.get_header_value("Authorization"), query_token)) {
+        res.set_header("WWW-Authenticate", "Bearer");
+        JsonError(res, 401, "missing or wrong token (Authorization: Bearer TOKEN, or ?token=TOKEN)");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    } else if (req.has_header("Host") && !IsLoopbackHost(HostOfHeader(req.get_header_value("Host")))) {
+      JsonError(res, 403, "without a token the API answers only requests addressed to a loopback name");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+
+  http.Get("/api/events", [this](const httplib::Request& req, httplib::Response& res) {
+    if (streams_.fetch_add(1) >= options_.max_streams) {
+      streams_.fetch_sub(1);
+      JsonError(res, 503, "too many open event streams");
+      return;
+    }
+    uint64_t after = feed_->latest();
+    const std::string last_id = req.get_header_value("Last-Event-ID");
+    if (!last_id.empty()) {
+      try {
+        after = std::min<uint64_t>(after, std::stoull(last_id));
+      } catch (...) {
+      }
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    auto first = std::make_shared<bool>(true);
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, after, first](size_t, httplib::DataSink& sink) mutable {
+          std::string chunk;
+          if (*first) {
+            *first = false;
+            chunk = "retry: 2000\nevent: hello\ndata: {\"type\":\"hello\"}\n\n";
+          } else {
+            std::vector<LiveFeed::Event> events;
+            const bool live = feed_->Wait(after, options_.stream_keepalive, &events);
+            if (!live || stopping_) {
+              sink.done();
+              return true;
+            }
+            for (const LiveFeed::Event& e : events) {
+              chunk += "id: " + std::to_string(e.seq) + "\ndata: " + e.json + "\n\n";
+              after = e.seq;
+            }
+            if (chunk.empty()) chunk = ": keep-alive\n\n";  // also finds clients that left
+          }
+          return sink.write(chunk.data(), chunk.size());
+        },
+        [this](bool) { streams_.fetch_sub(1); });
+  });
+
+  http.Get(R"(/api/([a-z_]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    QueryParams params(req.params.begin(), req.params.end());
+    params.erase("token");
+    ApiReply reply = api_->Handle(req.matches[1], params);
+    res.status = reply.status;
+    res.set_header("Cache-Control", "no-store");
+    res.set_header("Vary", "Accept-Encoding");
+    if (WantsGzip(req, reply.body.size())) {
+      std::string packed = Gzip(reply.body.data(), reply.body.size(), 1);
+      if (!packed.empty()) {
+        res.set_header("Content-Encoding", "gzip");
+        reply.body = std::move(packed);
+      }
+    }
+    res.set_content(std::move(reply.body), "application/json");
+  });
+
+  http.Get(R"(/api/.*)", [](const httplib::Request& req, httplib::Response& res) {
+    JsonError(res, 404, "no API endpoint here");
+  });
+
+  http.Get(R"(/.*)", [](const httplib::Request& req, httplib::Response& res) {
+    const Asset* asset = FindAsset(req.path);
+    if (!asset) {
+      JsonError(res, 404, "not found");
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("Vary", "Accept-Encoding");
+    if (WantsGzip(req, asset->size)) {
+      // Compressed once per asset, at the best level: they never change.
+      static std::mutex mu;
+      static std::map<const Asset*, std::string> packed;
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = packed.find(asset);
+      if (it == packed.end()) it = packed.emplace(asset, Gzip(reinterpret_cast<const char*>(asset->data), asset->size, 9)).first;
+      if (!it->second.empty()) {
+        res.set_header("Content-Encoding", "gzip");
+        res.set_content(it->second, asset->content_type);
+        return;
+      }
+    }
+    res.set_content(reinterpret_cast<const char*>(asset->data), asset->size, asset->content_type);
+  });
+}
+
+Status DashboardServer::Run() {
+  run_started_ = true;
+  if (stopping_) {
+    run_finished_ = true;
+    return Status::Ok();
+  }
+  feed_->Start();
+  const bool ok = http_->listen_after_bind();
+  run_finished_ = true;
+  feed_->Stop();
+  if (!ok && !stopping_) return Status::Error("the HTTP server stopped with an error");
+  return Status::Ok();
+}
+
+void DashboardServer::Stop() {
+  if (stopping_.exchange(true)) return;
+  if (feed_) feed_->Stop();  // wakes the event streams, which then end
+  if (!http_) return;
+  // httplib's stop() does nothing before its listen loop runs: when Run() has begun but
+  // is not listening yet, wait for it (Run() itself returns early once stopping_ is set).
+  while (run_started_ && !run_finished_ && !http_->is_running()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  http_->stop();
+}
+
+}  // namespace trainscope::server

@@ -1,0 +1,83 @@
+// DashboardServer: `trainscope serve` — the HTTP JSON API (server/api.h), the live stream
+// (server-sent events at /api/events, fed by server/live_feed.h) and the embedded web UI,
+// on cpp-httplib.
+//
+// Security (docs/dashboard.md):
+// - Binds to loopback by default. A non-loopback host is refused unless a token is set.
+// - With a token, every /api/ request must carry it (`Authorization: Bearer T` or
+//   `?token=T`, compared in constant time) or gets 401. The UI's static files carry no
+//   data and are served without it.
+// - Without a token (loopback only), /api/ requests whose Host header is not a loopback
+//   name get 403: a web page on another origin cannot read the API through DNS rebinding.
+// - Only GET and HEAD are answered (405 otherwise); nothing is written. Only stores under
+//   the logdir are read (server/run_registry.h). Query strings are bounded (414 for a URI
+//   over 8 KiB, 400 for an oversized or malformed parameter).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace trainscope::server {
+
+class Api;
+class LiveFeed;
+class RunRegistry;
+
+struct ServerOptions {
+  std::string logdir;
+  std::string host = "127.0.0.1";
+  int port = 6007;  // 0: any free port (see port())
+  std::string token;  // empty: no token (loopback hosts only)
+  int threads = 64;   // worker threads; each keep-alive connection or event stream holds one
+  int max_streams = 32;  // concurrent event streams; more get 503
+  std::chrono::milliseconds poll_interval{1000};
+  std::chrono::milliseconds stream_keepalive{5000};
+};
+
+class DashboardServer {
+ public:
+  // Checks the options (a non-loopback host needs a token), opens the logdir and binds the
+  // socket. Fails naming what was wrong.
+  static Status Create(const ServerOptions& options, std::unique_ptr<DashboardServer>* server);
+  ~DashboardServer();  // Stop()
+
+  int port() const { return port_; }
+  const std::string& host() const { return options_.host; }
+  const std::string& root() const;
+
+  // Serves until Stop(); returns after the last request finished.
+  Status Run();
+  // Thread-safe; may be called from a signal-handling thread.
+  void Stop();
+
+ private:
+  explicit DashboardServer(ServerOptions options);
+  void Routes();
+  bool Authorized(const std::string& header, const std::string& query_token) const;
+
+  ServerOptions options_;
+  int port_ = 0;
+  std::unique_ptr<RunRegistry> registry_;
+  std::unique_ptr<Api> api_;
+  std::unique_ptr<LiveFeed> feed_;
+  std::unique_ptr<httplib::Server> http_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> run_started_{false};
+  std::atomic<bool> run_finished_{false};
+  std::atomic<int> streams_{0};
+};
+
+// 127.0.0.0/8, ::1 and "localhost".
+bool IsLoopbackHost(const std::string& host);
+// 32 hex characters from the kernel's random source.
+std::string GenerateToken();
+
+}  // namespace trainscope::server

@@ -1,0 +1,398 @@
+#include "server/server.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "server/api.h"
+#include "server/assets.h"
+#include "server/live_feed.h"
+#include "server/run_registry.h"
+#include "store/run_store.h"
+
+namespace trainscope::server {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string TempDir() {
+  std::string pattern = (fs::temp_directory_path() / "ts_server_XXXXXX").string();
+  return mkdtemp(pattern.data());
+}
+
+// A run with a loss (one spike), two layers' gradient stats, spans and one finding.
+void MakeRun(const std::string& logdir, const std::string& name, int steps = 200) {
+  RunMeta meta;
+  meta.name = name;
+  meta.config_json = R"({"lr": 0.1})";
+  std::unique_ptr<RunStore> store;
+  ASSERT_TRUE(RunStore::Create(logdir + "/" + name, meta, &store).ok());
+  int64_t loss, g1, g2;
+  ASSERT_TRUE(store->EnsureSeries("train/loss", SeriesKind::kScalar, &loss).ok());
+  ASSERT_TRUE(store->EnsureSeries("grad/fc1.weight", SeriesKind::kTensorStats, &g1).ok());
+  ASSERT_TRUE(store->EnsureSeries("grad/fc2.weight", SeriesKind::kTensorStats, &g2).ok());
+  WriteBatch batch;
+  float values[4] = {0.5f, -0.25f, 0.125f, 0.0f};
+  for (int step = 1; step <= steps; ++step) {
+    batch.scalars.push_back({loss, step, 1000.0 + step, step == 137 ? 50.0 : 1.0 / step});
+    batch.tensor_stats.push_back({g1, step, 1000.0 + step, ComputeTensorStats(values, 4, true)});
+    batch.tensor_stats.push_back({g2, step, 1000.0 + step, ComputeTensorStats(values, 2, true)});
+    batch.spans.push_back({step, "forward", 1000.0 + step, 0.01});
+    batch.spans.push_back({step, "backward", 1000.01 + step, 0.02});
+  }
+  Finding f;
+  f.code = "LOSS_SPIKE";
+  f.severity = Severity::kWarning;
+  f.step = 137;
+  f.last_step = 137;
+  f.location = "train/loss";
+  batch.findings.push_back(f);
+  ASSERT_TRUE(store->Write(batch).ok());
+  ASSERT_TRUE(store->Close("finished", "").ok());
+}
+
+TEST(RunRegistryTest, ValidatesNames) {
+  EXPECT_TRUE(RunRegistry::ValidateName("run1").ok());
+  EXPECT_TRUE(RunRegistry::ValidateName("sweep/lr=0.1").ok());
+  for (const char* bad : {"", "/etc", "..", "../x", "a/../b", "a/./b", "a//b", "a/", "a\\b", "a\nb"}) {
+    EXPECT_FALSE(RunRegistry::ValidateName(bad).ok()) << bad;
+  }
+  EXPECT_FALSE(RunRegistry::ValidateName(std::string(kMaxRunNameBytes + 1, 'a')).ok());
+  EXPECT_FALSE(RunRegistry::ValidateName("\xff\xfe").ok());
+}
+
+TEST(RunRegistryTest, RefusesSymlinksOutOfTheLogdir) {
+  const std::string root = TempDir(), outside = TempDir();
+  MakeRun(root, "inside");
+  MakeRun(outside, "secret");
+  fs::create_directory_symlink(outside + "/secret", root + "/linked_dir");
+  fs::create_directory(root + "/linked_db");
+  fs::create_symlink(outside + "/secret/trainscope.db", root + "/linked_db/trainscope.db");
+  std::unique_ptr<RunRegistry> registry;
+  ASSERT_TRUE(RunRegistry::Open(root, &registry).ok());
+  EXPECT_EQ(registry->Names(), std::vector<std::string>{"inside"});
+  EXPECT_EQ(registry->Resolve("inside").http_status, 200);
+  EXPECT_EQ(registry->Resolve("linked_dir").http_status, 403);
+  EXPECT_EQ(registry->Resolve("linked_db").http_status, 403);
+  EXPECT_EQ(registry->Resolve("../" + fs::path(outside).filename().string() + "/secret").http_status, 400);
+  EXPECT_EQ(registry->Resolve("missing").http_status, 404);
+  EXPECT_EQ(registry->Resolve(outside + "/secret").http_status, 400);  // absolute
+}
+
+TEST(ApiTest, DecimatesAndKeepsTheSpike) {
+  const std::string root = TempDir();
+  MakeRun(root, "r");
+  std::unique_ptr<RunRegistry> registry;
+  ASSERT_TRUE(RunRegistry::Open(root, &registry).ok());
+  Api api(registry.get());
+  ApiReply reply = api.Handle("scalars", {{"run", "r"}, {"tag", "train/loss"}, {"width", "10"}});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  json j = json::parse(reply.body);
+  EXPECT_EQ(j["points"], 200);
+  EXPECT_EQ(j["max"].size(), 10u);
+  double peak = 0;
+  for (const auto& v : j["max"]) peak = std::max(peak, v.get<double>());
+  EXPECT_EQ(peak, 50.0);  // the spike at step 137 survives 20:1 decimation
+  EXPECT_EQ(j["step"].back(), 200);
+
+  reply = api.Handle("runs", {});
+  ASSERT_EQ(reply.status, 200);
+  j = json::parse(reply.body);
+  ASSERT_EQ(j["runs"].size(), 1u);
+  EXPECT_EQ(j["runs"][0]["health"], "warning");
+  EXPECT_EQ(j["runs"][0]["config"]["lr"], 0.1);
+  EXPECT_EQ(j["runs"][0]["max_step"], 200);
+  EXPECT_DOUBLE_EQ(j["runs"][0]["final"]["train/loss"].get<double>(), 1.0 / 200);
+
+  reply = api.Handle("layers", {{"run", "r"}, {"family", "grad"}, {"width", "50"}});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  j = json::parse(reply.body);
+  EXPECT_EQ(j["layers"], json({"fc1.weight", "fc2.weight"}));  // model order, not alphabetical
+  EXPECT_EQ(j["values"][0].size(), 50u);
+  EXPECT_NEAR(j["values"][0][0].get<double>(), std::sqrt(0.25 + 0.0625 + 0.015625), 1e-6);
+
+  reply = api.Handle("tensor_stats", {{"run", "r"}, {"tag", "grad/fc1.weight"}, {"hist", "1"}, {"width", "20"}});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  j = json::parse(reply.body);
+  EXPECT_EQ(j["step"].size(), 20u);
+  EXPECT_EQ(j["exponent_lo"], -3);  // 0.125 = 2^-3 ... 0.5 = 2^-1
+  EXPECT_EQ(j["exponent_hi"], 0);
+  EXPECT_EQ(j["hist"][0], json({1, 1, 1}));
+  EXPECT_EQ(j["has_hist"][0], true);
+
+  reply = api.Handle("spans", {{"run", "r"}, {"width", "200"}});
+  ASSERT_EQ(reply.status, 200);
+  j = json::parse(reply.body);
+  EXPECT_EQ(j["phases"], json({"forward", "backward"}));
+  EXPECT_NEAR(j["step_time"][0].get<double>(), 0.03, 1e-9);
+
+  reply = api.Handle("findings", {{"run", "r"}});
+  ASSERT_EQ(reply.status, 200);
+  EXPECT_EQ(json::parse(reply.body)["findings"][0]["code"], "LOSS_SPIKE");
+}
+
+TEST(ApiTest, RefusesBadParameters) {
+  const std::string root = TempDir();
+  MakeRun(root, "r", 10);
+  std::unique_ptr<RunRegistry> registry;
+  ASSERT_TRUE(RunRegistry::Open(root, &registry).ok());
+  Api api(registry.get());
+  EXPECT_EQ(api.Handle("scalars", {{"run", "r"}, {"tag", "train/loss"}, {"width", "0"}}).status, 400);
+  EXPECT_EQ(api.Handle("scalars", {{"run", "r"}, {"tag", "train/loss"}, {"width", "99999999"}}).status, 400);
+  EXPECT_EQ(api.Handle("scalars", {{"run", "r"}, {"tag", "train/loss"}, {"min", "1e3"}}).status, 400);
+  EXPECT_EQ(api.Handle("scalars", {{"run", "r"}, {"tag", "nope"}}).status, 404);
+  EXPECT_EQ(api.Handle("scalars", {{"run", "r"}}).status, 400);
+  EXPECT_EQ(api.Handle("scalars", {{"run", "r"}, {"tag", std::string(5000, 'x')}}).status, 400);
+  EXPECT_EQ(api.Handle("layers", {{"run", "r"}, {"family", "evil"}}).status, 400);
+  EXPECT_EQ(api.Handle("nothing", {}).status, 404);
+  QueryParams many;
+  for (int i = 0; i < 40; ++i) {
+    std::string key = "p";
+    key += std::to_string(i);
+    many.emplace(key, "1");
+  }
+  EXPECT_EQ(api.Handle("runs", many).status, 400);
+}
+
+TEST(ApiTest, DamagedStoreIsReportedNotFatal) {
+  const std::string root = TempDir();
+  MakeRun(root, "good", 10);
+  fs::create_directory(root + "/bad");
+  std::ofstream(root + "/bad/trainscope.db") << "this is not a SQLite database, just bytes";
+  std::unique_ptr<RunRegistry> registry;
+  ASSERT_TRUE(RunRegistry::Open(root, &registry).ok());
+  Api api(registry.get());
+  ApiReply reply = api.Handle("runs", {});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  json j = json::parse(reply.body);
+  ASSERT_EQ(j["runs"].size(), 2u);
+  EXPECT_EQ(j["runs"][0]["name"], "bad");
+  EXPECT_EQ(j["runs"][0]["status"], "unreadable");
+  EXPECT_NE(j["runs"][0]["error"].get<std::string>().find("trainscope.db"), std::string::npos);
+  EXPECT_EQ(j["runs"][1]["health"], "warning");
+  reply = api.Handle("scalars", {{"run", "bad"}, {"tag", "train/loss"}});
+  EXPECT_EQ(reply.status, 500);
+  EXPECT_NE(reply.body.find("error"), std::string::npos);
+}
+
+// A server on a free loopback port, running on its own thread.
+class ServerFixture {
+ public:
+  explicit ServerFixture(ServerOptions options) {
+    options.port = 0;
+    options.poll_interval = std::chrono::milliseconds(100);
+    Status s = DashboardServer::Create(options, &server_);
+    EXPECT_TRUE(s.ok()) << s.message();
+    if (server_) thread_ = std::thread([this] { server_->Run(); });
+  }
+  ~ServerFixture() {
+    if (server_) server_->Stop();
+    if (thread_.joinable()) thread_.join();
+  }
+  httplib::Client Client() {
+    httplib::Client client("127.0.0.1", server_->port());
+    client.set_read_timeout(5, 0);
+    return client;
+  }
+
+ private:
+  std::unique_ptr<DashboardServer> server_;
+  std::thread thread_;
+};
+
+TEST(ServerTest, ServesApiAndUiAndRefusesTraversal) {
+  const std::string root = TempDir(), outside = TempDir();
+  MakeRun(root, "r");
+  std::ofstream(outside + "/secret.txt") << "TOP SECRET";
+  fs::create_directory_symlink(outside, root + "/escape");
+  ServerOptions options;
+  options.logdir = root;
+  ServerFixture fixture(options);
+  httplib::Client client = fixture.Client();
+
+  auto res = client.Get("/api/runs");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_NE(res->body.find("\"r\""), std::string::npos);
+
+  res = client.Get("/");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_NE(res->get_header_value("Content-Type").find("text/html"), std::string::npos);
+  EXPECT_NE(res->body.find("trainscope"), std::string::npos);
+
+  // Traversal through the run parameter, raw and percent-encoded, and through the path.
+  for (const char* target : {"/api/run?run=../../etc", "/api/run?run=%2e%2e%2f%2e%2e%2fetc",
+                             "/api/findings?run=%2Fetc", "/api/config?run=r%2F..%2F..%2Fetc"}) {
+    res = client.Get(target);
+    ASSERT_TRUE(res) << target;
+    EXPECT_EQ(res->status, 400) << target;
+  }
+  for (const char* target : {"/../../../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/escape/secret.txt",
+                             "/api/../../etc/passwd"}) {
+    res = client.Get(target);
+    ASSERT_TRUE(res) << target;
+    EXPECT_EQ(res->status, 404) << target;
+    EXPECT_EQ(res->body.find("root:"), std::string::npos);
+    EXPECT_EQ(res->body.find("TOP SECRET"), std::string::npos);
+  }
+  res = client.Get("/api/run?run=escape");  // a symlinked directory: no store, 404; never read
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 404);
+
+  // Oversized: a parameter over the limit is a 400, a URI over 8 KiB a 414.
+  res = client.Get(("/api/scalars?run=r&tag=" + std::string(3000, 'a')).c_str());
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  res = client.Get(("/api/scalars?run=r&tag=" + std::string(10000, 'a')).c_str());
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 414);
+
+  // Read-only.
+  res = client.Post("/api/runs", "{}", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 405);
+  res = client.Delete("/api/run?run=r");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 405);
+
+  // DNS rebinding: a foreign Host header is refused without a token.
+  res = client.Get("/api/runs", {{"Host", "evil.example:6007"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 403);
+}
+
+TEST(ServerTest, NonLoopbackNeedsAToken) {
+  const std::string root = TempDir();
+  ServerOptions options;
+  options.logdir = root;
+  options.port = 0;
+  options.host = "0.0.0.0";
+  std::unique_ptr<DashboardServer> server;
+  Status s = DashboardServer::Create(options, &server);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("token"), std::string::npos);
+  options.token = "short";
+  EXPECT_FALSE(DashboardServer::Create(options, &server).ok());
+  EXPECT_TRUE(IsLoopbackHost("127.0.0.1"));
+  EXPECT_TRUE(IsLoopbackHost("127.1.2.3"));
+  EXPECT_TRUE(IsLoopbackHost("::1"));
+  EXPECT_TRUE(IsLoopbackHost("localhost"));
+  EXPECT_FALSE(IsLoopbackHost("0.0.0.0"));
+  EXPECT_FALSE(IsLoopbackHost("::"));
+  EXPECT_FALSE(IsLoopbackHost("192.168.1.4"));
+  EXPECT_EQ(GenerateToken().size(), 32u);
+  EXPECT_NE(GenerateToken(), GenerateToken());
+}
+
+TEST(ServerTest, TokenIsCheckedOnEveryApiCall) {
+  const std::string root = TempDir();
+  MakeRun(root, "r", 10);
+  ServerOptions options;
+  options.logdir = root;
+  options.token = "s3cret-token-123";
+  ServerFixture fixture(options);
+  httplib::Client client = fixture.Client();
+  for (const char* target : {"/api/runs", "/api/run?run=r", "/api/scalars?run=r&tag=train/loss", "/api/events"}) {
+    auto res = client.Get(target);
+    ASSERT_TRUE(res) << target;
+    EXPECT_EQ(res->status, 401) << target;
+    EXPECT_EQ(res->body.find("train/loss\""), std::string::npos);
+  }
+  auto res = client.Get("/api/runs", {{"Authorization", "Bearer wrong-token-1234"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 401);
+  res = client.Get("/api/runs?token=s3cret-token-12");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 401);
+  res = client.Get("/api/runs", {{"Authorization", "Bearer s3cret-token-123"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  res = client.Get("/api/scalars?run=r&tag=train/loss&token=s3cret-token-123");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  res = client.Get("/");  // the UI shell carries no data
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+}
+
+TEST(ServerTest, EventStreamReportsNewRuns) {
+  const std::string root = TempDir();
+  MakeRun(root, "first", 10);
+  ServerOptions options;
+  options.logdir = root;
+  ServerFixture fixture(options);
+  httplib::Client client = fixture.Client();
+  std::string received;
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    MakeRun(root, "second", 10);
+  });
+  auto res = client.Get("/api/events", [&](const char* data, size_t n) {
+    received.append(data, n);
+    return received.find("\"run\":\"second\"") == std::string::npos;  // stop once seen
+  });
+  writer.join();
+  EXPECT_NE(received.find("event: hello"), std::string::npos);
+  EXPECT_NE(received.find("\"run\":\"second\""), std::string::npos) << received;
+  EXPECT_NE(received.find("\"new\":true"), std::string::npos) << received;
+}
+
+TEST(LiveFeedTest, PublishesChangesNewRunsAndRemovals) {
+  const std::string root = TempDir();
+  MakeRun(root, "a", 10);
+  std::unique_ptr<RunRegistry> registry;
+  ASSERT_TRUE(RunRegistry::Open(root, &registry).ok());
+  LiveFeed feed(registry.get(), std::chrono::milliseconds(1000));
+  feed.PollOnce();  // records the state; publishes nothing
+  EXPECT_EQ(feed.latest(), 0u);
+  feed.PollOnce();  // nothing changed
+  EXPECT_EQ(feed.latest(), 0u);
+
+  {
+    std::unique_ptr<RunStore> store;
+    ASSERT_TRUE(RunStore::OpenForWrite(root + "/a", &store).ok());
+    int64_t loss;
+    ASSERT_TRUE(store->EnsureSeries("train/loss", SeriesKind::kScalar, &loss).ok());
+    WriteBatch batch;
+    batch.scalars.push_back({loss, 11, 2000.0, 0.5});
+    ASSERT_TRUE(store->Write(batch).ok());
+  }
+  MakeRun(root, "b", 5);
+  feed.PollOnce();
+  std::vector<LiveFeed::Event> events;
+  EXPECT_TRUE(feed.Wait(0, std::chrono::milliseconds(0), &events));
+  ASSERT_EQ(events.size(), 2u);
+  json a = json::parse(events[0].json), b = json::parse(events[1].json);
+  EXPECT_EQ(a["run"], "a");
+  EXPECT_EQ(a["max_step"], 11);
+  EXPECT_FALSE(a.contains("new"));
+  EXPECT_EQ(b["run"], "b");
+  EXPECT_EQ(b["new"], true);
+
+  fs::remove_all(root + "/b");
+  feed.PollOnce();
+  events.clear();
+  feed.Wait(2, std::chrono::milliseconds(0), &events);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(json::parse(events[0].json)["type"], "removed");
+  feed.Stop();
+  EXPECT_FALSE(feed.Wait(3, std::chrono::milliseconds(10), &events));  // stopped: streams end
+}
+
+TEST(AssetsTest, IndexIsEmbedded) {
+  const Asset* index = FindAsset("/");
+  ASSERT_NE(index, nullptr);
+  EXPECT_GT(index->size, 100u);
+  EXPECT_EQ(FindAsset("/../etc/passwd"), nullptr);
+}
+
+}  // namespace
+}  // namespace trainscope::server

@@ -1,0 +1,51 @@
+// The passes run.watch() makes over tensors in host memory, in place (no copy): the
+// statistics of a tensor, optionally with the L2 norm of each row (a weight matrix's output
+// units, a conv kernel's output channels), weight and update statistics in one pass that
+// also refreshes the previous-weights snapshot, and the activation extras (dead units,
+// saturated values).
+//
+// The caller guarantees the pointers address `n` (or rows * row_len, outer * units *
+// inner) contiguous values of the given dtype that stay alive and unmodified for the call.
+// Every function is thread-safe and may run without the Python GIL.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/sample.h"
+
+namespace trainscope::watch {
+
+// The floating dtypes the passes read. Codes are stable: Python passes them as ints.
+enum class DType : int { kFloat32 = 0, kFloat64 = 1, kFloat16 = 2, kBFloat16 = 3 };
+bool ValidDType(int code);
+
+TensorStats StatsOf(const void* data, size_t n, DType dtype, bool histogram);
+
+// Stats of rows * row_len values, and the L2 norm of each row into row_norms (resized to
+// rows); a NaN in a row makes its norm NaN, an Inf makes it Inf, so a heatmap shows them.
+TensorStats StatsWithRowNorms(const void* data, size_t rows, size_t row_len, DType dtype, bool histogram,
+                              std::vector<float>* row_norms);
+
+// Stats of `current` (the weights after an optimizer step) and of current - previous (the
+// update), then copies current into previous. The update is formed block by block in a
+// per-thread buffer (no tensor-sized temporary); each block of previous is refreshed as
+// soon as its difference is taken.
+void WeightAndUpdateStats(const void* current, void* previous, size_t n, DType dtype, bool histogram,
+                          TensorStats* weight, TensorStats* update);
+
+// Fraction of units that are exactly zero for every sample: the tensor is read as
+// [outer][units][inner] (a unit is a feature of a Linear output: inner = 1, or a channel of
+// an NCHW conv output: inner = H*W). 0 when units is 0.
+double DeadFraction(const void* data, size_t outer, size_t units, size_t inner, DType dtype);
+
+enum class Saturation { kTanh, kSigmoid };
+// Fraction of finite values in the flat tails: |x| > 0.99 (tanh), x < 0.01 or x > 0.99
+// (sigmoid). NaN when n is 0.
+double SaturatedFraction(const void* data, size_t n, DType dtype, Saturation kind);
+
+// Resident set size of this process in bytes, from /proc/self/statm (0 if unreadable).
+uint64_t ProcessRssBytes();
+
+}  // namespace trainscope::watch

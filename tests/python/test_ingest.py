@@ -1,0 +1,313 @@
+"""Importing the files other tools leave behind (issue 5): every real file in
+../shared/testdata/external is read, with point counts checked against independent
+Python readers; bad input gives clear messages and keeps what came before the damage."""
+
+import csv
+import json
+import math
+import os
+import pathlib
+import re
+import struct
+import subprocess
+
+import pytest
+
+from conftest import CLI, REPO, run_cli
+from ingest_helpers import tfevents_points
+
+TESTDATA = pathlib.Path(os.environ.get("TRAINSCOPE_TESTDATA", REPO.parent / "shared" / "testdata" / "external"))
+
+pytestmark = [
+    pytest.mark.skipif(not CLI.exists(), reason=f"{CLI} not built"),
+]
+
+
+def import_json(src, out, *extra, points=False):
+    args = ["import", "--json", src, "-o", out, *extra]
+    if points:
+        args.append("--points")
+    r = run_cli(*args)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert len(report) == 1
+    return report[0]
+
+
+def files(sub, pattern="*"):
+    """The test files of one kind; none (so the test is skipped) when the data is absent."""
+    return sorted((TESTDATA / sub).glob(pattern))
+
+
+@pytest.mark.parametrize("name", [p.name for p in files("tfevents", "*.tfevents")])
+def test_tfevents_files_match_an_independent_reader(tmp_path, name):
+    path = TESTDATA / "tfevents" / name
+    if not path.exists():
+        pytest.skip("no test data")
+    scalars, histograms = tfevents_points(path)
+    got = import_json(path, tmp_path / "run", points=True)
+    assert got["error"] == ""
+    assert got["import"]["damaged"] == 0
+    series = got["series"]
+    assert set(series) == set(scalars) | set(histograms)
+    for tag, pts in scalars.items():
+        assert series[tag]["points"] == len(pts), tag
+        assert series[tag]["steps"] == [s for s, _ in pts], tag
+        for got_v, (_, want) in zip(series[tag]["values"], pts):
+            if math.isnan(want):
+                assert got_v == "nan"
+            else:
+                assert got_v == want, tag  # float32 widened to double: exact
+    for tag, n in histograms.items():
+        assert series[tag]["kind"] == "tensor_stats" and series[tag]["points"] == n
+
+
+def _numeric(v):
+    return isinstance(v, (int, float))
+
+
+@pytest.mark.parametrize("path", files("hf_trainer_state", "*.json"), ids=lambda p: p.name)
+def test_trainer_state_files(tmp_path, path):
+    history = json.load(open(path))["log_history"]
+    want = {}
+    for entry in history:
+        for k, v in entry.items():
+            if k != "step" and _numeric(v):
+                want.setdefault(k, []).append(entry["step"])
+    got = import_json(path, tmp_path / "run")
+    assert got["format"] == "hf_trainer_state"
+    assert {k: v["points"] for k, v in got["series"].items()} == {k: len(v) for k, v in want.items()}
+    assert got["roles"]["loss"] == "loss"
+
+
+@pytest.mark.parametrize("path", files("csv_metrics", "*.csv"), ids=lambda p: p.name)
+def test_csv_files(tmp_path, path):
+    rows = list(csv.reader(open(path)))
+    header = [c.strip() for c in rows[0]]
+    step_col = "step" if "step" in header else "epoch" if "epoch" in header else None
+    want = {}
+    for row in rows[1:]:
+        for name, cell in zip(header, row):
+            if name != step_col and cell.strip():
+                want[name] = want.get(name, 0) + 1
+    got = import_json(path, tmp_path / "run")
+    assert {k: v["points"] for k, v in got["series"].items()} == want
+    assert "loss" in got["roles"] or "val_loss" in got["roles"]
+
+
+def test_megatron_golden_values(tmp_path):
+    path = TESTDATA / "raw_logs" / "megatron_golden_gpt3_tp2_pp2_a100.json"
+    if not path.exists():
+        pytest.skip("no test data")
+    doc = json.load(open(path))
+    got = import_json(path, tmp_path / "run", points=True)
+    assert got["format"] == "megatron_golden"
+    for metric, body in doc.items():
+        steps = sorted(int(s) for s in body["values"])
+        assert got["series"][metric]["steps"] == steps
+        assert got["series"][metric]["values"] == [body["values"][str(s)] for s in steps]
+    assert got["roles"]["loss"] == "lm loss"
+
+
+def test_pytorch_word_language_model_log_is_all_nan(tmp_path):
+    path = TESTDATA / "raw_logs" / "pytorch_wordlm_rnn_relu_all_nan.log"
+    if not path.exists():
+        pytest.skip("no test data")
+    text = path.read_text()
+    batches = re.findall(r"^\| epoch +(\d+) \| +(\d+)/ *(\d+) batches \| lr ([\d.]+)", text, re.M)
+    got = import_json(path, tmp_path / "run", points=True)
+    loss = got["series"]["loss"]
+    assert loss["points"] == len(batches) == 70
+    assert loss["steps"] == [(int(e) - 1) * int(t) + int(b) for e, b, t, _ in batches]
+    assert set(loss["values"]) == {"nan"}
+    assert got["series"]["lr"]["values"] == [float(lr) for *_, lr in batches]
+    assert got["series"]["valid loss"]["points"] == len(re.findall(r"end of epoch", text)) == 5
+    assert got["roles"] == {**got["roles"], "loss": "loss", "val_loss": "valid loss", "lr": "lr"}
+
+
+@pytest.mark.parametrize("name,overflows", [("deepspeed_chat_sft_opt1.3b.log", 139), ("deepspeed_chat_rlhf_opt1.3b.log", 14)])
+def test_deepspeed_logs_keep_every_overflow_skip(tmp_path, name, overflows):
+    path = TESTDATA / "raw_logs" / name
+    if not path.exists():
+        pytest.skip("no test data")
+    text = path.read_text()
+    assert text.count("OVERFLOW!") == overflows
+    got = import_json(path, tmp_path / "run", points=True)
+    skip = got["series"]["amp/overflow_skip"]
+    assert skip["points"] == overflows
+    assert set(skip["values"]) == {1}
+    assert got["roles"]["overflow_skip"] == "amp/overflow_skip"
+    assert got["roles"]["loss_scale"] == "amp/loss_scale"
+    # The scale after each skip: "reducing to X", or the attempted scale when only the
+    # hysteresis dropped.
+    want = []
+    for line in text.splitlines():
+        if "OVERFLOW!" in line:
+            m = re.search(r"reducing to (\d+)", line) or re.search(r"Attempted loss scale: (\d+)", line)
+            want.append(int(m.group(1)))
+    assert got["series"]["amp/loss_scale"]["values"] == want
+    if name.startswith("deepspeed_chat_sft"):
+        steps = re.findall(r" step=(\d+), skipped=(\d+)", text)
+        assert got["series"]["skipped"]["steps"] == [int(s) for s, _ in steps]
+        assert got["series"]["skipped"]["values"][-1] == overflows
+    else:
+        assert got["series"]["act_loss"]["points"] == text.count("act_loss:")
+
+
+def test_every_external_file_diagnoses(tmp_path):
+    """`trainscope diagnose FILE` reads every file (profiler traces belong to another issue)."""
+    paths = [p for p in sorted(TESTDATA.rglob("*")) if p.is_file() and p.name != "SOURCES.md" and "profiler_traces" not in p.parts]
+    if not paths:
+        pytest.skip("no test data")
+    for path in paths:
+        r = run_cli("diagnose", "--json", path)
+        assert r.returncode in (0, 1), (path, r.stderr)
+        doc = json.loads(r.stdout)
+        assert doc["format"] != "unknown" and doc["source"] == str(path), path
+
+
+def test_diagnose_a_logdir_of_tensorboard_runs(tmp_path):
+    src = TESTDATA / "tfevents"
+    if not src.exists():
+        pytest.skip("no test data")
+    for i, name in enumerate(["sb3_dqn_seed1.tfevents", "sb3_dqn_seed2.tfevents"]):
+        d = tmp_path / "logs" / f"seed{i + 1}"
+        d.mkdir(parents=True)
+        (d / f"events.out.tfevents.{i}.host").write_bytes((src / name).read_bytes())
+    r = run_cli("diagnose", "--json", tmp_path / "logs")
+    assert r.returncode in (0, 1), r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["format"] == "logdir"
+    assert [run["format"] for run in doc["runs"]] == ["tfevents", "tfevents"]
+    r = run_cli("import", tmp_path / "logs", "-o", tmp_path / "imported")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "imported" / "seed1" / "trainscope.db").exists()
+    assert (tmp_path / "imported" / "seed2" / "trainscope.db").exists()
+
+
+# ---- bad input ----
+
+def _masked_crc(b):
+    """CRC-32C, bit by bit (independent of trainscope's table), masked as TFRecord does."""
+    c = 0xFFFFFFFF
+    for x in b:
+        c ^= x
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+    c ^= 0xFFFFFFFF
+    return struct.pack("<I", (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
+
+
+def _record(data):
+    header = struct.pack("<Q", len(data))
+    return header + _masked_crc(header) + data + _masked_crc(data)
+
+
+def _scalar_event(tag, step, value):
+    tag = tag if isinstance(tag, bytes) else tag.encode()
+    val = b"\x0a" + bytes([len(tag)]) + tag + b"\x15" + struct.pack("<f", value)
+    summary = b"\x0a" + bytes([len(val)]) + val
+    return b"\x09" + struct.pack("<d", 1.0) + b"\x10" + bytes([step]) + b"\x2a" + bytes([len(summary)]) + summary
+
+
+def _events(n, tag="loss"):
+    return b"".join(_record(_scalar_event(tag, i, float(i))) for i in range(n))
+
+
+def test_truncated_event_file_keeps_complete_records(tmp_path):
+    good = _events(5)
+    path = tmp_path / "events.out.tfevents.1"
+    path.write_bytes(good + _record(_scalar_event("loss", 5, 5.0))[:7])
+    got = import_json(path, tmp_path / "run")
+    assert got["series"]["loss"]["points"] == 5
+    assert got["import"]["partial_tail"] is True
+    assert got["import"]["resume_offset"] == len(good)
+
+
+def test_corrupted_crc_is_skipped_and_named(tmp_path):
+    data = bytearray(_events(5))
+    rec = len(_record(_scalar_event("loss", 0, 0.0)))
+    data[2 * rec + 20] ^= 0xFF  # inside the third record's data
+    path = tmp_path / "events.out.tfevents.2"
+    path.write_bytes(bytes(data))
+    r = run_cli("import", path, "-o", tmp_path / "run")
+    assert r.returncode == 0, r.stderr
+    assert f"offset {2 * rec}: expected record data matching its checksum" in r.stderr
+    assert "4 scalar points" in r.stdout
+
+
+def test_length_of_two_to_the_sixty(tmp_path):
+    header = struct.pack("<Q", 1 << 60)  # with a valid checksum: only the size is wrong
+    path = tmp_path / "events.out.tfevents.3"
+    path.write_bytes(_events(3) + header + _masked_crc(header) + b"data")
+    r = run_cli("import", path, "-o", tmp_path / "run")
+    assert r.returncode == 0, r.stderr
+    assert f"offset {len(_events(3))}: expected a record length of at most" in r.stderr
+    assert "1152921504606846976" in r.stderr
+    assert "kept the 3 points" in r.stderr
+
+
+def test_invalid_utf8_tag_is_skipped_with_a_warning(tmp_path):
+    path = tmp_path / "events.out.tfevents.4"
+    path.write_bytes(_record(_scalar_event(b"bad\xff", 1, 1.0)) + _events(2))
+    r = run_cli("import", path, "-o", tmp_path / "run")
+    assert r.returncode == 0, r.stderr
+    assert "offset 0: value skipped" in r.stderr and "UTF-8" in r.stderr
+    assert "2 scalar points" in r.stdout
+
+
+def test_json_array_is_refused_clearly(tmp_path):
+    path = tmp_path / "trainer_state.json"
+    path.write_text('[{"step": 1, "loss": 2.0}]')
+    r = run_cli("diagnose", path)
+    assert r.returncode == 2
+    assert f"{path}: line 1: expected a JSON object" in r.stderr and "found a JSON array" in r.stderr
+
+
+def test_ragged_csv_rows_are_reported_by_line(tmp_path):
+    path = tmp_path / "metrics.csv"
+    path.write_text("step,loss,acc\n1,0.5,0.1\n2,0.4\n3,0.3,0.3,9\n4,0.2,0.4\n")
+    got = import_json(path, tmp_path / "run")
+    assert got["series"]["loss"]["points"] == 2
+    assert got["import"]["damaged"] == 2
+    assert any(f"{path}: line 3: expected 3 cells" in w for w in got["import"]["warnings"])
+
+
+def test_five_gigabyte_line_is_not_loaded(tmp_path):
+    path = tmp_path / "train.log"
+    with open(path, "wb") as f:
+        f.write(b"iter 1: loss 2.5, time 10ms, mfu 1%\n")
+        f.write(b"x" * (1 << 20))  # the start of a line that never ends ...
+        f.truncate(5 << 30)  # ... sparse to 5 GB, without a newline
+    r = subprocess.run(["/usr/bin/time", "-f", "%M", str(CLI), "import", str(path), "-o", str(tmp_path / "run")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "line 2 (offset 36)" in r.stderr and "without a newline" in r.stderr
+    assert "kept the 3 points" in r.stderr
+    peak_kb = int(r.stderr.strip().splitlines()[-1])
+    assert peak_kb < 200 * 1024, f"peak RSS {peak_kb} kB"
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.log"
+    path.write_bytes(b"")
+    r = run_cli("diagnose", path)
+    assert r.returncode == 2
+    assert f"{path}: empty file" in r.stderr
+
+
+def test_directory_of_unrelated_files(tmp_path):
+    (tmp_path / "notes.txt").write_text("Just notes.\nNothing here.\n")
+    (tmp_path / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR")
+    r = run_cli("diagnose", tmp_path)
+    assert r.returncode == 2
+    assert "no runs found among 2 files" in r.stderr
+    r = run_cli("import", tmp_path, "-o", tmp_path / "out")
+    assert r.returncode == 2 and "nothing to import among 2 files" in r.stderr
+
+
+def test_role_override_is_stored(tmp_path):
+    path = tmp_path / "m.csv"
+    path.write_text("step,objective,other_loss\n1,2.0,3.0\n2,1.5,2.5\n")
+    got = import_json(path, tmp_path / "run", "--role", "loss=objective")
+    assert got["roles"]["loss"] == "objective"

@@ -1,0 +1,58 @@
+// The view's state, kept in the URL fragment so a view can be shared by its link:
+// #runs=a,b&tab=scalars&tags=loss&smooth=0.6&log=1&x=step&range=100:300&layer=fc1.weight
+
+export type Tab = 'scalars' | 'gradients' | 'activations' | 'findings' | 'performance';
+export type XMode = 'step' | 'wall' | 'relative';
+
+export interface State {
+  runs: string[];
+  tab: Tab;
+  tags: string;  // regex over scalar tags
+  filter: string;  // regex over run names and configs
+  sort: string;  // column, '-' prefix for descending
+  smooth: number;  // EMA weight in [0, 0.999]
+  log: boolean;
+  x: XMode;
+  range: [number, number] | null;  // step range of the charts, null = everything
+  layer: string;
+  family: string;  // heatmap family: grad | weight | update
+}
+
+const TABS: Tab[] = ['scalars', 'gradients', 'activations', 'findings', 'performance'];
+
+export function readState(): State {
+  const h = new URLSearchParams(location.hash.slice(1));
+  const range = (h.get('range') || '').split(':').map(Number);
+  const tab = h.get('tab') as Tab;
+  const x = h.get('x') as XMode;
+  return {
+    runs: (h.get('runs') || '').split(',').filter(Boolean),
+    tab: TABS.includes(tab) ? tab : 'scalars',
+    tags: h.get('tags') || '',
+    filter: h.get('filter') || '',
+    sort: h.get('sort') || '-start',
+    smooth: Math.min(0.999, Math.max(0, Number(h.get('smooth') || 0))),
+    log: h.get('log') === '1',
+    x: ['step', 'wall', 'relative'].includes(x) ? x : 'step',
+    range: range.length === 2 && range.every(Number.isFinite) && range[0] < range[1] ? [range[0], range[1]] : null,
+    layer: h.get('layer') || '',
+    family: h.get('family') || 'grad',
+  };
+}
+
+export function writeState(s: State): void {
+  const h = new URLSearchParams();
+  if (s.runs.length) h.set('runs', s.runs.join(','));
+  h.set('tab', s.tab);
+  if (s.tags) h.set('tags', s.tags);
+  if (s.filter) h.set('filter', s.filter);
+  if (s.sort !== '-start') h.set('sort', s.sort);
+  if (s.smooth) h.set('smooth', String(s.smooth));
+  if (s.log) h.set('log', '1');
+  if (s.x !== 'step') h.set('x', s.x);
+  if (s.range) h.set('range', `${Math.floor(s.range[0])}:${Math.ceil(s.range[1])}`);
+  if (s.layer) h.set('layer', s.layer);
+  if (s.family !== 'grad') h.set('family', s.family);
+  const hash = '#' + h.toString();
+  if (location.hash !== hash) history.replaceState(null, '', hash);
+}

@@ -1,0 +1,88 @@
+// Small DOM and formatting helpers.
+
+export function el<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  attrs: Record<string, string> = {},
+  ...children: (Node | string | null | undefined)[]
+): HTMLElementTagNameMap[K] {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === 'class') e.className = v;
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) if (c !== null && c !== undefined) e.append(c);
+  return e;
+}
+
+export function fmt(v: unknown): string {
+  if (v === null || v === undefined) return '–';
+  if (typeof v === 'number') {
+    if (!Number.isFinite(v)) return String(v);
+    if (v === 0) return '0';
+    const a = Math.abs(v);
+    if (a >= 1e5 || a < 1e-3) return v.toExponential(2);
+    return Number(v.toPrecision(4)).toString();
+  }
+  if (typeof v === 'object') return JSON.stringify(v);
+  return String(v);
+}
+
+export function fmtTime(unix?: number): string {
+  if (!unix) return '–';
+  const d = new Date(unix * 1000);
+  return d.toISOString().slice(0, 16).replace('T', ' ');
+}
+
+export function regex(text: string): RegExp | null {
+  if (!text) return null;
+  try {
+    return new RegExp(text, 'i');
+  } catch {
+    return null;
+  }
+}
+
+// A run's colour: stable by its position in the selection.
+const PALETTE = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#17becf', '#8c564b', '#e377c2'];
+export function runColor(i: number): string {
+  return PALETTE[i % PALETTE.length];
+}
+
+// Viridis, sampled: heatmap colours for t in [0, 1].
+const VIRIDIS = [
+  [68, 1, 84], [72, 40, 120], [62, 74, 137], [49, 104, 142], [38, 130, 142],
+  [31, 158, 137], [53, 183, 121], [109, 205, 89], [180, 222, 44], [253, 231, 37],
+];
+export function viridis(t: number): [number, number, number] {
+  const x = Math.min(1, Math.max(0, t)) * (VIRIDIS.length - 1);
+  const i = Math.min(VIRIDIS.length - 2, Math.floor(x));
+  const f = x - i;
+  const a = VIRIDIS[i], b = VIRIDIS[i + 1];
+  return [a[0] + (b[0] - a[0]) * f, a[1] + (b[1] - a[1]) * f, a[2] + (b[2] - a[2]) * f];
+}
+
+export function debounce<T extends unknown[]>(fn: (...a: T) => void, ms: number): (...a: T) => void {
+  let timer: number | undefined;
+  return (...a: T) => {
+    clearTimeout(timer);
+    timer = window.setTimeout(() => fn(...a), ms);
+  };
+}
+
+// Runs fn at most once per `ms`, the last call always honoured (a steady stream of events
+// still refreshes every `ms`, where a debounce would wait for the stream to stop).
+export function throttle(fn: () => void, ms: number): () => void {
+  let last = 0;
+  let timer: number | undefined;
+  return () => {
+    if (timer !== undefined) return;
+    const wait = Math.max(0, last + ms - Date.now());
+    timer = window.setTimeout(() => {
+      timer = undefined;
+      last = Date.now();
+      fn();
+    }, wait);
+  };
+}
+
+export const SEVERITY_RANK: Record<string, number> = { critical: 2, warning: 1, info: 0 };
