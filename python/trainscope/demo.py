@@ -37,6 +37,7 @@ def main():
     config = {"model": "mlp-2-64-3", "optimizer": "adam", "lr": 1e-2, "batch_size": 64, "steps": args.steps}
 
     run = ts.init(logdir=args.logdir, name=args.name, config=config)
+    run.watch(model, optimizer)  # per-layer gradients, weights, updates, activations
     started = time.perf_counter()
     for step in range(args.steps):
         index = torch.randint(0, len(x), (64,), generator=generator)
