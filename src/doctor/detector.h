@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,13 @@
 #include "doctor/step_frame.h"
 
 namespace trainscope::doctor {
+
+// A number as a finding's summary shows it: `digits` significant digits, as %g writes them.
+inline std::string FormatNumber(double value, int digits) {
+  char buffer[40];
+  std::snprintf(buffer, sizeof(buffer), "%.*g", digits, value);
+  return buffer;
+}
 
 inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 

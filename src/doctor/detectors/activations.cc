@@ -10,12 +10,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string Fmt(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.3g", v);
-  return buf;
-}
-
 double MedianOf(const std::deque<double>& d) {
   std::vector<double> v(d.begin(), d.end());
   return Median(v);
@@ -42,8 +36,8 @@ void DeadUnitsDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
     f.step = start;
     f.last_step = frame.step;
     f.location = m;
-    f.summary = Fmt(100 * s.dead_fraction) + "% of the units of " + m + " output zero for every sample (since step " +
-                std::to_string(start) + "; " + Fmt(100 * first_[m]) + "% at first)";
+    f.summary = FormatNumber(100 * s.dead_fraction, 3) + "% of the units of " + m + " output zero for every sample (since step " +
+                std::to_string(start) + "; " + FormatNumber(100 * first_[m], 3) + "% at first)";
     f.evidence_json = json{{"dead_fraction", Num(s.dead_fraction)}, {"first_dead_fraction", Num(first_[m])},
                            {"since_step", start}, {"lr", Num(ctx.facts.lr)}}.dump();
     std::vector<Cause> causes;
@@ -73,7 +67,7 @@ void SaturationDetector::OnStep(const StepFrame& frame, const DetectorContext& c
     f.step = start;
     f.last_step = frame.step;
     f.location = m;
-    f.summary = Fmt(100 * s.saturated_fraction) + "% of the outputs of " + m +
+    f.summary = FormatNumber(100 * s.saturated_fraction, 3) + "% of the outputs of " + m +
                 " sit in the flat tails of the activation (since step " + std::to_string(start) +
                 "): their gradient is nearly zero";
     f.evidence_json = json{{"saturated_fraction", Num(s.saturated_fraction)}, {"since_step", start}}.dump();
@@ -125,8 +119,8 @@ void ActivationDriftDetector::OnStep(const StepFrame& frame, const DetectorConte
     f.severity = sev;
     f.step = f.last_step = frame.step;
     f.location = std::string(rest);
-    f.summary = "the output of " + std::string(rest) + " drifted from its early distribution: std " + Fmt(b_sd) +
-                " -> " + Fmt(n_sd) + ", mean " + Fmt(b_mean) + " -> " + Fmt(n_mean);
+    f.summary = "the output of " + std::string(rest) + " drifted from its early distribution: std " + FormatNumber(b_sd, 3) +
+                " -> " + FormatNumber(n_sd, 3) + ", mean " + FormatNumber(b_mean, 3) + " -> " + FormatNumber(n_mean, 3);
     f.evidence_json = json{{"baseline_std", Num(b_sd)}, {"std", Num(n_sd)}, {"baseline_mean", Num(b_mean)},
                            {"mean", Num(n_mean)}, {"std_ratio", Num(ratio)}, {"mean_shift_in_std", Num(shift)}}.dump();
     f.causes = {{"missing_normalization", 0.5}, {"lr_too_high", 0.3}};
@@ -150,7 +144,7 @@ void InputScaleDetector::OnStep(const StepFrame& frame, const DetectorContext& c
     f.step = ctx.facts.first_step;
     f.last_step = frame.step;
     f.location = "input/" + std::string(rest);
-    f.summary = "input " + std::string(rest) + " has RMS " + Fmt(med) +
+    f.summary = "input " + std::string(rest) + " has RMS " + FormatNumber(med, 3) +
                 " (median of the first batches): far from unit scale, it pushes the first layer into large "
                 "activations and gradients";
     f.evidence_json = json{{"rms_median", Num(med)}, {"abs_max", Num(s.abs_max)}, {"mean", Num(s.mean())}}.dump();

@@ -10,12 +10,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string Fmt(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.3g", v);
-  return buf;
-}
-
 std::string Lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -128,11 +122,11 @@ void GradExplosionDetector::OnStep(const StepFrame& frame, const DetectorContext
     if (location_.empty()) location_ = loc;
     f.location = location_;
     if (global_fired) {
-      f.summary = "gradient norm jumped to " + Fmt(g) + " at step " + std::to_string(frame.step) + ", " +
-                  Fmt(g / global_med) + "x its median " + Fmt(global_med) +
-                  (worst.empty() ? "" : "; the largest jump in " + worst + " (" + Fmt(worst_ratio) + "x)");
+      f.summary = "gradient norm jumped to " + FormatNumber(g, 3) + " at step " + std::to_string(frame.step) + ", " +
+                  FormatNumber(g / global_med, 3) + "x its median " + FormatNumber(global_med, 3) +
+                  (worst.empty() ? "" : "; the largest jump in " + worst + " (" + FormatNumber(worst_ratio, 3) + "x)");
     } else {
-      f.summary = "gradient of " + worst + " jumped " + Fmt(worst_ratio) + "x its median at step " +
+      f.summary = "gradient of " + worst + " jumped " + FormatNumber(worst_ratio, 3) + "x its median at step " +
                   std::to_string(frame.step);
     }
     f.evidence_json = json{{"grad_norm", Num(g)}, {"grad_norm_median", Num(global_med)}, {"layer", worst},
@@ -158,7 +152,7 @@ void GradExplosionDetector::OnStep(const StepFrame& frame, const DetectorContext
           f.severity = Severity::kWarning;
           f.step = f.last_step = frame.step;
           f.location = by_depth.front().first;
-          f.summary = "gradients grow toward the input: the first layer's RMS gradient is " + Fmt(med) +
+          f.summary = "gradients grow toward the input: the first layer's RMS gradient is " + FormatNumber(med, 3) +
                       "x the last layer's (median over " + std::to_string(options_.depth_window) + " steps)";
           f.evidence_json = json{{"first_layer", by_depth.front().first}, {"last_layer", by_depth.back().first},
                                  {"ratio_median", Num(med)}}.dump();
@@ -219,7 +213,7 @@ void GradVanishingDetector::OnStep(const StepFrame& frame, const DetectorContext
           f.location = by_depth.front().first;
           json layers = json::object();
           for (const auto& [p, s] : by_depth) layers[p] = Num(Rms(*s));
-          f.summary = "gradients vanish toward the input: the first layer's RMS gradient is " + Fmt(med) +
+          f.summary = "gradients vanish toward the input: the first layer's RMS gradient is " + FormatNumber(med, 3) +
                       "x the last layer's (median over " + std::to_string(options_.depth_window) + " steps)";
           if (!depth_reported_) {
             f.evidence_json = json{{"first_layer", by_depth.front().first}, {"last_layer", by_depth.back().first},
@@ -250,7 +244,7 @@ void GradVanishingDetector::OnStep(const StepFrame& frame, const DetectorContext
       f.step = floor_start_;
       f.last_step = frame.step;
       f.location = facts.roles.Has(Role::kGradNorm) ? facts.roles.Get(Role::kGradNorm) : "grad/global_norm";
-      f.summary = "the global gradient norm is " + Fmt(g) + " while the loss is still " + Fmt(facts.loss);
+      f.summary = "the global gradient norm is " + FormatNumber(g, 3) + " while the loss is still " + FormatNumber(facts.loss, 3);
       f.evidence_json = json{{"grad_norm", Num(g)}, {"loss", Num(facts.loss)}}.dump();
       f.causes = {{"saturating_activation", 0.4}, {"dying_relu", 0.4}, {"constant_init", 0.3}};
       ctx.Report(std::move(f));
@@ -329,7 +323,7 @@ void UpdateRatioDetector::OnStep(const StepFrame& frame, const DetectorContext& 
     f.step = frame.step - static_cast<int64_t>(options_.window) + 1;
     f.last_step = frame.step;
     f.location = high_location_;
-    f.summary = "each step changes " + worst + " by " + Fmt(worst_median) +
+    f.summary = "each step changes " + worst + " by " + FormatNumber(worst_median, 3) +
                 " of its norm (median over " + std::to_string(options_.window) +
                 " steps; ~1e-3 is healthy): the learning rate is too high for it";
     f.evidence_json = json{{"param", worst}, {"update_ratio_median", Num(worst_median)}, {"lr", Num(facts.lr)}}.dump();
@@ -351,7 +345,7 @@ void UpdateRatioDetector::OnStep(const StepFrame& frame, const DetectorContext& 
   f.last_step = frame.step;
   f.location = "";
   if (!low_reported_) {
-    f.summary = "updates are " + Fmt(med) + " of the weights' norm (median over layers and " +
+    f.summary = "updates are " + FormatNumber(med, 3) + " of the weights' norm (median over layers and " +
                 std::to_string(options_.low_window) + " steps; ~1e-3 is healthy): the weights barely move";
     f.evidence_json = json{{"update_ratio_median", Num(med)}, {"lr", Num(facts.lr)}}.dump();
     f.causes = {{"lr_too_low", 0.8}};
@@ -377,7 +371,7 @@ void WeightSymmetryDetector::OnStep(const StepFrame& frame, const DetectorContex
     f.step = f.last_step = frame.step;
     f.location = p;
     const bool zero = s.zeros == s.numel;
-    f.summary = p + (zero ? " starts all zero" : " starts with every value equal (" + Fmt(s.mean()) + ")") +
+    f.summary = p + (zero ? " starts all zero" : " starts with every value equal (" + FormatNumber(s.mean(), 3) + ")") +
                 ": all its units compute the same and get the same gradient, so they never differ";
     f.evidence_json = json{{"mean", Num(s.mean())}, {"std", Num(sd)}, {"numel", s.numel}, {"all_zero", zero}}.dump();
     f.causes = {{"constant_init", 0.9}};
@@ -401,7 +395,7 @@ void WeightSymmetryDetector::OnStep(const StepFrame& frame, const DetectorContex
     f.step = f.last_step = frame.step;
     f.location = std::string(rest);
     f.summary = "all " + std::to_string(v.size()) + " units of " + std::string(rest) +
-                " get the same gradient (coefficient of variation " + Fmt(sd / mean) +
+                " get the same gradient (coefficient of variation " + FormatNumber(sd / mean, 3) +
                 "): they were initialised alike and stay alike";
     f.evidence_json = json{{"units", v.size()}, {"mean_unit_grad_norm", Num(mean)}, {"cv", Num(sd / mean)}}.dump();
     f.causes = {{"constant_init", 0.9}};
@@ -438,7 +432,7 @@ void NormScaleDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
     f.location = p;
     const bool collapsed = ratio <= options_.collapse;
     f.summary = "the learned scale of " + RunFacts::ModuleOfParam(p) + (collapsed ? " collapsed to " : " blew up to ") +
-                Fmt(ratio) + "x its initial RMS (" + Fmt(rms) + " from " + Fmt(base) + ")";
+                FormatNumber(ratio, 3) + "x its initial RMS (" + FormatNumber(rms, 3) + " from " + FormatNumber(base, 3) + ")";
     f.evidence_json = json{{"rms", Num(rms)}, {"initial_rms", Num(base)}, {"ratio", Num(ratio)}}.dump();
     f.causes = collapsed ? std::vector<Cause>{{"weight_decay_on_norm", 0.6}, {"lr_too_high", 0.2}}
                          : std::vector<Cause>{{"lr_too_high", 0.5}, {"unnormalized_input", 0.3}};
@@ -463,7 +457,7 @@ void LrAnomalyDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
       f.step = ctx.facts.first_step;
       f.last_step = frame.step;
       f.location = tag;
-      f.summary = "the learning rate has been " + Fmt(x) + " since the start: nothing can train";
+      f.summary = "the learning rate has been " + FormatNumber(x, 3) + " since the start: nothing can train";
       f.evidence_json = json{{"lr", Num(x)}, {"points", bad_from_start_}}.dump();
       f.causes = {{"lr_too_low", 0.7}};
       ctx.Report(std::move(f));
@@ -476,8 +470,8 @@ void LrAnomalyDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
     f.severity = Severity::kWarning;
     f.step = f.last_step = frame.step;
     f.location = tag;
-    f.summary = "the learning rate jumped from " + Fmt(prev_) + " to " + Fmt(x) + " at step " +
-                std::to_string(frame.step) + " (" + Fmt(x / prev_) + "x, above anything before)";
+    f.summary = "the learning rate jumped from " + FormatNumber(prev_, 3) + " to " + FormatNumber(x, 3) + " at step " +
+                std::to_string(frame.step) + " (" + FormatNumber(x / prev_, 3) + "x, above anything before)";
     f.evidence_json = json{{"lr", Num(x)}, {"previous", Num(prev_)}, {"max_before", Num(max_before_)}}.dump();
     f.causes = {{"lr_too_high", 0.6}, {"scheduler_bug", 0.5}};
     ctx.Report(std::move(f));

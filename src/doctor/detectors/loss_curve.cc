@@ -10,12 +10,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string Fmt(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.4g", v);
-  return buf;
-}
-
 }  // namespace
 
 // ---- spike ----
@@ -57,7 +51,7 @@ void LossSpikeDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
     if (z > options_.z && x > med + options_.rel * std::fabs(med) && x - med >= floor) {
       Pending p{frame.step, x, med, z};
       if (last_lead_step_ != std::numeric_limits<int64_t>::min() && frame.step - last_lead_step_ <= options_.leading_steps) {
-        Emit(p, true, "the " + lead_what_ + " jumped " + Fmt(lead_ratio_) + "x at step " +
+        Emit(p, true, "the " + lead_what_ + " jumped " + FormatNumber(lead_ratio_, 4) + "x at step " +
                           std::to_string(last_lead_step_), ctx);
       } else {
         pending_ = p;
@@ -78,9 +72,9 @@ void LossSpikeDetector::Emit(const Pending& p, bool confirmed, const std::string
   f.severity = confirmed ? Severity::kWarning : Severity::kInfo;
   f.step = f.last_step = p.step;
   f.location = ctx.facts.roles.Get(Role::kLoss);
-  f.summary = "loss jumped to " + Fmt(p.value) + " at step " + std::to_string(p.step) + " (" +
-              Fmt(p.value / (p.median != 0 ? p.median : 1)) + "x its rolling median " + Fmt(p.median) +
-              ", robust z " + Fmt(p.z) + ")" + (confirmed ? "; " + why : "; a single outlier (hard batch?)");
+  f.summary = "loss jumped to " + FormatNumber(p.value, 4) + " at step " + std::to_string(p.step) + " (" +
+              FormatNumber(p.value / (p.median != 0 ? p.median : 1), 4) + "x its rolling median " + FormatNumber(p.median, 4) +
+              ", robust z " + FormatNumber(p.z, 4) + ")" + (confirmed ? "; " + why : "; a single outlier (hard batch?)");
   json ev = {{"value", Num(p.value)}, {"median", Num(p.median)}, {"robust_z", Num(p.z)}, {"confirmed", confirmed}};
   if (!why.empty()) ev["confirmation"] = why;
   if (last_lead_step_ > std::numeric_limits<int64_t>::min()) {
@@ -175,9 +169,9 @@ void LossDivergenceDetector::OnStep(const StepFrame& frame, const DetectorContex
   f.step = climb_start_;
   f.last_step = frame.step;
   f.location = ctx.facts.roles.Get(Role::kLoss);
-  f.summary = "loss is climbing: " + Fmt(cur) + " now (median of the last " + std::to_string(options_.window) +
-              " points) against a best of " + Fmt(best_) + " at step " + std::to_string(best_step_) +
-              " and " + Fmt(initial) + " at the start";
+  f.summary = "loss is climbing: " + FormatNumber(cur, 4) + " now (median of the last " + std::to_string(options_.window) +
+              " points) against a best of " + FormatNumber(best_, 4) + " at step " + std::to_string(best_step_) +
+              " and " + FormatNumber(initial, 4) + " at the start";
   json ev = {{"current", Num(cur)}, {"best", Num(best_)}, {"best_step", best_step_}, {"initial", Num(initial)}};
   std::vector<Cause> causes;
   RaiseCause(&causes, "lr_too_high", 0.5);
@@ -251,11 +245,11 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final) {
   f.last_step = steps_.back();
   f.location = ctx.facts.roles.Get(Role::kLoss);
   if (at_chance) {
-    f.summary = "loss is stuck at chance level: " + Fmt(now) + " ~ ln(" + std::to_string(c) + ") = " + Fmt(chance) +
+    f.summary = "loss is stuck at chance level: " + FormatNumber(now, 4) + " ~ ln(" + std::to_string(c) + ") = " + FormatNumber(chance, 4) +
                 " after " + std::to_string(n) + " points";
   } else {
-    f.summary = "loss is stuck at its initial value: " + Fmt(now) + " now against " + Fmt(initial) + " at the start (" +
-                Fmt(100 * (initial - now) / initial) + "% better after " + std::to_string(n) + " points)";
+    f.summary = "loss is stuck at its initial value: " + FormatNumber(now, 4) + " now against " + FormatNumber(initial, 4) + " at the start (" +
+                FormatNumber(100 * (initial - now) / initial, 4) + "% better after " + std::to_string(n) + " points)";
   }
   json ev = {{"initial", Num(initial)}, {"now", Num(now)}, {"points", n}, {"at_chance", at_chance}};
   if (c > 1) ev["chance_level"] = Num(chance);
@@ -314,8 +308,8 @@ void LossOscillationDetector::OnStep(const StepFrame& frame, const DetectorConte
   f.step = window_.front().first;
   f.last_step = frame.step;
   f.location = ctx.facts.roles.Get(Role::kLoss);
-  f.summary = "loss see-saws without progress: " + Fmt(100 * alternation) + "% of steps reverse direction, swings of " +
-              Fmt(amplitude) + " around " + Fmt(level);
+  f.summary = "loss see-saws without progress: " + FormatNumber(100 * alternation, 4) + "% of steps reverse direction, swings of " +
+              FormatNumber(amplitude, 4) + " around " + FormatNumber(level, 4);
   f.evidence_json = json{{"alternation", Num(alternation)}, {"mean_swing", Num(amplitude)}, {"level", Num(level)},
                          {"trend_z", Num(fit.trend_z)}, {"window", options_.window}}.dump();
   f.causes = {{"lr_too_high", 0.7}};
@@ -344,7 +338,7 @@ void NegativeLossDetector::OnStep(const StepFrame& frame, const DetectorContext&
   f.step = streak_start_;
   f.last_step = frame.step;
   f.location = ctx.facts.roles.Get(Role::kLoss);
-  f.summary = "loss is negative (" + Fmt(x) + " at step " + std::to_string(frame.step) +
+  f.summary = "loss is negative (" + FormatNumber(x, 4) + " at step " + std::to_string(frame.step) +
               "): cross-entropy, MSE and friends cannot be";
   f.evidence_json = json{{"value", Num(x)}, {"first_negative_step", streak_start_}}.dump();
   f.causes = {{"wrong_loss_inputs", 0.7}};

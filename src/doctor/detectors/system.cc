@@ -9,12 +9,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string Fmt(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.3g", v);
-  return buf;
-}
-
 }  // namespace
 
 bool StepTimes(const StepFrame& frame, double* data_wait, double* step) {
@@ -71,8 +65,8 @@ void DataloaderDetector::OnStep(const StepFrame& frame, const DetectorContext& c
   f.step = steps_.front();
   f.last_step = frame.step;
   f.location = "data";
-  f.summary = "the training waits for data " + Fmt(100 * share) + "% of each step (" + Fmt(1e3 * med_wait) + " ms of " +
-              Fmt(1e3 * med_step) + " ms, median over " + std::to_string(options_.window) + " steps)";
+  f.summary = "the training waits for data " + FormatNumber(100 * share, 3) + "% of each step (" + FormatNumber(1e3 * med_wait, 3) + " ms of " +
+              FormatNumber(1e3 * med_step, 3) + " ms, median over " + std::to_string(options_.window) + " steps)";
   f.evidence_json = json{{"data_share", Num(share)}, {"data_wait_ms", Num(1e3 * med_wait)},
                          {"step_ms", Num(1e3 * med_step)}, {"threshold", options_.share}}.dump();
   f.causes = {{"slow_dataloader", 0.9}};
@@ -130,9 +124,9 @@ void MemoryLeakDetector::Check(const DetectorContext& ctx) {
     f.step = static_cast<int64_t>(xs.front());
     f.last_step = static_cast<int64_t>(xs.back());
     f.location = tag;
-    f.summary = tag + " grows ~" + Fmt(fit.slope / 1e6) + " MB/step since step " + std::to_string(f.step) + " (+" +
-                Fmt(growth / 1e6) + " MB; Theil-Sen slope, Mann-Kendall z " + Fmt(fit.trend_z) + ")" +
-                (growing.empty() ? "" : "; " + growing + " objects grow +" + Fmt(growing_slope) + " per step");
+    f.summary = tag + " grows ~" + FormatNumber(fit.slope / 1e6, 3) + " MB/step since step " + std::to_string(f.step) + " (+" +
+                FormatNumber(growth / 1e6, 3) + " MB; Theil-Sen slope, Mann-Kendall z " + FormatNumber(fit.trend_z, 3) + ")" +
+                (growing.empty() ? "" : "; " + growing + " objects grow +" + FormatNumber(growing_slope, 3) + " per step");
     json ev = {{"slope_bytes_per_step", Num(fit.slope)}, {"intercept", Num(fit.intercept)}, {"trend_z", Num(fit.trend_z)},
                {"growth_bytes", Num(growth)}, {"since_step", f.step}, {"level_bytes", Num(level)}};
     if (!growing.empty()) ev["growing_type"] = {{"type", growing}, {"per_step", Num(growing_slope)}, {"trend_z", Num(growing_z)}};
@@ -170,8 +164,8 @@ void ThroughputDetector::OnStep(const StepFrame& frame, const DetectorContext& c
   f.step = recent_.front().first;
   f.last_step = frame.step;
   f.location = "time/step";
-  f.summary = "steps take " + Fmt(now / base) + "x as long as early in the run (" + Fmt(1e3 * now) + " ms against " +
-              Fmt(1e3 * base) + " ms)";
+  f.summary = "steps take " + FormatNumber(now / base, 3) + "x as long as early in the run (" + FormatNumber(1e3 * now, 3) + " ms against " +
+              FormatNumber(1e3 * base, 3) + " ms)";
   f.evidence_json = json{{"step_ms", Num(1e3 * now)}, {"baseline_step_ms", Num(1e3 * base)}, {"ratio", Num(now / base)}}.dump();
   f.causes = {{"retained_graph", 0.3}, {"slow_dataloader", 0.2}, {"host_contention", 0.3}};
   ctx.Report(std::move(f));

@@ -9,12 +9,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string Fmt(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.4g", v);
-  return buf;
-}
-
 double TrainLevel(const std::deque<double>& recent) {
   std::vector<double> v(recent.begin(), recent.end());
   return Median(v);
@@ -52,9 +46,9 @@ void OverfittingDetector::OnStep(const StepFrame& frame, const DetectorContext& 
   f.step = b.step;
   f.last_step = frame.step;
   f.location = val_tag;
-  f.summary = "validation loss rose from " + Fmt(b.val) + " (step " + std::to_string(b.step) + ") to " + Fmt(now.val) +
-              " while the training loss fell from " + Fmt(b.train) + " to " + Fmt(now.train) + "; the gap grew from " +
-              Fmt(gap_then) + " to " + Fmt(gap_now);
+  f.summary = "validation loss rose from " + FormatNumber(b.val, 4) + " (step " + std::to_string(b.step) + ") to " + FormatNumber(now.val, 4) +
+              " while the training loss fell from " + FormatNumber(b.train, 4) + " to " + FormatNumber(now.train, 4) + "; the gap grew from " +
+              FormatNumber(gap_then, 4) + " to " + FormatNumber(gap_now, 4);
   if (!reported_) {
     f.evidence_json = json{{"best_val", Num(b.val)}, {"best_step", b.step}, {"val_now", Num(now.val)},
                            {"train_at_best", Num(b.train)}, {"train_now", Num(now.train)},
@@ -97,9 +91,9 @@ void MetricStallDetector::Finish(const DetectorContext& ctx) {
   f.step = b.step;
   f.last_step = now.step;
   f.location = tag;
-  f.summary = tag + " has not improved on " + Fmt(b.metric) + " (step " + std::to_string(b.step) + ") in " +
-              std::to_string(since) + " evaluations, while the training loss fell from " + Fmt(b.train) + " to " +
-              Fmt(now.train);
+  f.summary = tag + " has not improved on " + FormatNumber(b.metric, 4) + " (step " + std::to_string(b.step) + ") in " +
+              std::to_string(since) + " evaluations, while the training loss fell from " + FormatNumber(b.train, 4) + " to " +
+              FormatNumber(now.train, 4);
   f.evidence_json = json{{"best", Num(b.metric)}, {"best_step", b.step}, {"now", Num(now.metric)},
                          {"evaluations_since", since}}.dump();
   f.causes = {{"overfitting", 0.5}, {"insufficient_capacity", 0.2}};
@@ -130,7 +124,7 @@ void MetricImbalanceDetector::OnStep(const StepFrame& frame, const DetectorConte
   f.step = streak_start_;
   f.last_step = frame.step;
   f.location = f1_tag;
-  f.summary = "accuracy " + Fmt(*acc) + " but macro-F1 " + Fmt(*f1) +
+  f.summary = "accuracy " + FormatNumber(*acc, 4) + " but macro-F1 " + FormatNumber(*f1, 4) +
               ": the accuracy comes from the frequent classes; some classes are (almost) never predicted";
   f.evidence_json = json{{"accuracy", Num(*acc)}, {"macro_f1", Num(*f1)}, {"accuracy_tag", acc_tag}}.dump();
   f.causes = {{"class_imbalance", 0.8}};
