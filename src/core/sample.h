@@ -64,6 +64,11 @@ TensorStats ComputeTensorStats(const double* values, size_t n, bool histogram);
 // Half-precision inputs (IEEE binary16 and bfloat16) as raw 16-bit patterns.
 TensorStats ComputeTensorStatsHalf(const uint16_t* values, size_t n, bool histogram);
 TensorStats ComputeTensorStatsBFloat16(const uint16_t* values, size_t n, bool histogram);
+// TensorStats from reductions done on an accelerator and copied to the host in one small
+// tensor: counts of NaN, Inf and zeros; min and max over the finite values; sum and sum of
+// squares of the finite values. abs_max follows from min and max.
+TensorStats TensorStatsFromReductions(uint64_t numel, double nan, double inf, double zeros, double min, double max,
+                                      double sum, double sum_squares);
 // Folds b into a (e.g. statistics of a tensor computed in parts).
 void MergeTensorStats(TensorStats& a, const TensorStats& b);
 

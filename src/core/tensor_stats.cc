@@ -296,6 +296,21 @@ TensorStats ComputeTensorStatsBFloat16(const uint16_t* values, size_t n, bool hi
   return Compute<BFloat16Layout>(values, n, histogram);
 }
 
+TensorStats TensorStatsFromReductions(uint64_t numel, double nan, double inf, double zeros, double min, double max,
+                                      double sum, double sum_squares) {
+  TensorStats s;
+  s.numel = numel;
+  s.nan = static_cast<uint64_t>(nan);
+  s.inf = static_cast<uint64_t>(inf);
+  s.zeros = static_cast<uint64_t>(zeros);
+  s.min = min;
+  s.max = max;
+  s.sum = sum;
+  s.sum_squares = sum_squares;
+  s.abs_max = s.finite() ? std::max(std::fabs(min), std::fabs(max)) : 0.0;
+  return s;
+}
+
 void MergeTensorStats(TensorStats& a, const TensorStats& b) {
   a.numel += b.numel;
   a.nan += b.nan;

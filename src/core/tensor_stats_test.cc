@@ -152,3 +152,22 @@ TEST(TensorStats, AllNonFiniteFloat32HasNoFiniteExtremes) {
 
 }  // namespace
 }  // namespace trainscope
+
+namespace trainscope {
+namespace {
+
+TEST(TensorStats, FromDeviceReductionsMatchesTheOnePass) {
+  const float v[] = {-3.0f, 0.0f, 2.0f, NAN, INFINITY};
+  const TensorStats pass = ComputeTensorStats(v, 5, false);
+  const TensorStats reduced = TensorStatsFromReductions(5, 1, 1, 1, -3.0, 2.0, -1.0, 13.0);
+  EXPECT_EQ(reduced.numel, pass.numel);
+  EXPECT_EQ(reduced.nan, pass.nan);
+  EXPECT_EQ(reduced.inf, pass.inf);
+  EXPECT_EQ(reduced.zeros, pass.zeros);
+  EXPECT_EQ(reduced.abs_max, pass.abs_max);
+  EXPECT_EQ(reduced.sum_squares, pass.sum_squares);
+  EXPECT_EQ(TensorStatsFromReductions(2, 2, 0, 0, INFINITY, -INFINITY, 0, 0).abs_max, 0.0);
+}
+
+}  // namespace
+}  // namespace trainscope

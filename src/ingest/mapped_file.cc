@@ -17,6 +17,20 @@ constexpr size_t kMapThreshold = 1 << 20;  // below this a read() is as cheap as
 Status Errno(const std::string& path, const char* what) {
   return Status::Error(path + ": " + what + ": " + std::strerror(errno));
 }
+// Reads until `size` bytes or the end of the file (a file still being written may be
+// shorter than it was); false, with errno set, on a read error.
+bool ReadUpTo(int fd, char* data, size_t size, size_t* done) {
+  *done = 0;
+  while (*done < size) {
+    const ssize_t n = ::read(fd, data + *done, size - *done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    if (n == 0) break;
+    *done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 }  // namespace
 
 Status MappedFile::Open(const std::string& path, std::unique_ptr<MappedFile>* file) {
@@ -51,16 +65,10 @@ Status MappedFile::Open(const std::string& path, std::unique_ptr<MappedFile>* fi
   // still being written); we keep what we got.
   f->buffer_.resize(size);
   size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::read(fd, f->buffer_.data() + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      Status s = Errno(path, "cannot read");
-      ::close(fd);
-      return s;
-    }
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
+  if (!ReadUpTo(fd, f->buffer_.data(), size, &done)) {
+    Status s = Errno(path, "cannot read");
+    ::close(fd);
+    return s;
   }
   ::close(fd);
   f->buffer_.resize(done);
@@ -89,16 +97,10 @@ Status ReadFilePrefix(const std::string& path, size_t max_bytes, std::string* ou
   if (fd < 0) return Errno(path, "cannot open");
   out->resize(max_bytes);
   size_t done = 0;
-  while (done < max_bytes) {
-    const ssize_t n = ::read(fd, out->data() + done, max_bytes - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      Status s = Errno(path, "cannot read");
-      ::close(fd);
-      return s;
-    }
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
+  if (!ReadUpTo(fd, out->data(), max_bytes, &done)) {
+    Status s = Errno(path, "cannot read");
+    ::close(fd);
+    return s;
   }
   ::close(fd);
   out->resize(done);

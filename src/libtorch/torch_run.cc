@@ -44,17 +44,7 @@ TensorStats DeviceStats(const torch::Tensor& t) {
                               (xf * xf).sum()})
                     .to(torch::kCPU);
   auto v = packed.accessor<double, 1>();
-  TensorStats s;
-  s.numel = static_cast<uint64_t>(x.numel());
-  s.nan = static_cast<uint64_t>(v[0]);
-  s.inf = static_cast<uint64_t>(v[1]);
-  s.zeros = static_cast<uint64_t>(v[2]);
-  s.min = v[3];
-  s.max = v[4];
-  s.sum = v[5];
-  s.sum_squares = v[6];
-  s.abs_max = s.finite() ? std::max(std::fabs(s.min), std::fabs(s.max)) : 0.0;
-  return s;
+  return TensorStatsFromReductions(static_cast<uint64_t>(x.numel()), v[0], v[1], v[2], v[3], v[4], v[5], v[6]);
 }
 
 }  // namespace

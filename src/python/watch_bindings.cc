@@ -142,16 +142,7 @@ void LogPackedStats(Recorder& recorder, int64_t step, const std::vector<uint32_t
   for (size_t i = 0; i < ids.size(); ++i) {
     const std::vector<double>& r = rows[i];
     if (r.size() != 8 && r.size() != 10) throw py::value_error("trainscope watch: a packed row has 8 or 10 values");
-    TensorStats s;
-    s.numel = static_cast<uint64_t>(r[0]);
-    s.nan = static_cast<uint64_t>(r[1]);
-    s.inf = static_cast<uint64_t>(r[2]);
-    s.zeros = static_cast<uint64_t>(r[3]);
-    s.min = r[4];
-    s.max = r[5];
-    s.sum = r[6];
-    s.sum_squares = r[7];
-    s.abs_max = s.finite() ? std::max(std::fabs(s.min), std::fabs(s.max)) : 0.0;
+    TensorStats s = TensorStatsFromReductions(static_cast<uint64_t>(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
     if (r.size() == 10) {
       s.dead_fraction = r[8];
       s.saturated_fraction = r[9];
