@@ -15,7 +15,9 @@ Generates (once) an event file of scalars and histograms with `ingest_bench_read
   5. TensorBoard's Python EventAccumulator on a smaller file (it is too slow for 500 MB;
      MB/s is what is compared).
 Medians of --repeat runs; wall time and CPU time (user + system), because the machine may
-be shared. Prints a Markdown table.
+be shared. Every reader's point count is checked against what the generator wrote (the
+data server's through its gRPC API, once, after its timing): the run stops if one is
+short. Prints a Markdown table.
 """
 
 import argparse
@@ -58,8 +60,33 @@ def timed(cmd):
     return wall, float(user) + float(system), int(rss) / 1024, r.stdout
 
 
-def data_server(server, logdir):
-    """Loads logdir once with TensorBoard's data server; returns (wall, cpu, rss MB)."""
+# Asks a running data server (its gRPC API, as TensorBoard's frontend does) how many points
+# it holds: every scalar, and every histogram (a tensor of the histograms plugin).
+COUNT_DATA_SERVER = """
+import sys, grpc
+from tensorboard.data.proto import data_provider_pb2 as d, data_provider_pb2_grpc as g
+channel = grpc.insecure_channel("localhost:" + sys.argv[1], options=[("grpc.max_receive_message_length", -1)])
+stub = g.TensorBoardDataProviderStub(channel)
+def count(plugin, list_rpc, read_rpc, list_req, read_req):
+    listing = list_rpc(list_req(plugin_filter=d.PluginFilter(plugin_name=plugin)))
+    n = 0
+    for run in listing.runs:
+        for tag in run.tags:
+            flt = d.RunTagFilter(runs=d.RunFilter(names=[run.run_name]), tags=d.TagFilter(names=[tag.tag_name]))
+            reply = read_rpc(read_req(plugin_filter=d.PluginFilter(plugin_name=plugin), run_tag_filter=flt,
+                                      downsample=d.Downsample(num_points=2**62)))
+            n += sum(len(t.data.step) for r in reply.runs for t in r.tags)  # columnar: one step per point
+    return n
+print(count("scalars", stub.ListScalars, stub.ReadScalars, d.ListScalarsRequest, d.ReadScalarsRequest),
+      count("histograms", stub.ListTensors, stub.ReadTensors, d.ListTensorsRequest, d.ReadTensorsRequest))
+"""
+
+
+def data_server(server, logdir, python=None):
+    """Loads logdir once with TensorBoard's data server; returns (wall, cpu, rss MB, points held).
+
+    The points are counted (through the server's API, with `python`) after the timing is
+    taken; None when not asked for."""
     with tempfile.TemporaryDirectory() as tmp:
         port_file = pathlib.Path(tmp) / "port"
         start = time.perf_counter()
@@ -70,7 +97,15 @@ def data_server(server, logdir):
             for line in p.stderr:
                 if "Finished load cycle" in line:
                     wall = time.perf_counter() - start
-                    return wall, cpu_of(p.pid), peak_rss_mb(p.pid)
+                    result = (wall, cpu_of(p.pid), peak_rss_mb(p.pid))
+                    held = None
+                    if python:
+                        r = subprocess.run([python, "-c", COUNT_DATA_SERVER, port_file.read_text().strip()],
+                                           capture_output=True, text=True)
+                        if r.returncode != 0:
+                            sys.exit(f"counting the data server's points failed: {r.stderr}")
+                        held = tuple(map(int, r.stdout.split()))
+                    return (*result, held)
             sys.exit("data server exited before finishing its load")
         finally:
             p.kill()
@@ -92,6 +127,13 @@ print(time.perf_counter() - w, time.process_time() - t, n)
         sys.exit(r.stderr)
     wall, cpu, n = r.stdout.split()
     return float(wall), float(cpu), int(r.stderr.strip().splitlines()[-1]) / 1024, int(n)
+
+
+def check(reader, got, expected):
+    """Every reader must deliver every point the generator wrote: a faster reader that drops
+    points is not faster."""
+    if got != expected:
+        sys.exit(f"{reader}: expected {expected} points (scalars, histograms), got {got}")
 
 
 def main():
@@ -118,11 +160,17 @@ def main():
     data = build / ("bench_ingest_scalars" if args.scalars_only else "bench_ingest")
     big = data / "big" / "events.out.tfevents.1.bench"
     small = data / "small" / "events.out.tfevents.1.bench"
+    written = {}  # file -> (scalars, histograms) as the generator wrote them
     for path, mb in [(big, args.mb), (small, args.ea_mb)]:
-        if not path.exists() or abs(path.stat().st_size - mb * 1e6) > 1e6:
+        counts = path.with_name("counts.json")  # next to the file: the servers read whole directories
+        if not path.exists() or not counts.exists() or abs(path.stat().st_size - mb * 1e6) > 1e6:
             path.parent.mkdir(parents=True, exist_ok=True)
             cmd = [gen, "--generate", path, "--mb", str(mb)] + (["--scalars-only"] if args.scalars_only else [])
-            print(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip(), file=sys.stderr)
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
+            print(out, file=sys.stderr)
+            counts.write_text(out)
+        c = json.loads(counts.read_text())
+        written[path] = (c["scalars"], c["histograms"])
     size = big.stat().st_size
     with open(big, "rb") as f:  # warm the page cache for everyone
         while f.read(1 << 24):
@@ -134,6 +182,8 @@ def main():
         out = json.loads(subprocess.run([gen, big, "--sink", sink, "--repeat", str(args.repeat)], capture_output=True,
                                         text=True, check=True).stdout)
         points = out["points"]
+        check(f"trainscope reader, {sink} sink (delivered)", (out["scalars"], out["tensor_stats"]), written[big])
+        check(f"trainscope reader, {sink} sink (kept)", out["kept"], sum(written[big]))
         label = {"count": "trainscope reader (CRC + decode every value)",
                  "run": "trainscope reader -> in-memory run (every point kept)"}[sink]
         rows.append((label, size, out["seconds"], out["cpu_seconds"], out["peak_rss_mb"], points))
@@ -141,25 +191,32 @@ def main():
     walls, cpus, rss = [], [], []
     for _ in range(args.repeat):
         out = pathlib.Path(tempfile.mkdtemp(dir=data))
-        w, c, r, _ = timed([cli, "import", big, "-o", out / "run"])
+        w, c, r, said = timed([cli, "import", big, "-o", out / "run"])
+        m = re.search(r"(\d+) scalar points, (\d+) histograms", said)
+        check("trainscope import", m and (int(m[1]), int(m[2])), written[big])
         walls.append(w), cpus.append(c), rss.append(r)
         shutil.rmtree(out)
     rows.append(("`trainscope import` -> SQLite store", size, statistics.median(walls), statistics.median(cpus),
                  max(rss), points))
 
     walls, cpus, rss = [], [], []
-    for _ in range(args.repeat):
-        w, c, r = data_server(server, big.parent)
+    for i in range(args.repeat):
+        w, c, r, held = data_server(server, big.parent, str(python) if i == 0 else None)
+        if held is not None:
+            check("TensorBoard data server", held, written[big])
         walls.append(w), cpus.append(c), rss.append(r)
     rows.append(("TensorBoard data server (Rust, all samples kept)", size, statistics.median(walls),
                  statistics.median(cpus), max(rss), points))
 
     w, c, r, n = event_accumulator(str(python), small)
+    check("TensorBoard EventAccumulator", n, sum(written[small]))
     rows.append((f"TensorBoard EventAccumulator (Python, {small.stat().st_size / 1e6:.0f} MB file)",
                  small.stat().st_size, w, c, r, n))
 
     kind = "scalars only" if args.scalars_only else "scalars + histograms"
     print(f"file: {size / 1e6:.0f} MB, {points} points ({kind}); medians of {args.repeat}")
+    print(f"every reader delivered all {sum(written[big])} points ({written[big][0]} scalars, {written[big][1]} "
+          f"histograms; EventAccumulator: all {sum(written[small])} of its file)")
     print(f"load average at the end: {os.getloadavg()[0]:.1f}\n")
     print("| reader | MB/s (wall) | MB/s per CPU-second | points/s (wall) | wall s | CPU s | peak RSS MB |")
     print("|---|---:|---:|---:|---:|---:|---:|")

@@ -1,7 +1,9 @@
 """Overhead of run.watch() on real CPU trainings, side by side.
 
-Modes, each with its own model and (for the watched ones) its own run, trained in turn
-block by block (A B C D E A B C D E ...), so machine noise hits them alike:
+Modes, each in its own process with its own model (and, when watched, its own run), trained
+in turn block by block (A B C D E A B C D E ...), so machine noise hits them alike; one
+process per mode so that each mode's CPU time holds its own threads (trainscope's writer,
+online doctor and sampler) and nothing of the others':
   plain      the training loop alone
   defaults   run.watch(model, opt) + run.data(loader)
   everything every statistic every step: every=1, histograms_every=1, activations_every=1,
@@ -10,19 +12,28 @@ block by block (A B C D E A B C D E ...), so machine noise hits them alike:
              std and a 64-bin histc, each with .item()
   anomaly    torch.autograd.detect_anomaly()
 Reported per mode: the median over blocks of the mean step time of a block, as process CPU
-time (time.process_time: the training thread plus trainscope's writer and sampler threads;
-robust to other processes sharing the cores) and as wall time, and the median over rounds
-of the per-round ratio to plain (neighbouring blocks share the machine's state).
+time (the training thread plus trainscope's threads; robust to other processes sharing the
+cores) and as wall time, and the median over rounds of the per-round ratio to plain
+(neighbouring blocks share the machine's state).
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/watch/overhead.py [--rounds 10] [--block 10]
+    PYTHONPATH=build/python /usr/bin/python3 bench/watch/overhead.py [--rounds 10] [--block 10] [--threads 1]
+
+--threads N sets torch's and OpenBLAS's threads (OpenBLAS's idle threads spin, which on a
+shared 2-core machine turns other processes' load into this one's CPU time).
 """
 
 import argparse
 import contextlib
+import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+
+if __name__ == "__main__" and "--threads" in sys.argv:  # before torch loads OpenBLAS
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", sys.argv[sys.argv.index("--threads") + 1])
 
 import torch
 
@@ -149,49 +160,80 @@ class Mode:
             self.block_cpu.append(cpu)
 
 
-def bench(label, setup, rounds, block, modes):
+SETUPS = {"lm": lm_setup, "cnn": cnn_setup}
+
+
+def worker(model_name, mode_name, logdir):
+    """One mode in its own process: trains a block per request read from stdin."""
+    mode = Mode(mode_name, SETUPS[model_name], logdir)
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request["do"] == "block":
+            mode.train_block(request["steps"], record=request["record"])
+            reply = {}
+        else:  # finish: the run's own measure of its cost, warm-up steps left out
+            reply = {"cpu": mode.block_cpu, "wall": mode.block_means, "own": None,
+                     "tensors": len(list(mode.model.parameters())),
+                     "values": sum(p.numel() for p in mode.model.parameters())}
+            if mode.run is not None:
+                mode.run.finish()
+                watch = ts.open_run(mode.run.dir).scalars("time/watch")
+                ratios, spent, rest = [], 0.0, 0.0
+                for step, w in zip(watch["step"].tolist(), watch["value"].tolist()):
+                    if step in mode.step_wall:
+                        ratios.append(w / (mode.step_wall[step] - w))
+                        spent += w
+                        rest += mode.step_wall[step] - w
+                reply["own"] = (statistics.median(ratios), spent / rest, spent / len(ratios))
+        print(json.dumps(reply), flush=True)
+        if request["do"] == "finish":
+            return
+
+
+def bench(label, model_name, rounds, block, modes, threads):
     logdir = tempfile.mkdtemp(prefix="ts-bench-watch-")
-    runs = [Mode(m, setup, logdir) for m in modes]
-    n_tensors = len(list(runs[0].model.parameters()))
-    n_values = sum(p.numel() for p in runs[0].model.parameters())
+    command = [sys.executable, os.path.abspath(__file__), "--worker", model_name, "--logdir", logdir]
+    if threads:
+        command += ["--threads", str(threads)]
+    workers = {m: subprocess.Popen(command + ["--mode", m], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   text=True) for m in modes}
+
+    def ask(mode, request):
+        w = workers[mode]
+        w.stdin.write(json.dumps(request) + "\n")
+        w.stdin.flush()
+        line = w.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {mode} worker died")
+        return json.loads(line)
+
     for r in range(rounds + 1):  # round 0 warms up (allocator, first histograms and census)
-        for mode in runs:
-            mode.train_block(block, record=r > 0)
-    own = {}
-    for mode in runs:
-        if mode.run is not None:
-            mode.run.finish()
-            # The run measures its own cost per step (time/watch: wall time inside trainscope's
-            # hooks); against the rest of the same step it is immune to the machine's load
-            # drifting between blocks. Warm-up steps are left out.
-            watch = ts.open_run(mode.run.dir).scalars("time/watch")
-            steps = mode.step_wall
-            ratios, spent, rest = [], 0.0, 0.0
-            for s, w in zip(watch["step"].tolist(), watch["value"].tolist()):
-                if s not in steps:  # warm-up round
-                    continue
-                ratios.append(w / (steps[s] - w))
-                spent += w
-                rest += steps[s] - w
-            own[mode.name] = (statistics.median(ratios), spent / rest, spent / len(ratios))
-    plain = runs[0]
-    print(f"\n{label}: {n_tensors} parameter tensors, {n_values / 1e6:.2f} M values; "
-          f"{rounds} blocks of {block} steps per mode, interleaved")
+        for mode in modes:
+            ask(mode, {"do": "block", "steps": block, "record": r > 0})
+    results = {mode: ask(mode, {"do": "finish"}) for mode in modes}
+    for w in workers.values():
+        w.wait()
+    plain = results["plain"]
+    print(f"\n{label}: {plain['tensors']} parameter tensors, {plain['values'] / 1e6:.2f} M values; "
+          f"{rounds} blocks of {block} steps per mode, interleaved, one process per mode")
     print(f"{'mode':<12}{'CPU ms/step':>12}{'vs plain':>10}{'paired':>9}{'wall ms/step':>14}{'vs plain':>10}")
-    result = {}
-    for mode in runs:
-        cpu = statistics.median(mode.block_cpu)
-        wall = statistics.median(mode.block_means)
-        paired = statistics.median(a / b for a, b in zip(mode.block_cpu, plain.block_cpu))
-        print(f"{mode.name:<12}{cpu * 1e3:>12.2f}{(cpu / statistics.median(plain.block_cpu) - 1) * 100:>+9.1f}%"
+    summary = {}
+    for mode in modes:
+        res = results[mode]
+        cpu = statistics.median(res["cpu"])
+        wall = statistics.median(res["wall"])
+        paired = statistics.median(a / b for a, b in zip(res["cpu"], plain["cpu"]))
+        print(f"{mode:<12}{cpu * 1e3:>12.2f}{(cpu / statistics.median(plain['cpu']) - 1) * 100:>+9.1f}%"
               f"{(paired - 1) * 100:>+8.1f}%{wall * 1e3:>14.2f}"
-              f"{(wall / statistics.median(plain.block_means) - 1) * 100:>+9.1f}%")
-        result[mode.name] = (cpu, paired, wall)
+              f"{(wall / statistics.median(plain['wall']) - 1) * 100:>+9.1f}%")
+        summary[mode] = (cpu, paired, wall)
     print("self-measured (time/watch against the rest of the same step):")
-    for name, (median, total, per_step) in own.items():
-        print(f"  {name:<12} median step {median * 100:+.2f}%, all steps {total * 100:+.2f}% "
-              f"({per_step * 1e3:.2f} ms/step inside trainscope)")
-    return result
+    for mode in modes:
+        if results[mode]["own"] is not None:
+            median, total, per_step = results[mode]["own"]
+            print(f"  {mode:<12} median step {median * 100:+.2f}%, all steps {total * 100:+.2f}% "
+                  f"({per_step * 1e3:.2f} ms/step inside trainscope)")
+    return summary
 
 
 def main():
@@ -199,10 +241,16 @@ def main():
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--block", type=int, default=5)
     parser.add_argument("--only", choices=["lm", "cnn"], default=None)
-    parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch.set_num_threads and OPENBLAS_NUM_THREADS (0: their defaults)")
+    parser.add_argument("--worker", choices=sorted(SETUPS), help=argparse.SUPPRESS)
+    parser.add_argument("--mode", help=argparse.SUPPRESS)
+    parser.add_argument("--logdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.worker:
+        return worker(args.worker, args.mode, args.logdir)
     blas = "?"
     try:
         with open("/proc/self/maps") as maps:
@@ -213,9 +261,9 @@ def main():
           f"load average {open('/proc/loadavg').read().split()[:3]}")
     modes = ["plain", "defaults", "everything", "naive", "anomaly"]
     if args.only in (None, "lm"):
-        bench("Transformer LM (6 blocks, d=128, 16x64 tokens)", lm_setup, args.rounds, args.block, modes)
+        bench("Transformer LM (6 blocks, d=128, 16x64 tokens)", "lm", args.rounds, args.block, modes, args.threads)
     if args.only in (None, "cnn"):
-        bench("CNN (3 conv + BN + ReLU, 2 linear; 32x3x32x32)", cnn_setup, args.rounds, args.block, modes)
+        bench("CNN (3 conv + BN + ReLU, 2 linear; 32x3x32x32)", "cnn", args.rounds, args.block, modes, args.threads)
 
 
 if __name__ == "__main__":

@@ -24,30 +24,140 @@ _live_runs: "weakref.WeakSet[Run]" = weakref.WeakSet()
 _exit_reason: list[str] = []  # why the interpreter is going down, if not cleanly
 
 
+class StopTraining(SystemExit):
+    """Raised at a step boundary when an alert rule with the "stop" action fired.
+
+    A SystemExit (exit status 0), so a generic `except Exception` in the training loop or
+    in a library does not swallow it, and an uncaught one ends the script quietly; the
+    run is then recorded with status "stopped" and the rule as exit reason. Catch it
+    (`except ts.StopTraining as stop:`) to save a checkpoint first; stop.alert is the alert.
+    An alert callback may raise it too, to stop on its own judgement.
+    """
+
+    def __init__(self, alert=None, reason=None):
+        super().__init__(0)
+        self.alert = alert or {}
+        self.reason = reason or _stop_reason(self.alert)
+
+    def __str__(self):
+        return self.reason
+
+
+def _stop_reason(alert):
+    if not alert:
+        return "stopped by the training script"
+    return (f"alert rule '{alert.get('rule')}': {alert.get('series')} = {alert.get('value'):.6g} "
+            f"at step {alert.get('step')}")
+
+
+_alert_callbacks = {}
+
+
+def on_alert(name, fn=None):
+    """Registers fn as the alert callback called `name` (a rule's callback = "name").
+
+    As a decorator, `@ts.on_alert("on_stall")`, or directly, `ts.on_alert("on_stall", fn)`.
+    fn(alert) gets the alert as a dict (rule, series, severity, step, value, message,
+    actions) at the step boundary after the rule fired. An exception in it is reported
+    once and never reaches the training (ts.StopTraining excepted: it stops the run).
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError("ts.on_alert(name, fn): name must be a non-empty str")
+
+    def register(function):
+        if not callable(function):
+            raise TypeError(f"ts.on_alert({name!r}, fn): fn must be callable")
+        _alert_callbacks[name] = function
+        return function
+    return register if fn is None else register(fn)
+
+
 def init(logdir="runs", name=None, config=None, *, resume=False, flush_interval=1.0,
-         queue_capacity=1 << 22, doctor=True):
+         queue_capacity=1 << 22, doctor=True, alerts=None, tensorboard=False):
     """Starts recording a run into <logdir>/<name>/trainscope.db and returns it.
 
     name: None makes one from the start time. config: any JSON-able dict (other values are
     stored as their str()). resume=True appends to an existing run of that name.
     doctor=True judges the run while it trains (on a background thread): findings are
     printed as they open, kept in run.findings and stored with the run.
+    alerts: your alert rules (docs/doctor.md "Alert rules"): the path of a TOML rules
+    file, or a list of rule dicts with the same keys. A bad rule raises ValueError here,
+    naming the file (or alerts[i]) and the line.
+    tensorboard: True mirrors the run's scalars and histograms live into
+    <run dir>/tensorboard/, a directory name into <dir>/<run name>/, for
+    `tensorboard --logdir` (docs/ingest.md).
     """
     from trainscope.distributed import rank_layout
     logdir, name = rank_layout(logdir, name)  # under torch.distributed: <logdir>/<name>/rank-<r>
     return Run(logdir, name, config, resume=resume, flush_interval=flush_interval,
-               queue_capacity=queue_capacity, doctor=doctor)
+               queue_capacity=queue_capacity, doctor=doctor, alerts=alerts, tensorboard=tensorboard)
+
+
+def _alert_rules_source(alerts):
+    """(file, text, origin) for the recorder from init(alerts=...)."""
+    if alerts is None or alerts is False:
+        return "", "", ""
+    if isinstance(alerts, (str, os.PathLike)):
+        path = os.fspath(alerts)
+        if not os.path.isfile(path):
+            raise ValueError(f"alerts={path!r}: no such rules file (expected a TOML file of [[rule]] tables)")
+        return path, "", ""
+    if isinstance(alerts, dict):
+        alerts = [alerts]
+    if not isinstance(alerts, (list, tuple)):
+        raise TypeError(f"alerts= takes a rules file path or a list of rule dicts, not {type(alerts).__name__}")
+    blocks = []
+    for index, rule in enumerate(alerts):
+        if not isinstance(rule, dict):
+            raise ValueError(f"alerts[{index}]: expected a dict of rule keys, got {type(rule).__name__}")
+        lines = ["[[rule]]"]
+        for key, value in rule.items():
+            lines.append(f"{json.dumps(str(key))} = {_toml_value(value, f'alerts[{index}][{key!r}]')}")
+        block = "\n".join(lines) + "\n"
+        _core.check_alert_rules(block, f"alerts[{index}]")  # errors name the rule's index
+        blocks.append(block)
+    return "", "\n".join(blocks), "alerts=[...]"
+
+
+def _toml_value(value, where):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if value != value:
+            return "nan"
+        if value in (float("inf"), float("-inf")):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a TOML basic string
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v, where) for v in value) + "]"
+    raise ValueError(f"{where}: a {type(value).__name__} is not a rule value (numbers, strings, true/false, lists)")
 
 
 class Run:
     """One training run being recorded. See ts.init()."""
 
-    def __init__(self, logdir, name, config, *, resume, flush_interval, queue_capacity, doctor=True):
+    def __init__(self, logdir, name, config, *, resume, flush_interval, queue_capacity, doctor=True,
+                 alerts=None, tensorboard=False):
         config_json = json.dumps(config if config is not None else {}, default=str)
         command_line = " ".join([sys.executable] + sys.argv)
+        rules_file, rules_text, rules_origin = _alert_rules_source(alerts)
+        if tensorboard not in (True, False, None) and not isinstance(tensorboard, (str, os.PathLike)):
+            raise TypeError(f"tensorboard= takes True/False or a directory, not {type(tensorboard).__name__}")
+        tensorboard_dir = "" if tensorboard in (True, False, None) else os.fspath(tensorboard)
         self._recorder = _core.Recorder(os.fspath(logdir), name or "", config_json, command_line,
                                         resume, queue_capacity, flush_interval, self._rank_meta(),
-                                        doctor)
+                                        doctor, alert_rules_file=rules_file, alert_rules_text=rules_text,
+                                        alert_rules_origin=rules_origin or "alert rules",
+                                        tensorboard=bool(tensorboard), tensorboard_dir=tensorboard_dir)
+        self.tensorboard_path = self._recorder.tensorboard_path or None
+        self.alerts = []          # every alert taken so far (dicts), oldest first
+        self._has_rules = self._recorder.alert_rule_count > 0
+        self._stop = None         # the StopTraining raised, once a "stop" alert fired
+        self._failed_callbacks = set()
         self.name = self._recorder.name
         self.dir = self._recorder.run_dir
         self.config = config
@@ -87,9 +197,13 @@ class Run:
             self._collect_copies(wait=False)
 
     def _log_slow(self, items, step):
+        alert_pending = False
         for key, value in items:
-            if key is None:  # a tag the recorder refused: value is its message
-                self._warn_once(value, value)
+            if key is None:
+                if value is None:  # an alert rule fired (see _poll_alerts)
+                    alert_pending = True
+                else:  # a tag the recorder refused: value is its message
+                    self._warn_once(value, value)
                 continue
             if not isinstance(key, str):
                 self._warn_once(("key", type(key)), f"tag {key!r} is not a str; skipped")
@@ -101,6 +215,79 @@ class Run:
                     self._warn_once(key, reason)
         if len(self._deferred) >= 256:
             self._start_copies()
+        if alert_pending:
+            # A log at `step` means every earlier step has ended: alerts of those are due.
+            self._poll_alerts(step)
+
+    # ---- alert rules (docs/doctor.md "Alert rules") ----
+
+    def _step_ended(self, step):
+        """The step clock's step end (watch(), data(), step()): alerts up to `step` are due."""
+        if self._has_rules and self._recorder.alerts_pending:
+            self._poll_alerts(step + 1)
+
+    def _poll_alerts(self, before_step, boundary=True):
+        """Takes the alerts of steps before before_step and does their Python actions.
+
+        At a step boundary, "stop" raises StopTraining once the others are done; at the end
+        of the run (boundary=False) only print and callback are left to do.
+        """
+        alerts = self._recorder.take_alerts(before_step)
+        stop = None
+        for alert in alerts:
+            self.alerts.append(alert)
+            actions = alert["actions"]
+            if "print" in actions:
+                print(f"trainscope: [{alert['severity']}] alert {alert['message']}", file=sys.stderr)
+            if "callback" in actions:
+                self._call_alert_callback(alert)
+            if boundary and "pdb" in actions:
+                self._alert_pdb(alert)
+            if boundary and "stop" in actions and stop is None:
+                stop = alert
+        if stop is not None:
+            self._stop = StopTraining(stop)  # finish() records the latest as the exit reason
+            raise self._stop
+
+    def _call_alert_callback(self, alert):
+        name = alert["callback"]
+        fn = _alert_callbacks.get(name)
+        if fn is None:
+            if ("missing", name) not in self._failed_callbacks:
+                self._failed_callbacks.add(("missing", name))
+                print(f"trainscope: alert rule '{alert['rule']}' names callback {name!r}, but none is "
+                      f"registered under that name (ts.on_alert({name!r}, fn)); skipped", file=sys.stderr)
+            return
+        try:
+            fn(dict(alert))
+        except Exception as error:  # a broken callback never reaches the training
+            if name not in self._failed_callbacks:
+                self._failed_callbacks.add(name)
+                print(f"trainscope: alert callback {name!r} raised {type(error).__name__}: {error}; "
+                      f"training goes on (reported once)", file=sys.stderr)
+
+    @staticmethod
+    def _alert_pdb(alert):
+        where = f"alert rule '{alert['rule']}' at step {alert['step']}"
+        try:
+            interactive = sys.stdin is not None and sys.stdin.isatty()
+        except (AttributeError, ValueError, OSError):
+            interactive = False
+        if not interactive:
+            print(f"trainscope: {where} asked for pdb; skipped: stdin is not a terminal", file=sys.stderr)
+            return
+        import pdb
+        # The user's frame: the first caller outside trainscope and torch.
+        frame = sys._getframe(1)
+        package = os.path.dirname(os.path.abspath(__file__))
+        torch = sys.modules.get("torch")
+        skip = [package] + ([os.path.dirname(os.path.abspath(torch.__file__))] if torch is not None else [])
+        while frame.f_back is not None and any(os.path.abspath(frame.f_code.co_filename).startswith(p) for p in skip):
+            frame = frame.f_back
+        print(f"trainscope: {where}: {alert['message']}; entering pdb ('c' continues the training)",
+              file=sys.stderr)
+        # Skipping trainscope and torch makes pdb stop at the next line of the user's code.
+        pdb.Pdb(skip=["trainscope", "trainscope.*", "torch", "torch.*"]).set_trace(frame)
 
     def _to_number(self, key, value, step):
         """A float for value, or None when it is deferred (device tensor) or unusable."""
@@ -172,12 +359,17 @@ class Run:
         histograms_every: exponent histograms and per-unit gradient norms; other options
         (activations_every, weights_every, units_every, accumulation_steps, guard,
         census_every, memory, inputs, system_interval) are described in docs/watch.md.
+        checks (True), loss_fn, batch_size: the model checks before the first step
+        (trainscope/checks.py; ARCHITECTURE_WARNING findings, docs/doctor.md).
         Returns the watcher (None if it could not be set up: reported, training goes on);
         run.finish() removes its hooks.
         """
         from trainscope.watch import Watcher
         clock = self._step_clock()
         system_interval = options.pop("system_interval", 5.0)
+        checks = options.pop("checks", True)
+        loss_fn = options.pop("loss_fn", None)
+        batch_size = options.pop("batch_size", None)
         try:
             watcher = Watcher(self, clock, model, optimizer, every=every, histograms_every=histograms_every,
                               activations=activations, **options)
@@ -195,7 +387,21 @@ class Run:
                 clock.sampler = self._sampler
             except Exception as error:
                 self._warn_once("sampler", f"system metrics are off: {error}")
+        if checks:
+            from trainscope.checks import watch_checks
+            watch_checks(self, model, loss_fn=loss_fn, batch_size=batch_size)  # never raises
         return watcher
+
+    def _add_finding(self, finding):
+        """Stores a finding of the Python client (a DESIGN.md JSON dict) with the run,
+        prints it as the online doctor prints its own, and keeps it for run.findings."""
+        self._recorder.add_finding_json(json.dumps(finding, default=str))
+        if not hasattr(self, "_client_findings"):
+            self._client_findings = []
+        self._client_findings.append(finding)
+        location = f" in {finding['location']}" if finding.get("location") else ""
+        print(f"trainscope: [{finding['severity']}] {finding['code']} at step {finding['step']}{location}: "
+              f"{finding['summary']}", file=sys.stderr)
 
     def data(self, iterable):
         """Yields from iterable, recording the wait for each batch as time/data."""
@@ -239,9 +445,16 @@ class Run:
             self._collect_copies(wait=True)
         except Exception as error:  # a broken device must not lose the rest of the run
             exit_reason = exit_reason or f"copying device values failed: {error}"
+        if self._stop is not None and status == "finished":
+            status, exit_reason = "stopped", self._stop.reason
         dropped = self._recorder.dropped
         error = self._recorder.close(status, exit_reason)
         _live_runs.discard(self)
+        if self._has_rules:
+            try:  # alerts of the last steps: reported, nothing left to stop
+                self._poll_alerts(_LAST_STEP, boundary=False)
+            except Exception as alert_error:
+                print(f"trainscope: the last alerts were lost: {alert_error}", file=sys.stderr)
         self._summary = {"name": self.name, "dir": self.dir, "status": status,
                          "steps": self._step, "dropped": dropped, "error": error or None,
                          "findings": list(self.findings)}
@@ -283,14 +496,17 @@ class Run:
 
     @property
     def findings(self):
-        """The findings the online doctor has opened so far (dicts, DESIGN.md JSON form)."""
-        return json.loads(self._recorder.live_findings_json())
+        """The findings the online doctor has opened so far, then the client's own (model
+        checks) not already among them by code and location (dicts, DESIGN.md JSON form)."""
+        found = json.loads(self._recorder.live_findings_json())
+        seen = {(f["code"], f["location"]) for f in found}
+        return found + [f for f in getattr(self, "_client_findings", ()) if (f["code"], f["location"]) not in seen]
 
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        if exc_type is None:
+        if exc_type is None or issubclass(exc_type, StopTraining):
             self.finish()
         else:
             self.finish("crashed", exc_type.__name__)
@@ -313,6 +529,7 @@ class Run:
 # ---- ending cleanly: normal exit, uncaught exception, SIGINT, SIGTERM ----
 
 _handlers_installed = False
+_LAST_STEP = (1 << 63) - 1
 
 
 def _finish_all(status, reason):

@@ -139,6 +139,7 @@ class StepClock:
         step = self.run._step
         for listener in list(self.listeners):
             listener(step)
+        self.run._step_ended(step)  # alert rules: a step boundary (run.py)
 
     def add_phase(self, phase, start_wall, seconds, step=None):
         step = self.run._step if step is None else step
@@ -276,6 +277,7 @@ class Watcher:
         self._zeroed = True         # no optimizer step yet: nothing to accumulate into
         self._sentinel = None       # (param, grad object) after the last optimizer step
         self._pending_copies = []   # device stats on their way to the host
+        self._plan = None           # the CPU gradient pass's per-parameter constants
         self._act_pending = []      # device activation stats of this step
         self._module_order = []
         self._order_recorded = False
@@ -449,8 +451,13 @@ class Watcher:
 
     def _on_forward_begin(self, module, args):
         # A training forward begins the next step; an evaluation (no_grad or eval mode)
-        # right after optimizer.step() still belongs to the step that just ended.
-        if torch.is_grad_enabled() and module.training:
+        # right after optimizer.step() still belongs to the step that just ended. One under
+        # no_grad is not measured: its inputs and activations would land on that step a
+        # second time, and its time is not the training's forward.
+        if not torch.is_grad_enabled():
+            self._act_step = None
+            return
+        if module.training:
             self.clock.begin()
         step = self.clock.step
         if self.activations and (self._due(self.activations_every) or self._act_force or not self._order_recorded):
@@ -505,8 +512,11 @@ class Watcher:
 
     def log_label_range(self, tensor, step):
         lo, hi = torch.aminmax(tensor.detach())
-        # A CPU tensor gives its value at once; a device one goes with the run's deferred copies.
-        self.run.log({"input/label_min": lo, "input/label_max": hi}, step=step)
+        if tensor.is_cpu:  # its value at once (3 us; run.log's tensor path costs 25)
+            self.rec.log_scalar_ids([self._id("input/label_min", "scalar"), self._id("input/label_max", "scalar")],
+                                    [int(lo), int(hi)], step)
+        else:  # a device tensor goes with the run's deferred copies
+            self.run.log({"input/label_min": lo, "input/label_max": hi}, step=step)
 
     def inspect_batch(self, batch):
         """run.data(): the label range of integer tensors in the batch (targets)."""
@@ -671,6 +681,53 @@ class Watcher:
             self.failures.report("step end", error)
         return result
 
+    def _gradient_stats(self, step, histogram, units, sync=False):
+        """Logs the statistics of every gradient; returns (sum of squares, nan, inf) or None."""
+        plan = self._cpu_plan()
+        ptrs = self._cpu_gradient_pointers(plan) if plan is not None else None
+        if ptrs is None:  # on an accelerator, or an unusual gradient: the general path
+            return self._tensor_stats(step, [("grad/" + n, g) for n, g in self._grads()], histogram=histogram,
+                                      units=units, sync=sync)
+        return self.rec.log_tensor_stats_many(step, plan.ids, ptrs, plan.numels, plan.codes,
+                                              plan.rows if units else [], plan.unit_ids if units else [],
+                                              histogram)
+
+    def _cpu_plan(self):
+        """What the CPU gradient pass needs of each parameter, computed once (None: not all on CPU).
+
+        Per step only the gradients' addresses are then read: a few attribute reads per
+        parameter instead of building every list anew (0.05 ms instead of 0.7 ms for 78).
+        """
+        if self._plan is None:
+            self._plan = False
+            if not self._force_device_path and self.params and all(p.is_cpu for _, p in self.params):
+                kept = [(n, p) for n, p in self.params if p.dtype in _DTYPE_CODES]
+                self._plan = types.SimpleNamespace(
+                    tensors=[(p, p.dtype) for _, p in kept],
+                    ids=[self._id("grad/" + n, "tensor_stats") for n, _ in kept],
+                    numels=[p.numel() for _, p in kept],
+                    codes=[_DTYPE_CODES[p.dtype] for _, p in kept],
+                    rows=[p.shape[0] if p.dim() >= 2 else 0 for _, p in kept],
+                    unit_ids=[self._id("grad_units/" + n, "vector") if p.dim() >= 2 else 0 for n, p in kept])
+        return self._plan or None
+
+    def _cpu_gradient_pointers(self, plan):
+        """data_ptr() of each gradient (0: none), or None when one is not a dense contiguous
+        CPU tensor of its parameter's dtype (the model moved, a sparse gradient, ...)."""
+        ptrs = []
+        strided = torch.strided
+        for p, dtype in plan.tensors:
+            g = p.grad
+            if g is None:
+                ptrs.append(0)
+            elif g.is_cpu and g.layout is strided and g.dtype is dtype and g.is_contiguous():
+                ptrs.append(g.data_ptr())
+            else:
+                if not g.is_cpu:
+                    self._plan = None  # moved to a device: plan again next time
+                return None
+        return ptrs
+
     def _grads(self):
         out = []
         for name, p in self.params:
@@ -705,11 +762,8 @@ class Watcher:
         if due or self.guard:
             totals = self._hot_totals(step) if due else None
             if totals is None:
-                grads = self._grads()
                 histogram = bool(self.histograms_every) and self._due(self.histograms_every)
-                units = self._due(self.units_every)
-                totals = self._tensor_stats(step, [("grad/" + n, g) for n, g in grads], histogram=histogram,
-                                            units=units, sync=self.guard)
+                totals = self._gradient_stats(step, histogram, self._due(self.units_every), sync=self.guard)
             if totals is not None:
                 sumsq, nan, inf = totals
                 norm = float("nan") if nan else (float("inf") if inf else sumsq ** 0.5)
@@ -863,11 +917,9 @@ class Watcher:
     def _on_step_end(self, step):
         if self.optimizer is None and self._due(self.every):
             # No optimizer to wrap: the gradients of this step's backward, now.
-            grads = self._grads()
             histogram = bool(self.histograms_every) and self._due(self.histograms_every)
-            totals = self._tensor_stats(step, [("grad/" + n, g) for n, g in grads], histogram=histogram,
-                                        units=self._due(self.units_every))
-            if totals is not None and grads:
+            totals = self._gradient_stats(step, histogram, self._due(self.units_every))
+            if totals is not None and any(p.grad is not None for _, p in self.params):
                 sumsq, nan, inf = totals
                 self.rec.log_scalar("grad/global_norm",
                                     float("nan") if nan else (float("inf") if inf else sumsq ** 0.5), step)

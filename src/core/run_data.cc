@@ -1,51 +1,121 @@
 #include "core/run_data.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace trainscope {
 
+// Head must hold every field of a TensorStats but the histogram; a new field there has to
+// be added to Head, push_back and operator[] too.
+static_assert(sizeof(TensorStats) == 11 * 8 + 8 + TensorStats::kExponentBins * 8,
+              "TensorStats changed: update TensorStatsColumn::Head");
+
 namespace {
 
-template <class Series>
-Series& FindOrAdd(std::vector<Series>& all, std::unordered_map<std::string, size_t>& index, std::string_view tag) {
-  auto [it, added] = index.try_emplace(std::string(tag), all.size());
-  if (added) {
-    all.emplace_back();
-    all.back().tag = std::string(tag);
-  }
-  return all[it->second];
+// push_back, except that a vector past 1 MiB grows 4x at a time rather than 2x. Loading a
+// large file appends tens of millions of points, and with doubling the copies on growth
+// (into freshly faulted pages) add up to the whole final size again; with 4x to a third of
+// it. The room reserved and not yet used is address space only: pages are not touched,
+// so not resident, until a point is written there.
+constexpr size_t kGrowFourfoldFrom = size_t{64} << 10;
+
+template <class T, class U>
+void Append(std::vector<T>& v, U&& x) {
+  if (v.size() == v.capacity() && v.capacity() * sizeof(T) >= kGrowFourfoldFrom) v.reserve(4 * v.capacity());
+  v.push_back(std::forward<U>(x));
 }
 
 }  // namespace
 
+TensorStats TensorStatsColumn::operator[](size_t i) const {
+  const Head& h = heads_[i];
+  TensorStats s;
+  s.numel = h.numel;
+  s.nan = h.nan;
+  s.inf = h.inf;
+  s.zeros = h.zeros;
+  s.min = h.min;
+  s.max = h.max;
+  s.sum = h.sum;
+  s.sum_squares = h.sum_squares;
+  s.abs_max = h.abs_max;
+  s.dead_fraction = h.dead_fraction;
+  s.saturated_fraction = h.saturated_fraction;
+  s.has_histogram = h.has_histogram;
+  const size_t end = i + 1 < heads_.size() ? heads_[i + 1].bins_begin : bin_index_.size();
+  for (size_t b = h.bins_begin; b < end; ++b) s.exponent_counts[bin_index_[b]] = bin_count_[b];
+  return s;
+}
+
+void TensorStatsColumn::push_back(const TensorStats& s) {
+  Append(heads_, Head{s.numel, s.nan, s.inf, s.zeros, s.min, s.max, s.sum, s.sum_squares, s.abs_max,
+                      s.dead_fraction, s.saturated_fraction, bin_index_.size(), s.has_histogram});
+  for (int b = 0; b < TensorStats::kExponentBins; ++b) {
+    if (s.exponent_counts[b]) {
+      Append(bin_index_, static_cast<uint8_t>(b));
+      Append(bin_count_, s.exponent_counts[b]);
+    }
+  }
+}
+
+void TensorStatsColumn::clear() {
+  heads_.clear();
+  bin_index_.clear();
+  bin_count_.clear();
+}
+
+template <class Series>
+Series& RunData::FindOrAdd(std::vector<Series>& all, TagIndex& index, SeriesGuess& guess, std::string_view tag) {
+  // The guess: the series that followed the previous one last time. A string compare of
+  // a short tag is cheaper than hashing it.
+  size_t at = guess.last < guess.next.size() ? guess.next[guess.last] : SeriesGuess::kNone;
+  if (at >= all.size() || all[at].tag != tag) {
+    auto it = index.find(tag);
+    if (it != index.end()) {
+      at = it->second;
+    } else {
+      at = all.size();
+      index.emplace(std::string(tag), at);
+      all.emplace_back();
+      all.back().tag = std::string(tag);
+    }
+    if (guess.last < guess.next.size()) guess.next[guess.last] = at;
+  }
+  if (guess.next.size() < all.size()) guess.next.resize(all.size(), SeriesGuess::kNone);
+  guess.last = at;
+  return all[at];
+}
+
+template <class Series>
+const Series* RunData::Find(const std::vector<Series>& all, const TagIndex& index, std::string_view tag) {
+  auto it = index.find(tag);
+  return it == index.end() || it->second >= all.size() ? nullptr : &all[it->second];
+}
+
 void RunData::OnScalar(std::string_view tag, int64_t step, double wall_time, double value) {
-  ScalarSeries& s = FindOrAdd(scalars, scalar_index_, tag);
-  s.steps.push_back(step);
-  s.wall_times.push_back(wall_time);
-  s.values.push_back(value);
+  ScalarSeries& s = FindOrAdd(scalars, scalar_index_, scalar_guess_, tag);
+  Append(s.steps, step);
+  Append(s.wall_times, wall_time);
+  Append(s.values, value);
 }
 
 void RunData::OnTensorStats(std::string_view tag, int64_t step, double wall_time, const TensorStats& stats) {
-  TensorStatsSeries& s = FindOrAdd(tensor_stats, stats_index_, tag);
-  s.steps.push_back(step);
-  s.wall_times.push_back(wall_time);
+  TensorStatsSeries& s = FindOrAdd(tensor_stats, stats_index_, stats_guess_, tag);
+  Append(s.steps, step);
+  Append(s.wall_times, wall_time);
   s.stats.push_back(stats);
 }
 
 void RunData::OnVector(std::string_view tag, int64_t step, double wall_time, const std::vector<float>& values) {
-  VectorSeries& s = FindOrAdd(vectors, vector_index_, tag);
-  s.steps.push_back(step);
-  s.values.push_back(values);
+  VectorSeries& s = FindOrAdd(vectors, vector_index_, vector_guess_, tag);
+  Append(s.steps, step);
+  Append(s.values, values);
 }
 
-const ScalarSeries* RunData::FindScalar(std::string_view tag) const {
-  auto it = scalar_index_.find(std::string(tag));
-  return it == scalar_index_.end() ? nullptr : &scalars[it->second];
-}
+const ScalarSeries* RunData::FindScalar(std::string_view tag) const { return Find(scalars, scalar_index_, tag); }
 
 const TensorStatsSeries* RunData::FindTensorStats(std::string_view tag) const {
-  auto it = stats_index_.find(std::string(tag));
-  return it == stats_index_.end() ? nullptr : &tensor_stats[it->second];
+  return Find(tensor_stats, stats_index_, tag);
 }
 
 int64_t RunData::MaxStep() const {

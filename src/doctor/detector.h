@@ -67,6 +67,11 @@ struct RunFacts {
   bool has_act_stats = false, has_input_stats = false, has_dead = false, has_saturated = false;
   bool has_time = false, has_memory = false, has_census = false, has_grad_zeroed = false;
   bool has_labels = false;
+  // A tag that marks a reinforcement-learning run (rollout/ep_rew_mean, "average reward
+  // score", actor/critic losses), "" if none. Its loss is a TD or policy-gradient loss that
+  // tracks moving targets and each batch's advantages, not progress: the loss-curve checks
+  // do not judge it (not_checked says so).
+  std::string rl_tag;
 
   // Index of a module in forward order (or -1).
   int ModuleIndex(const std::string& module) const;
@@ -83,13 +88,17 @@ struct DoctorOptions;
 
 class DetectorContext {
  public:
-  using ReportFn = void (*)(void* self, Finding finding);
+  using ReportFn = void (*)(void* self, Finding finding, bool amend);
   DetectorContext(const DoctorOptions& options, const RunFacts& facts, const FlightRecorder& flight, void* sink,
                   ReportFn report)
       : options(options), facts(facts), flight(flight), sink_(sink), report_(report) {}
   // Emits a finding. The doctor merges it with an open finding of the same code and
   // location (extending last_step) and fills actions from the knowledge base.
-  void Report(Finding finding) const { report_(sink_, std::move(finding)); }
+  void Report(Finding finding) const { report_(sink_, std::move(finding), false); }
+  // Replaces the summary, evidence and causes of the open finding with this code and
+  // location (severity only goes up; `step` and `detected_at` stay): a detector that
+  // alerted early and knows the whole story at the end. Opens it when none is open.
+  void Amend(Finding finding) const { report_(sink_, std::move(finding), true); }
 
   const DoctorOptions& options;
   const RunFacts& facts;

@@ -30,6 +30,25 @@ int IntFrom(const json& obj, std::initializer_list<const char*> keys) {
   return 0;
 }
 
+// Tags that only reinforcement-learning runs log: returns, episodes, rollouts, exploration,
+// advantages, actor/critic losses.
+bool IsReinforcementLearningTag(std::string_view tag) {
+  std::string word;
+  const std::string lower = Lower(std::string(tag)) + " ";
+  for (char c : lower) {
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      word.push_back(c);
+      continue;
+    }
+    for (const char* marker : {"reward", "rewards", "rew", "rollout", "episode", "episodes", "exploration",
+                               "advantage", "advantages", "ppo", "grpo", "actor", "critic"}) {
+      if (word == marker) return true;
+    }
+    word.clear();
+  }
+  return false;
+}
+
 }  // namespace
 
 // ---- RunFacts ----
@@ -123,6 +142,8 @@ Doctor::Doctor(DoctorOptions options) : options_(std::move(options)), flight_(op
   all.push_back(std::make_unique<DataloaderDetector>(options_.dataloader));
   all.push_back(std::make_unique<MemoryLeakDetector>(options_.memory_leak));
   all.push_back(std::make_unique<ThroughputDetector>(options_.throughput));
+  all.push_back(std::make_unique<Fp16OverflowDetector>(options_.fp16_overflow));
+  all.push_back(std::make_unique<DuplicateStepsDetector>());
   for (auto& d : all) {
     if (options_.only.empty() || options_.only.count(d->name())) detectors_.push_back(std::move(d));
   }
@@ -232,8 +253,11 @@ void Doctor::OnMeta(std::string_view key, std::string_view value) {
   }
 }
 
-void Doctor::JudgeReadyFrames() {
-  if (!options_.streaming || open_.empty()) return;
+void Doctor::EndBatch() { JudgeReadyFrames(/*batch_end=*/true); }
+
+void Doctor::JudgeReadyFrames(bool batch_end) {
+  if (!options_.streaming || open_.empty() || finished_) return;
+  if (options_.judge_at_batch_end && !batch_end) return;
   const int64_t newest = open_.rbegin()->first;
   while (!open_.empty() && open_.begin()->first < newest - options_.lag_steps) {
     StepFrame frame = std::move(open_.begin()->second);
@@ -246,7 +270,10 @@ void Doctor::UpdateFacts(const StepFrame& frame) {
   RunFacts& f = facts_;
   if (f.steps_seen == 0) f.first_step = frame.step;
   for (const auto& [tag, value] : frame.scalars) {
-    if (seen_scalars_.insert(tag).second) f.roles.See(tag);
+    if (seen_scalars_.insert(tag).second) {
+      f.roles.See(tag);
+      if (f.rl_tag.empty() && IsReinforcementLearningTag(tag)) f.rl_tag = tag;
+    }
     std::string_view rest;
     if (tag == "train/grad_zeroed") f.has_grad_zeroed = true;
     if (HasPrefix(tag, "time/")) f.has_time = true;
@@ -334,15 +361,29 @@ void Doctor::Judge(const StepFrame& frame) {
   ++facts_.steps_seen;
 }
 
-void Doctor::ReportThunk(void* self, Finding finding) { static_cast<Doctor*>(self)->Report(std::move(finding)); }
+void Doctor::ReportThunk(void* self, Finding finding, bool amend) {
+  static_cast<Doctor*>(self)->Report(std::move(finding), amend);
+}
 
-void Doctor::Report(Finding finding) {
+void Doctor::Report(Finding finding, bool amend) {
   RankCauses(&finding.causes);
   const auto key = std::make_pair(finding.code, finding.location);
   auto it = open_findings_.find(key);
   if (it != open_findings_.end()) {
     Finding& open = findings_[it->second];
     open.last_step = std::max(open.last_step, std::max(finding.last_step, finding.step));
+    if (amend) {
+      json old_evidence = json::parse(open.evidence_json, nullptr, false);
+      json evidence = json::parse(finding.evidence_json, nullptr, false);
+      if (!evidence.is_object()) evidence = json::object();
+      if (old_evidence.is_object() && old_evidence.contains("detected_at")) evidence["detected_at"] = old_evidence["detected_at"];
+      open.evidence_json = evidence.dump();
+      open.summary = finding.summary;
+      open.causes = finding.causes;
+      open.severity = std::max(open.severity, finding.severity);
+      open.actions = KnowledgeBase::Builtin().ActionsFor(open);
+      return;
+    }
     if (finding.severity > open.severity) {
       open.severity = finding.severity;
       open.summary = finding.summary;
@@ -364,6 +405,15 @@ void Doctor::Report(Finding finding) {
 
 void Doctor::Finish() {
   if (finished_) return;
+  if (!options_.streaming) {
+    // Offline the whole run is known: whether it is reinforcement learning is decided before
+    // its first step is judged (its return may be logged later than its loss).
+    for (const auto& [step, frame] : open_) {
+      for (const auto& [tag, value] : frame.scalars) {
+        if (facts_.rl_tag.empty() && IsReinforcementLearningTag(tag)) facts_.rl_tag = tag;
+      }
+    }
+  }
   while (!open_.empty()) {
     StepFrame frame = std::move(open_.begin()->second);
     open_.erase(open_.begin());
@@ -399,11 +449,29 @@ std::vector<NotChecked> Doctor::not_checked() const {
   std::vector<NotChecked> out;
   const bool loss = f.roles.Has(Role::kLoss);
   if (!loss) {
+    // Name what the run does have, so the user can tell a missing loss from a misnamed one.
+    std::string seen;
+    size_t listed = 0;
+    for (const std::string& tag : seen_scalars_) {
+      if (listed == 12) {
+        seen += ", ...";
+        break;
+      }
+      seen += (listed++ ? ", " : "") + tag;
+    }
     out.push_back({"loss curve",
                    {"LOSS_SPIKE", "LOSS_DIVERGENCE", "LOSS_PLATEAU", "LOSS_OSCILLATION", "NEGATIVE_LOSS",
                     "NONFINITE_LOSS"},
                    "no series looks like the training loss (no tag named like loss/train_loss; name it in the run "
-                   "meta key `roles`)"});
+                   "meta key `roles`, or `--role loss=TAG` on import)" +
+                       (seen.empty() ? std::string() : "; the scalar series are: " + seen)});
+  }
+  if (loss && !f.rl_tag.empty()) {
+    out.push_back({"loss curve",
+                   {"LOSS_SPIKE", "LOSS_DIVERGENCE", "LOSS_PLATEAU", "LOSS_OSCILLATION", "NEGATIVE_LOSS"},
+                   "a reinforcement-learning run (" + f.rl_tag + "): its loss (" + f.roles.Get(Role::kLoss) +
+                       ") is a TD or policy-gradient loss that follows moving targets and each batch's advantages, "
+                       "so its spikes, climbs, plateaus and sign are not faults; judge the return instead"});
   }
   if (!f.roles.Has(Role::kValLoss)) {
     out.push_back({"over-fitting", {"OVERFITTING"}, "no validation loss recorded (log val/loss every few hundred steps)"});
@@ -453,6 +521,11 @@ std::vector<NotChecked> Doctor::not_checked() const {
   }
   if (!f.has_time) {
     out.push_back({"step time", {"DATALOADER_BOTTLENECK", "THROUGHPUT_DROP"}, "no step or data-wait timings recorded"});
+  }
+  if (!f.roles.Has(Role::kOverflowSkip) && !f.roles.Has(Role::kSkippedSteps) && !f.roles.Has(Role::kLossScale)) {
+    out.push_back({"float16 loss scaling", {"FP16_OVERFLOW"},
+                   "no loss-scale or overflow-skip series (DeepSpeed and Megatron-LM logs carry them; with "
+                   "torch.cuda.amp log amp/loss_scale = scaler.get_scale())"});
   }
   if (!f.has_memory) {
     out.push_back({"memory", {"MEMORY_LEAK"}, "no memory series (mem/rss, mem/cuda_allocated) recorded"});

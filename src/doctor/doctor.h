@@ -28,8 +28,10 @@
 #include "doctor/detector.h"
 #include "doctor/detectors/activations.h"
 #include "doctor/detectors/gradients.h"
+#include "doctor/detectors/log_quality.h"
 #include "doctor/detectors/loss_curve.h"
 #include "doctor/detectors/nonfinite.h"
+#include "doctor/detectors/numerics.h"
 #include "doctor/detectors/system.h"
 #include "doctor/detectors/validation.h"
 
@@ -60,6 +62,7 @@ struct DoctorOptions {
   DataloaderOptions dataloader;
   MemoryLeakOptions memory_leak;
   ThroughputOptions throughput;
+  Fp16OverflowOptions fp16_overflow;
 
   // Steps of every statistic kept for the evidence of a finding.
   size_t flight_recorder_steps = 32;
@@ -67,6 +70,11 @@ struct DoctorOptions {
   // and judge it then in step order (offline: samples may come series by series).
   bool streaming = true;
   int64_t lag_steps = 1;
+  // Streaming behind a feeder that hands over samples in batches grouped by kind (the
+  // recorder: all of a batch's scalars, then its tensor statistics, vectors, spans): judge
+  // only at EndBatch(). Judging as samples arrive would close a step when the scalars of
+  // later steps come in, before its own activations and gradients of the same batch do.
+  bool judge_at_batch_end = false;
   // Run only the detectors with these names (empty: all). Tests use it to look at one.
   std::set<std::string> only;
   // Called when a finding opens (not when it is extended): the live alert.
@@ -93,6 +101,10 @@ class Doctor : public SampleSink {
   void OnFinding(const Finding& finding) override;
   void OnMeta(std::string_view key, std::string_view value) override;
 
+  // The feeder has handed over a whole batch (judge_at_batch_end): judge the steps older
+  // than the newest one by more than lag_steps.
+  void EndBatch();
+
   // Judges every step still open and runs the end-of-run checks. Idempotent; samples that
   // arrive afterwards are ignored.
   void Finish();
@@ -110,11 +122,11 @@ class Doctor : public SampleSink {
 
  private:
   StepFrame& FrameFor(int64_t step, double wall_time, bool* accepted);
-  void JudgeReadyFrames();
+  void JudgeReadyFrames(bool batch_end = false);
   void Judge(const StepFrame& frame);
   void UpdateFacts(const StepFrame& frame);
-  void Report(Finding finding);
-  static void ReportThunk(void* self, Finding finding);
+  void Report(Finding finding, bool amend = false);
+  static void ReportThunk(void* self, Finding finding, bool amend);
 
   DoctorOptions options_;
   RunFacts facts_;

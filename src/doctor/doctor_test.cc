@@ -62,6 +62,125 @@ TEST(Doctor, SamplesOfAStepArriveInterleavedWithTheNext) {
   EXPECT_EQ(feed.doctor().late_samples(), 1u);
 }
 
+// The recorder hands the online doctor a batch at a time, grouped by kind: every scalar of
+// the batch (steps 0..9), then every tensor statistic. Judged sample by sample, step 4
+// would close when the scalars of step 6 arrive, before its activations: a NaN loss with
+// "every activation finite" (NONFINITE_LOSS), where the offline diagnosis of the same run
+// sees the activation that produced it (NONFINITE_ACTIVATION).
+TEST(Doctor, BatchesGroupedByKindAreJudgedAtTheBatchEnd) {
+  auto feed_batch = [](Doctor& d, int64_t from, int64_t to) {
+    for (int64_t s = from; s < to; ++s) d.OnScalar("train/loss", s, 0, s >= 4 ? NAN : 1.0);
+    for (int64_t s = from; s < to; ++s) {
+      d.OnTensorStats("act/fc1", s, 0, WithRms(8, 1));
+      d.OnTensorStats("act/head", s, 0, s >= 4 ? WithNonFinite(WithRms(8, 1), 2) : WithRms(8, 1));
+    }
+  };
+  RunData run;
+  for (int64_t s = 0; s < 20; ++s) {
+    run.OnScalar("train/loss", s, 0, s >= 4 ? NAN : 1.0);
+    run.OnTensorStats("act/fc1", s, 0, WithRms(8, 1));
+    run.OnTensorStats("act/head", s, 0, s >= 4 ? WithNonFinite(WithRms(8, 1), 2) : WithRms(8, 1));
+  }
+  const Diagnosis offline = Diagnose(run);
+  const Finding* expected = FindCode(offline.findings, "NONFINITE_ACTIVATION");
+  ASSERT_NE(expected, nullptr);
+  EXPECT_EQ(expected->location, "head");
+
+  DoctorOptions o;
+  o.judge_at_batch_end = true;
+  Doctor batched(o);
+  feed_batch(batched, 0, 10);
+  batched.EndBatch();
+  EXPECT_EQ(batched.steps_judged(), 8);  // steps 8 and 9 wait (lag_steps) for the next batch
+  feed_batch(batched, 10, 20);
+  batched.EndBatch();
+  batched.Finish();
+  const auto live = batched.findings();
+  ASSERT_FALSE(live.empty());
+  EXPECT_EQ(live[0].code, expected->code);
+  EXPECT_EQ(live[0].location, expected->location);
+  EXPECT_EQ(live[0].step, expected->step);
+  EXPECT_EQ(batched.late_samples(), 0u);
+
+  // What the online doctor did before: judged sample by sample, it loses the activations.
+  Doctor eager{DoctorOptions{}};
+  feed_batch(eager, 0, 10);
+  feed_batch(eager, 10, 20);
+  eager.Finish();
+  EXPECT_GT(eager.late_samples(), 0u);
+  EXPECT_EQ(eager.findings()[0].code, "NONFINITE_LOSS");
+}
+
+TEST(FlightRecorder, KeepsOnlyTheCensusTypesThatChanged) {
+  FlightRecorder flight(32);
+  for (int64_t s = 0; s < 40; ++s) {
+    StepFrame f;
+    f.step = s;
+    f.scalars.emplace_back("train/loss", 1.0 / (1 + s));
+    for (int t = 0; t < 40; ++t) f.scalars.emplace_back("census/type" + std::to_string(t), 1000.0 + t);
+    // Twelve types change, type40+k by k+1 objects per step.
+    for (int k = 0; k < 12; ++k) f.scalars.emplace_back("census/grow" + std::to_string(k), 10.0 + (k + 1) * s);
+    flight.Add(f);
+  }
+  const nlohmann::json snap = flight.Snapshot({});
+  const auto& scalars = snap["scalars"];
+  EXPECT_TRUE(scalars.contains("train/loss"));
+  EXPECT_EQ(scalars["train/loss"].size(), 32u);
+  size_t census = 0;
+  for (const auto& [tag, points] : scalars.items()) census += tag.rfind("census/", 0) == 0;
+  EXPECT_EQ(census, 8u);  // the cap, the fastest growers
+  for (int k = 4; k < 12; ++k) EXPECT_TRUE(scalars.contains("census/grow" + std::to_string(k))) << k;
+  EXPECT_FALSE(scalars.contains("census/grow3"));
+  EXPECT_FALSE(scalars.contains("census/type0"));  // flat
+  EXPECT_EQ(snap["census_omitted"]["series"], 44);
+}
+
+TEST(Doctor, DuplicateStepsAreSaid) {
+  // YOLO's event files: a running mean every batch, all at the epoch's step.
+  RunData run;
+  for (int64_t epoch = 1; epoch <= 25; ++epoch) {
+    for (int b = 0; b < 50; ++b) run.OnScalar("train/box_loss", epoch, 0, 2.0 / epoch + 0.001 * b);
+    run.OnScalar("val/box_loss", epoch, 0, 2.2 / epoch);
+  }
+  const Diagnosis d = Diagnose(run);
+  const Finding* f = FindCode(d.findings, "DUPLICATE_STEPS");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->severity, Severity::kInfo);
+  EXPECT_EQ(f->location, "train/box_loss");
+  EXPECT_EQ(nlohmann::json::parse(f->evidence_json)["extra_points"], 25 * 49);
+  // One point per step, or the same value twice (HF train and eval entries both carry
+  // `epoch`): nothing to say.
+  RunData clean;
+  for (int64_t s = 0; s < 100; ++s) {
+    clean.OnScalar("train/loss", s, 0, 1.0);
+    clean.OnScalar("epoch", s, 0, s / 10.0);
+    if (s % 10 == 0) clean.OnScalar("epoch", s, 0, s / 10.0);
+  }
+  EXPECT_EQ(FindCode(Diagnose(clean).findings, "DUPLICATE_STEPS"), nullptr);
+}
+
+TEST(Doctor, ReinforcementLearningLossIsNotJudgedAsAProgressMeasure) {
+  // A DQN's TD loss climbs as the returns grow (stable-baselines3 logs): not a divergence.
+  auto run_with = [](bool rl) {
+    RunData run;
+    for (int64_t s = 0; s < 300; ++s) {
+      const double loss = s < 100 ? 0.02 * std::exp(-s / 20.0) + 1e-4 : 1e-4 * std::exp((s - 100) / 40.0);
+      run.OnScalar("train/loss", s * 1000, 0, loss);
+      if (rl) run.OnScalar("rollout/ep_rew_mean", s * 1000, 0, 10.0 + s);
+    }
+    return Diagnose(run);
+  };
+  const Diagnosis supervised = run_with(false);
+  EXPECT_NE(FindCode(supervised.findings, "LOSS_DIVERGENCE"), nullptr);
+  const Diagnosis rl = run_with(true);
+  EXPECT_EQ(Alarms(rl.findings), 0u);
+  bool said = false;
+  for (const auto& n : rl.not_checked) {
+    said |= n.check == "loss curve" && n.reason.find("rollout/ep_rew_mean") != std::string::npos;
+  }
+  EXPECT_TRUE(said);
+}
+
 TEST(Doctor, RecordedFindingsMergeByCodeAndLocation) {
   RunData run;
   for (int64_t s = 0; s < 10; ++s) run.OnScalar("train/loss", s, 0, s == 4 ? NAN : 1.0);

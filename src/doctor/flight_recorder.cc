@@ -2,6 +2,10 @@
 
 #include "doctor/detector.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 namespace trainscope::doctor {
 
 void FlightRecorder::Add(const StepFrame& frame) {
@@ -39,11 +43,30 @@ std::vector<std::pair<int64_t, double>> FlightRecorder::NormHistory(const std::s
 
 nlohmann::json FlightRecorder::Snapshot(const std::vector<std::string>& tensor_tags, size_t max_other) const {
   nlohmann::json scalars = nlohmann::json::object();
-  for (const auto& [tag, q] : scalars_) {
+  auto add_scalar = [&](const std::string& tag, const std::deque<std::pair<int64_t, double>>& q) {
     nlohmann::json points = nlohmann::json::array();
     for (const auto& [step, v] : q) points.push_back({step, Num(v)});
     scalars[tag] = points;
+  };
+  // The object census logs dozens of `census/<type>` counts, nearly all flat: only the
+  // types that changed over the window tell anything, the ones that changed most first.
+  std::vector<std::pair<double, const std::string*>> census;
+  size_t census_total = 0;
+  for (const auto& [tag, q] : scalars_) {
+    if (!HasPrefix(tag, "census/")) {
+      add_scalar(tag, q);
+      continue;
+    }
+    ++census_total;
+    double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+    for (const auto& [step, v] : q) {
+      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+    }
+    if (hi > lo) census.emplace_back(hi - lo, &tag);
   }
+  std::stable_sort(census.begin(), census.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  if (census.size() > max_census_) census.resize(max_census_);
+  for (const auto& [change, tag] : census) add_scalar(*tag, scalars_.at(*tag));
   nlohmann::json tensors = nlohmann::json::object();
   auto add = [&](const std::string& tag) {
     auto it = tensors_.find(tag);
@@ -66,11 +89,17 @@ nlohmann::json FlightRecorder::Snapshot(const std::vector<std::string>& tensor_t
   }
   nlohmann::json grad = nlohmann::json::array();
   for (const auto& [step, v] : grad_norm_) grad.push_back({step, Num(v)});
-  return {{"steps", steps_},
+  nlohmann::json out = {{"steps", steps_},
           {"scalars", scalars},
           {"tensors", tensors},
           {"tensor_columns", {"step", "l2_norm", "abs_max", "nonfinite", "mean", "std"}},
           {"global_grad_norm", grad}};
+  if (census_total > census.size()) {
+    out["census_omitted"] = {{"series", census_total - census.size()},
+                             {"why", "census types that did not change over the window, or beyond the " +
+                                         std::to_string(max_census_) + " that changed most"}};
+  }
+  return out;
 }
 
 }  // namespace trainscope::doctor

@@ -17,12 +17,14 @@ namespace trainscope::doctor {
 
 class FlightRecorder {
  public:
-  explicit FlightRecorder(size_t steps) : steps_(steps) {}
+  explicit FlightRecorder(size_t steps, size_t max_census = 8) : steps_(steps), max_census_(max_census) {}
   void Add(const StepFrame& frame);
 
   // {"scalars": {tag: [[step, value], ...]}, "tensors": {tag: [[step, l2, abs_max,
-  //  nonfinite, mean, std], ...]}}. Every scalar; tensor series only those named in
-  // `tensor_tags` (the ones the finding is about) plus at most `max_other` others.
+  //  nonfinite, mean, std], ...]}}. Every scalar but the object census: of `census/<type>`
+  // only the types whose count changed over the window, at most `max_census`, largest
+  // change first ("census_omitted" says how many were left out). Tensor series only those
+  // named in `tensor_tags` (the ones the finding is about) plus at most `max_other` others.
   nlohmann::json Snapshot(const std::vector<std::string>& tensor_tags, size_t max_other = 0) const;
   // The last values of a scalar tag (oldest first), empty when unknown.
   std::vector<std::pair<int64_t, double>> ScalarHistory(const std::string& tag) const;
@@ -39,6 +41,7 @@ class FlightRecorder {
     double l2, abs_max, nonfinite, mean, std, dead, saturated;
   };
   size_t steps_;
+  size_t max_census_;
   std::map<std::string, std::deque<std::pair<int64_t, double>>> scalars_;
   std::map<std::string, std::deque<TensorPoint>> tensors_;
   std::deque<std::pair<int64_t, double>> grad_norm_;

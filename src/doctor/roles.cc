@@ -61,6 +61,10 @@ const char* RoleKey(Role role) {
     case Role::kLr: return "lr";
     case Role::kGradNorm: return "grad_norm";
     case Role::kMacroF1: return "macro_f1";
+    case Role::kLossScale: return "loss_scale";
+    case Role::kOverflowSkip: return "overflow_skip";
+    case Role::kSkippedSteps: return "skipped_steps";
+    case Role::kNanSteps: return "nan_steps";
     case Role::kCount: break;
   }
   return "";
@@ -74,6 +78,7 @@ int RoleScore(std::string_view raw, Role role) {
                     tag.find("loss") != std::string::npos;
   // Things that contain "loss" but are not the objective's value.
   const bool not_a_loss = Any(t, {"scale", "scaler", "weight", "step", "time", "count", "lr"});
+  const bool iterations = Any(t, {"iterations", "iteration", "iters", "iter", "steps", "step"});
   switch (role) {
     case Role::kLoss:
       if (tag == "train/loss") return 100;
@@ -114,6 +119,24 @@ int RoleScore(std::string_view raw, Role role) {
       const int base = Any(t, {"macro"}) || tag.find("macro") != std::string::npos ? 80 : 50;
       return TokenScore(base + (val ? 5 : 0), tag);
     }
+    case Role::kLossScale:
+      if (tag == "amp/loss_scale") return 100;
+      if (tag == "loss scale" || tag == "loss_scale" || tag == "train/loss_scale" || tag == "grad_scaler/scale") return 90;
+      if (loss && Any(t, {"scale", "scaler"})) return TokenScore(60, tag);
+      return 0;
+    case Role::kOverflowSkip:
+      if (tag == "amp/overflow_skip") return 100;
+      if (Any(t, {"overflow"}) && Any(t, {"skip", "skipped"})) return TokenScore(60, tag);
+      return 0;
+    case Role::kSkippedSteps:
+      // DeepSpeed prints a cumulative `skipped=K`; Megatron "number of skipped iterations".
+      if (tag == "skipped" || tag == "number of skipped iterations" || tag == "skipped_steps") return 90;
+      if (Any(t, {"skipped"}) && iterations) return TokenScore(60, tag);
+      return 0;
+    case Role::kNanSteps:
+      if (tag == "number of nan iterations") return 90;
+      if (Any(t, {"nan"}) && iterations) return TokenScore(60, tag);
+      return 0;
     case Role::kCount:
       break;
   }
@@ -123,6 +146,10 @@ int RoleScore(std::string_view raw, Role role) {
 bool RoleResolver::SetExplicit(std::string_view roles_json) {
   nlohmann::json j = nlohmann::json::parse(roles_json, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return false;
+  // The importers (data/roles.json) say accuracy/val_accuracy where the doctor says acc.
+  for (const auto& [alias, key] : {std::pair{"accuracy", "acc"}, std::pair{"val_accuracy", "val_acc"}}) {
+    if (j.contains(alias) && !j.contains(key)) j[key] = j[alias];
+  }
   for (size_t r = 0; r < kRoleCount; ++r) {
     auto it = j.find(RoleKey(static_cast<Role>(r)));
     if (it != j.end() && it->is_string() && !it->get<std::string>().empty()) {

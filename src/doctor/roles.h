@@ -12,11 +12,19 @@
 
 namespace trainscope::doctor {
 
-enum class Role { kLoss = 0, kValLoss, kAcc, kValAcc, kLr, kGradNorm, kMacroF1, kCount };
+// kLossScale .. kNanSteps are the mixed-precision evidence: the loss scale, one point per
+// step skipped on overflow (amp/overflow_skip), a counter of skipped steps (DeepSpeed's
+// cumulative `skipped`, Megatron's per-interval "number of skipped iterations") and
+// Megatron's per-interval "number of nan iterations".
+enum class Role {
+  kLoss = 0, kValLoss, kAcc, kValAcc, kLr, kGradNorm, kMacroF1,
+  kLossScale, kOverflowSkip, kSkippedSteps, kNanSteps, kCount
+};
 inline constexpr size_t kRoleCount = static_cast<size_t>(Role::kCount);
 
 // The role's key in the `roles` meta object: loss, val_loss, acc, val_acc, lr, grad_norm,
-// macro_f1.
+// macro_f1, loss_scale, overflow_skip, skipped_steps, nan_steps (the importers' keys,
+// data/roles.json; their "accuracy"/"val_accuracy" are read as acc/val_acc).
 const char* RoleKey(Role role);
 
 // How well a scalar tag's name fits a role: 0 = not at all, 100 = DESIGN.md's own tag.

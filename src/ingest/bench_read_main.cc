@@ -1,6 +1,7 @@
 // ingest_bench_read FILE [--sink run|count] [--repeat N]: reads a TensorBoard event file with
 // trainscope's reader and prints one JSON line: bytes, seconds (median of the repeats),
-// MB/s, points/s, peak RSS. bench/ingest/bench_tfevents.py drives it side by side with
+// MB/s, points/s, peak RSS, and the points delivered (scalars, tensor_stats) and kept (as
+// counted in the sink: the in-memory run's series, or the counting sink's calls). bench/ingest/bench_tfevents.py drives it side by side with
 // TensorBoard's own readers.
 //
 // ingest_bench_read --generate FILE --mb N [--scalars-only]: writes an event file of about N MB the way a
@@ -26,10 +27,25 @@ namespace {
 // Counts without keeping: the reader's own speed, apart from the in-memory run.
 class CountingSink : public trainscope::SampleSink {
  public:
-  void OnScalar(std::string_view, int64_t, double, double value) override { sum += value; }
-  void OnTensorStats(std::string_view, int64_t, double, const trainscope::TensorStats& s) override { sum += s.numel; }
+  void OnScalar(std::string_view, int64_t, double, double value) override {
+    sum += value;
+    ++points;
+  }
+  void OnTensorStats(std::string_view, int64_t, double, const trainscope::TensorStats& s) override {
+    sum += s.numel;
+    ++points;
+  }
   double sum = 0;
+  uint64_t points = 0;
 };
+
+// Points a run holds (what was kept, counted from the run itself, not from the reader).
+uint64_t PointsIn(const trainscope::RunData& run) {
+  uint64_t n = 0;
+  for (const auto& s : run.scalars) n += s.values.size();
+  for (const auto& s : run.tensor_stats) n += s.stats.size();
+  return n;
+}
 
 int Generate(const std::string& path, double megabytes, bool with_histograms) {
   using trainscope::ingest::wire::Writer;
@@ -131,6 +147,7 @@ int main(int argc, char** argv) {
     return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
   };
   trainscope::ingest::ImportStats last;
+  uint64_t kept = 0;
   for (int r = 0; r < repeat; ++r) {
     trainscope::ingest::ImportStats stats;
     const auto start = std::chrono::steady_clock::now();
@@ -139,10 +156,12 @@ int main(int argc, char** argv) {
     if (sink_kind == "count") {
       CountingSink sink;
       s = trainscope::ingest::ReadTfEventsFile(path, 0, &sink, &stats);
+      kept = sink.points;
     } else {
+      // Timed until the run is freed, as a process that reads, diagnoses and exits pays.
       trainscope::RunData run;
-      trainscope::ingest::RunDataAppender appender(&run);
-      s = trainscope::ingest::ReadTfEventsFile(path, 0, &appender, &stats);
+      s = trainscope::ingest::ReadTfEventsFile(path, 0, &run, &stats);
+      kept = PointsIn(run);
     }
     seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     cpu_seconds.push_back(cpu_now() - cpu_start);
@@ -160,9 +179,11 @@ int main(int argc, char** argv) {
   getrusage(RUSAGE_SELF, &ru);
   std::printf(
       "{\"reader\": \"trainscope\", \"sink\": \"%s\", \"bytes\": %llu, \"seconds\": %.4f, \"mb_per_s\": %.1f, "
-      "\"cpu_seconds\": %.4f, \"points\": %llu, \"points_per_s\": %.0f, \"peak_rss_mb\": %.1f, \"records\": %llu}\n",
+      "\"cpu_seconds\": %.4f, \"points\": %llu, \"points_per_s\": %.0f, \"peak_rss_mb\": %.1f, \"records\": %llu, "
+      "\"scalars\": %llu, \"tensor_stats\": %llu, \"kept\": %llu}\n",
       sink_kind.c_str(), static_cast<unsigned long long>(last.bytes), median, last.bytes / median / 1e6, cpu_median,
       static_cast<unsigned long long>(last.points()), last.points() / median, ru.ru_maxrss / 1024.0,
-      static_cast<unsigned long long>(last.records));
+      static_cast<unsigned long long>(last.records), static_cast<unsigned long long>(last.scalars),
+      static_cast<unsigned long long>(last.tensor_stats), static_cast<unsigned long long>(kept));
   return 0;
 }

@@ -1,4 +1,4 @@
-// Sample sinks tuned for importers, where a handful of tags repeat millions of times.
+// Tag lookups tuned for importers, where a handful of tags repeat millions of times.
 #pragma once
 
 #include <cstdint>
@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/run_data.h"
@@ -13,56 +14,59 @@
 namespace trainscope::ingest {
 
 // Maps tags to small ids without allocating on a hit: keys are views into strings the
-// interner owns (a deque never moves its elements).
+// interner owns (a deque never moves its elements). Loggers write their tags in the same
+// order every step, so each id remembers the id looked up after it last time; that guess
+// is checked with one string compare before hashing.
 class TagInterner {
  public:
+  static constexpr uint32_t kNotFound = static_cast<uint32_t>(-1);
+
+  // The id of tag, or kNotFound.
+  uint32_t Find(std::string_view tag) {
+    if (last_ < next_.size()) {
+      const uint32_t guess = next_[last_];
+      if (guess < storage_.size() && storage_[guess] == tag) return last_ = guess;
+    }
+    auto it = ids_.find(tag);
+    if (it == ids_.end()) return kNotFound;
+    Follow(it->second);
+    return it->second;
+  }
   // Returns the id of tag and whether it was new.
   std::pair<uint32_t, bool> Intern(std::string_view tag) {
-    auto it = ids_.find(tag);
-    if (it != ids_.end()) return {it->second, false};
+    const uint32_t found = Find(tag);
+    if (found != kNotFound) return {found, false};
     storage_.emplace_back(tag);
     const auto id = static_cast<uint32_t>(storage_.size() - 1);
     ids_.emplace(storage_.back(), id);
+    next_.push_back(kNotFound);
+    Follow(id);
     return {id, true};
   }
   const std::string& Name(uint32_t id) const { return storage_[id]; }
   size_t size() const { return storage_.size(); }
 
  private:
+  void Follow(uint32_t id) {
+    if (last_ < next_.size()) next_[last_] = id;
+    last_ = id;
+  }
   std::deque<std::string> storage_;
   std::unordered_map<std::string_view, uint32_t> ids_;
+  std::vector<uint32_t> next_;  // per id: the id that came after it last time
+  uint32_t last_ = kNotFound;
 };
 
-// Appends to a RunData without its per-point tag lookup: the first point of a tag goes
-// through RunData::OnScalar (which creates the series and its index entry); later points
-// append to that series directly. Series only ever grow at the end, so RunData's index
-// stays right. Everything else is forwarded.
+// Appends to a RunData. RunData's own appends no longer allocate or hash per point (see
+// run_data.h), so this only forwards; it stays for the importers that wrap a RunData in it.
 class RunDataAppender : public SampleSink {
  public:
   explicit RunDataAppender(RunData* run) : run_(run) {}
   void OnScalar(std::string_view tag, int64_t step, double wall_time, double value) override {
-    const auto [id, added] = scalar_tags_.Intern(tag);
-    if (added) {
-      run_->OnScalar(tag, step, wall_time, value);
-      scalar_index_.push_back(static_cast<size_t>(run_->FindScalar(tag) - run_->scalars.data()));
-      return;
-    }
-    ScalarSeries& s = run_->scalars[scalar_index_[id]];
-    s.steps.push_back(step);
-    s.wall_times.push_back(wall_time);
-    s.values.push_back(value);
+    run_->OnScalar(tag, step, wall_time, value);
   }
   void OnTensorStats(std::string_view tag, int64_t step, double wall_time, const TensorStats& stats) override {
-    const auto [id, added] = stats_tags_.Intern(tag);
-    if (added) {
-      run_->OnTensorStats(tag, step, wall_time, stats);
-      stats_index_.push_back(static_cast<size_t>(run_->FindTensorStats(tag) - run_->tensor_stats.data()));
-      return;
-    }
-    TensorStatsSeries& s = run_->tensor_stats[stats_index_[id]];
-    s.steps.push_back(step);
-    s.wall_times.push_back(wall_time);
-    s.stats.push_back(stats);
+    run_->OnTensorStats(tag, step, wall_time, stats);
   }
   void OnVector(std::string_view tag, int64_t step, double wall_time, const std::vector<float>& values) override {
     run_->OnVector(tag, step, wall_time, values);
@@ -73,8 +77,6 @@ class RunDataAppender : public SampleSink {
 
  private:
   RunData* run_;
-  TagInterner scalar_tags_, stats_tags_;
-  std::vector<size_t> scalar_index_, stats_index_;
 };
 
 }  // namespace trainscope::ingest

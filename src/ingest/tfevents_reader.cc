@@ -8,11 +8,10 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <deque>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "core/tag.h"
+#include "ingest/fast_sink.h"
 #include "ingest/mapped_file.h"
 #include "ingest/proto_wire.h"
 #include "ingest/tfrecord.h"
@@ -307,6 +306,7 @@ class EventDecoder {
 
   // Returns false (with *error set) if the record is not a valid Event.
   bool Decode(std::string_view record, uint64_t offset, std::string* error) {
+    if (DecodeSimpleScalar(record, offset)) return true;
     Reader r(record);
     double wall_time = 0;
     int64_t step = 0;
@@ -344,6 +344,59 @@ class EventDecoder {
   }
 
  private:
+  // Most records of an event file are one scalar, laid out by every TensorBoard writer as
+  // Event{wall_time (1, fixed64), step (2, varint), summary (5) = Summary{value (1) =
+  // Value{tag (1), simple_value (2, fixed32)}}}, fields in that order and nothing else.
+  // Such a record is decoded here in one straight pass (a third of the reader's time went
+  // to walking the three nested messages field by field). Returns false, having delivered
+  // nothing, for anything else (a missing step 0, a negative step, another field, another
+  // order): the general path below reads those, and would read this layout the same way.
+  bool DecodeSimpleScalar(std::string_view record, uint64_t offset) {
+    const auto* p = reinterpret_cast<const uint8_t*>(record.data());
+    const uint8_t* const end = p + record.size();
+    // A varint of at most 9 bytes (so no overflow question); anything longer goes the
+    // general way.
+    auto varint = [&](uint64_t* out) {
+      uint64_t v = 0;
+      for (int shift = 0; shift < 63 && p < end; shift += 7) {
+        const uint8_t b = *p++;
+        v |= static_cast<uint64_t>(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+          *out = v;
+          return true;
+        }
+      }
+      return false;
+    };
+    // A length-delimited field that runs exactly to the end of the record.
+    auto rest_is = [&](uint8_t key) {
+      uint64_t len;
+      return p < end && *p++ == key && varint(&len) && len == static_cast<uint64_t>(end - p);
+    };
+    if (end - p < 9 || *p++ != 0x09) return false;  // wall_time
+    uint64_t bits;
+    std::memcpy(&bits, p, 8);
+    p += 8;
+    uint64_t step;
+    if (p >= end || *p++ != 0x10 || !varint(&step)) return false;
+    if (!rest_is(0x2a) || !rest_is(0x0a)) return false;  // summary, its one value
+    uint64_t tag_length;
+    if (p >= end || *p++ != 0x0a || !varint(&tag_length) || tag_length > static_cast<uint64_t>(end - p)) return false;
+    const std::string_view tag(reinterpret_cast<const char*>(p), static_cast<size_t>(tag_length));
+    p += tag_length;
+    if (end - p != 5 || *p++ != 0x15) return false;  // simple_value, the last 5 bytes
+    uint32_t value_bits;
+    std::memcpy(&value_bits, p, 4);
+    float value;
+    std::memcpy(&value, &value_bits, 4);
+    double wall_time;
+    std::memcpy(&wall_time, &bits, 8);
+    if (!CheckTag(tag, offset)) return true;  // counted and warned, as the general path does
+    sink_->OnScalar(tag, static_cast<int64_t>(step), wall_time, value);
+    ++stats_->scalars;
+    return true;
+  }
+
   bool Bad(uint64_t offset, const char* what, std::string* error) {
     *error = name_ + ": offset " + std::to_string(offset) + ": expected an Event protocol buffer, found a malformed one (" +
              what + ")";
@@ -523,19 +576,16 @@ class EventDecoder {
   }
 
   bool CheckTag(std::string_view tag, uint64_t offset) {
-    // A run has few tags and many points: validate each tag once. The set's views point
-    // into valid_tags_storage_, whose strings never move (a deque only appends).
-    if (valid_tags_.count(tag)) return true;
+    // A run has few tags and many points: validate each tag once (and, with the interner's
+    // guess of the next tag, usually without hashing it).
+    if (valid_tags_.Find(tag) != TagInterner::kNotFound) return true;
     Status s = ValidateTag(tag);
     if (!s.ok()) {
       ++stats_->damaged;
       stats_->Warn(name_ + ": offset " + std::to_string(offset) + ": value skipped: " + s.message());
       return false;
     }
-    if (valid_tags_.size() < kMaxCachedTags) {
-      valid_tags_storage_.emplace_back(tag);
-      valid_tags_.insert(valid_tags_storage_.back());
-    }
+    if (valid_tags_.size() < kMaxCachedTags) valid_tags_.Intern(tag);
     return true;
   }
 
@@ -544,8 +594,7 @@ class EventDecoder {
   ImportStats* stats_;
   std::unordered_map<std::string, std::string> plugins_;
   static constexpr size_t kMaxCachedTags = 1 << 16;
-  std::deque<std::string> valid_tags_storage_;
-  std::unordered_set<std::string_view> valid_tags_;
+  TagInterner valid_tags_;
   std::vector<double> limits_, counts_, lefts_;  // reused between histograms
 };
 

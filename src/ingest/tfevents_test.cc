@@ -3,6 +3,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
 
 #include "ingest/proto_wire.h"
 #include "ingest/test_util.h"
@@ -113,6 +116,111 @@ TEST(TfEvents, ResumesAFileStillBeingWritten) {
   ASSERT_TRUE(ReadTfEventsFile(path, s.resume_offset, &run, &s2).ok());
   EXPECT_FALSE(s2.partial_tail);
   EXPECT_EQ(run.FindScalar("a")->steps, (std::vector<int64_t>{1, 2, 3, 4}));
+}
+
+// A writer flushes whenever it likes, so a reader may see any prefix of a record. Cut the
+// file inside the length, inside the length's checksum, right after the header, halfway
+// through the data and inside the data checksum: each time the points before the cut are
+// kept, reading stops cleanly, and resuming after the writer appended the rest (in place,
+// as a writer does) delivers every remaining point exactly once.
+TEST(TfEvents, ResumesAfterAHalfWrittenRecordAtEveryCut) {
+  const double values[] = {0.5, -2, 0, 3e-3, 40};
+  const TensorStats grad = ComputeTensorStats(values, 5, true);
+  std::vector<std::string> records;
+  for (int step = 0; step < 4; ++step) {
+    records.push_back(Frame(EncodeScalarEvent("loss", step, 100 + step, 1.0f / (step + 1))));
+    records.push_back(Frame(EncodeHistogramEvent("grad/w", step, 100 + step, grad)));
+  }
+  std::string complete;
+  for (const auto& r : records) complete += r;
+  const size_t split_record = 5;  // the histogram of step 2 is the one cut
+  size_t before = 0;
+  for (size_t i = 0; i < split_record; ++i) before += records[i].size();
+  const size_t length = records[split_record].size();
+  for (const size_t cut : {size_t{3}, size_t{10}, size_t{12}, length / 2, length - 2}) {
+    SCOPED_TRACE("cut " + std::to_string(cut) + " of " + std::to_string(length));
+    TempDir dir;
+    const std::string path = dir.File("events.out.tfevents.live");
+    testing::WriteFile(path, complete.substr(0, before + cut));
+    RunData run;
+    ImportStats first;
+    ASSERT_TRUE(ReadTfEventsFile(path, 0, &run, &first).ok());
+    EXPECT_TRUE(first.partial_tail);
+    EXPECT_EQ(first.resume_offset, before);
+    EXPECT_EQ(first.bytes, before);
+    EXPECT_EQ(first.damaged, 0u);
+    EXPECT_TRUE(first.warnings.empty());
+    EXPECT_EQ(first.scalars, 3u);       // steps 0, 1, 2
+    EXPECT_EQ(first.tensor_stats, 2u);  // steps 0, 1
+    {
+      std::ofstream append(path, std::ios::binary | std::ios::app);
+      append << complete.substr(before + cut);
+    }
+    ImportStats second;
+    ASSERT_TRUE(ReadTfEventsFile(path, first.resume_offset, &run, &second).ok());
+    EXPECT_FALSE(second.partial_tail);
+    EXPECT_EQ(second.resume_offset, complete.size());
+    EXPECT_EQ(second.scalars, 1u);
+    EXPECT_EQ(second.tensor_stats, 2u);
+    EXPECT_EQ(second.damaged, 0u);
+    // Nothing appended since: resuming again delivers nothing.
+    ImportStats third;
+    ASSERT_TRUE(ReadTfEventsFile(path, second.resume_offset, &run, &third).ok());
+    EXPECT_EQ(third.points(), 0u);
+    EXPECT_FALSE(third.partial_tail);
+
+    const ScalarSeries* loss = run.FindScalar("loss");
+    const TensorStatsSeries* w = run.FindTensorStats("grad/w");
+    ASSERT_TRUE(loss && w);
+    EXPECT_EQ(loss->steps, (std::vector<int64_t>{0, 1, 2, 3}));
+    EXPECT_EQ(loss->values, (std::vector<double>{1.0f, 0.5f, 1.0f / 3, 0.25f}));
+    EXPECT_EQ(w->steps, (std::vector<int64_t>{0, 1, 2, 3}));
+    ASSERT_EQ(w->stats.size(), 4u);
+    for (const TensorStats& back : w->stats) {
+      EXPECT_EQ(back.numel, 5u);
+      EXPECT_EQ(back.zeros, 1u);
+      EXPECT_EQ(back.exponent_counts, grad.exponent_counts);
+    }
+  }
+}
+
+// The usual scalar layout is decoded by a short path; every variation of it by the general
+// one. Both must give the same points, and the same treatment of a bad tag.
+TEST(TfEvents, ScalarLayoutsReadTheSame) {
+  auto event = [](bool wall_first, bool with_step, int64_t step, const std::string& tag, bool extra_field) {
+    wire::Writer value;
+    value.Bytes(1, tag);
+    value.Float(2, 0.75f);
+    if (extra_field) value.Varint(77, 1);
+    wire::Writer summary;
+    summary.Bytes(1, value.data());
+    wire::Writer e;
+    if (!wall_first && with_step) e.Varint(2, static_cast<uint64_t>(step));
+    e.Double(1, 1234.5);
+    if (wall_first && with_step) e.Varint(2, static_cast<uint64_t>(step));
+    e.Bytes(5, summary.data());
+    return Frame(e.data());
+  };
+  const std::string canonical = event(true, true, 7, "loss", false);
+  ASSERT_EQ(canonical, Frame(EncodeScalarEvent("loss", 7, 1234.5, 0.75f)));  // what writers produce
+  const std::string data = canonical + event(false, true, 8, "loss", false) + event(true, false, 0, "loss", false) +
+                           event(true, true, -3, "loss", false) + event(true, true, int64_t{1} << 62, "loss", true) +
+                           event(true, true, 9, std::string("bad\xff", 4), false) +
+                           event(false, true, 10, std::string("bad\xfe", 4), false);
+  RunData run;
+  ImportStats s;
+  ASSERT_TRUE(ReadTfEventsBuffer(data, "mem", 0, &run, &s).ok());
+  const ScalarSeries* loss = run.FindScalar("loss");
+  ASSERT_NE(loss, nullptr);
+  EXPECT_EQ(loss->steps, (std::vector<int64_t>{7, 8, 0, -3, int64_t{1} << 62}));
+  EXPECT_EQ(loss->values, std::vector<double>(5, 0.75));
+  EXPECT_EQ(loss->wall_times, std::vector<double>(5, 1234.5));
+  EXPECT_EQ(run.scalars.size(), 1u);  // the invalid tags were dropped, both ways alike
+  EXPECT_EQ(s.scalars, 5u);
+  EXPECT_EQ(s.damaged, 2u);
+  ASSERT_EQ(s.warnings.size(), 2u);
+  EXPECT_NE(s.warnings[0].find("mem: offset "), std::string::npos) << s.warnings[0];
+  EXPECT_EQ(s.unknown_fields, 1u);
 }
 
 TEST(TfEvents, DamageKeepsWhatCameBefore) {

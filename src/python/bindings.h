@@ -8,5 +8,6 @@ namespace trainscope::python {
 void RegisterRecorder(pybind11::module_& m);  // recorder_bindings.cc: Recorder, log fast path
 void RegisterReader(pybind11::module_& m);    // reader_bindings.cc: RunReader, list_runs
 void RegisterWatch(pybind11::module_& m);     // watch_bindings.cc: tensor statistics for watch()
+void RegisterAlerts(pybind11::module_& m);    // alert_bindings.cc: alert polling (after RegisterRecorder)
 
 }  // namespace trainscope::python

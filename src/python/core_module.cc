@@ -6,4 +6,5 @@ PYBIND11_MODULE(_core, m) {
   trainscope::python::RegisterRecorder(m);
   trainscope::python::RegisterReader(m);
   trainscope::python::RegisterWatch(m);
+  trainscope::python::RegisterAlerts(m);
 }

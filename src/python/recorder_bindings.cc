@@ -18,7 +18,10 @@ namespace {
 std::unique_ptr<Recorder> OpenRecorder(const std::string& logdir, const std::string& name,
                                        const std::string& config_json, const std::string& command_line,
                                        bool resume, size_t queue_capacity, double flush_interval,
-                                       const std::map<std::string, std::string>& extra_meta, bool online_doctor) {
+                                       const std::map<std::string, std::string>& extra_meta, bool online_doctor,
+                                       const std::string& alert_rules_file, const std::string& alert_rules_text,
+                                       const std::string& alert_rules_origin, bool tensorboard,
+                                       const std::string& tensorboard_dir) {
   Recorder::Options options;
   options.logdir = logdir;
   options.name = name;
@@ -29,6 +32,11 @@ std::unique_ptr<Recorder> OpenRecorder(const std::string& logdir, const std::str
   options.flush_interval_seconds = flush_interval;
   options.extra_meta = extra_meta;
   options.online_doctor = online_doctor;
+  options.alert_rules_file = alert_rules_file;
+  options.alert_rules_text = alert_rules_text;
+  options.alert_rules_origin = alert_rules_origin;
+  options.tensorboard = tensorboard;
+  options.tensorboard_dir = tensorboard_dir;
   std::unique_ptr<Recorder> recorder;
   Status s;
   {
@@ -40,7 +48,8 @@ std::unique_ptr<Recorder> OpenRecorder(const std::string& logdir, const std::str
 }
 
 // Returns None when every value was a plain number, else a list of (key, value) pairs
-// for Python to handle, followed by the rejected-tag messages as (None, message) pairs.
+// for Python to handle, followed by the rejected-tag messages as (None, message) pairs,
+// and (None, None) when an alert rule fired: run.log() then polls at the step boundary.
 py::object LogDict(Recorder& recorder, py::handle data, int64_t step) {
   if (!PyDict_Check(data.ptr())) throw py::type_error("run.log() takes a dict of {tag: value}");
   thread_local std::vector<std::pair<std::string_view, double>> numbers;
@@ -89,8 +98,64 @@ py::object LogDict(Recorder& recorder, py::handle data, int64_t step) {
     py::str text(message);
     defer(Py_None, text.ptr());
   }
+  if (recorder.alerts_pending()) defer(Py_None, Py_None);
   if (!rest) return py::none();
   return py::reinterpret_steal<py::object>(rest);
+}
+
+// A finding from its DESIGN.md JSON form (what FindingToJson writes; "summary" may be
+// called "message"). Only "code" is required; a wrong type is the caller's error, named.
+Finding FindingFromJsonText(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) throw py::value_error("add_finding_json: expected a JSON object, got: " + text.substr(0, 200));
+  auto text_field = [&j](const char* key, std::string* out) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return false;
+    if (!it->is_string()) throw py::value_error(std::string("add_finding_json: '") + key + "' must be a string");
+    *out = it->get<std::string>();
+    return true;
+  };
+  auto step_field = [&j](const char* key, int64_t* out) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return false;
+    if (!it->is_number_integer()) throw py::value_error(std::string("add_finding_json: '") + key + "' must be an integer");
+    *out = it->get<int64_t>();
+    return true;
+  };
+  Finding f;
+  if (!text_field("code", &f.code) || f.code.empty()) throw py::value_error("add_finding_json: 'code' is required");
+  std::string severity = "warning";
+  text_field("severity", &severity);
+  if (!ParseSeverity(severity, &f.severity)) {
+    throw py::value_error("add_finding_json: 'severity' must be info, warning or critical, got '" + severity + "'");
+  }
+  step_field("step", &f.step);
+  if (!step_field("last_step", &f.last_step) || f.last_step < f.step) f.last_step = f.step;
+  text_field("location", &f.location);
+  if (!text_field("summary", &f.summary)) text_field("message", &f.summary);
+  if (auto it = j.find("evidence"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) throw py::value_error("add_finding_json: 'evidence' must be an object");
+    f.evidence_json = it->dump();
+  }
+  if (auto it = j.find("causes"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) throw py::value_error("add_finding_json: 'causes' must be a list of {id, confidence}");
+    for (const auto& c : *it) {
+      if (!c.is_object() || !c.contains("id") || !c["id"].is_string()) {
+        throw py::value_error("add_finding_json: each cause must be an object with a string 'id'");
+      }
+      const auto confidence = c.find("confidence");
+      f.causes.push_back({c["id"].get<std::string>(),
+                          confidence != c.end() && confidence->is_number() ? confidence->get<double>() : 0.0});
+    }
+  }
+  if (auto it = j.find("actions"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) throw py::value_error("add_finding_json: 'actions' must be a list of strings");
+    for (const auto& a : *it) {
+      if (!a.is_string()) throw py::value_error("add_finding_json: 'actions' must be a list of strings");
+      f.actions.push_back(a.get<std::string>());
+    }
+  }
+  return f;
 }
 
 }  // namespace
@@ -100,7 +165,9 @@ void RegisterRecorder(py::module_& m) {
       .def(py::init(&OpenRecorder), py::arg("logdir"), py::arg("name"), py::arg("config_json"),
            py::arg("command_line"), py::arg("resume") = false, py::arg("queue_capacity") = size_t{1} << 22,
            py::arg("flush_interval") = 1.0, py::arg("extra_meta") = std::map<std::string, std::string>{},
-           py::arg("online_doctor") = true)
+           py::arg("online_doctor") = true, py::arg("alert_rules_file") = "", py::arg("alert_rules_text") = "",
+           py::arg("alert_rules_origin") = "alert rules", py::arg("tensorboard") = false,
+           py::arg("tensorboard_dir") = "")
       .def_property_readonly("run_dir", &Recorder::run_dir)
       .def_property_readonly("name", &Recorder::name)
       .def_property_readonly("dropped", &Recorder::dropped)
@@ -129,6 +196,11 @@ void RegisterRecorder(py::module_& m) {
           },
           py::arg("status") = "finished", py::arg("exit_reason") = "",
           "Flushes and closes the run; returns '' or the first error the writer met.")
+      .def(
+          "add_finding_json",
+          [](Recorder& r, const std::string& json_text) { r.AddFinding(FindingFromJsonText(json_text)); },
+          py::arg("json_text"),
+          "Adds a finding (DESIGN.md JSON form) from the client, stored with the run; ValueError on a bad one.")
       .def("live_findings_json",
            [](const Recorder& r) {
              nlohmann::json out = nlohmann::json::array();

@@ -50,8 +50,8 @@ std::vector<DType> DTypes(const std::vector<int>& codes) {
   return out;
 }
 
-// Logs the statistics of many tensors at `step`. rows[i] > 0 asks for the L2 norm of each
-// of the tensor's rows too, logged as a vector under unit_ids[i].
+// Logs the statistics of many tensors at `step` (ptrs[i] == 0: none this time). rows[i] > 0
+// asks for the L2 norm of each of the tensor's rows too, logged as a vector under unit_ids[i].
 std::tuple<double, uint64_t, uint64_t> TensorStatsMany(Recorder& recorder, int64_t step,
                                                        const std::vector<uint32_t>& ids,
                                                        const std::vector<uintptr_t>& ptrs,
@@ -69,6 +69,7 @@ std::tuple<double, uint64_t, uint64_t> TensorStatsMany(Recorder& recorder, int64
     py::gil_scoped_release release;
     std::vector<float> norms;
     for (size_t i = 0; i < n; ++i) {
+      if (ptrs[i] == 0) continue;  // no gradient this step
       const void* data = reinterpret_cast<const void*>(ptrs[i]);
       TensorStats s;
       if (units && rows[i] > 0 && numels[i] % rows[i] == 0) {

@@ -31,6 +31,25 @@
 
 namespace trainscope {
 
+// Optional parts, used only by recorder.cc (built with them or not).
+namespace doctor { class RuleEngine; }
+namespace ingest { class TfEventsWriter; }
+
+// A user alert rule that fired (rules from a TOML file, doctor/rules.h), as the training
+// side receives it at a step boundary. Its finding (USER_ALERT) is already in the run and
+// its shell command already started; print, callback, stop and pdb are the client's.
+struct RuleAlert {
+  std::string rule;
+  std::string series;
+  Severity severity = Severity::kWarning;
+  int64_t step = 0;
+  double value = 0;
+  std::string message;
+  std::vector<std::string> actions;  // print, stop, callback, pdb, shell
+  std::string callback;              // name in the client's callback registry
+  std::string shell;
+};
+
 class Recorder {
  public:
   struct Options {
@@ -45,7 +64,20 @@ class Recorder {
     // Judge the samples on the writer thread as they are stored (when the doctor is built):
     // findings are stored with the run and printed as a one-line alert on stderr.
     bool online_doctor = true;
+    // Alert rules (docs/doctor.md "Alert rules"): a TOML file, or TOML text with the name
+    // to give it in errors. A bad rule fails Open (naming file and line), before the run
+    // is created. Rules are judged on the writer thread every kRuleTick, not only at commits.
+    std::string alert_rules_file;
+    std::string alert_rules_text;
+    std::string alert_rules_origin = "alert rules";
+    // The TensorBoard mirror (needs the ingest part): scalars and tensor stats are also
+    // written to an event file in tensorboard_dir (empty: <run_dir>/tensorboard), flushed
+    // with every store commit.
+    bool tensorboard = false;
+    std::string tensorboard_dir;
   };
+  // How often the writer judges the alert rules on what is queued, between commits.
+  static constexpr double kRuleTick = 0.05;
 
   static Status Open(const Options& options, std::unique_ptr<Recorder>* recorder);
   ~Recorder();  // Close("finished") unless closed already
@@ -78,6 +110,16 @@ class Recorder {
   Status writer_status() const;
   // The findings the online doctor has opened so far, in the order they opened.
   std::vector<Finding> live_findings() const;
+
+  // ---- alert rules: polled by the training thread at step boundaries ----
+  // One relaxed atomic load: whether an alert waits to be taken.
+  bool alerts_pending() const { return alerts_pending_.load(std::memory_order_relaxed); }
+  // The alerts fired at steps before `before_step`, oldest first; later ones stay pending
+  // (their step has not ended yet).
+  std::vector<RuleAlert> TakeAlerts(int64_t before_step);
+  size_t alert_rule_count() const { return alert_rule_count_; }
+  // The TensorBoard mirror's file, or "" when there is none.
+  const std::string& tensorboard_path() const { return tensorboard_path_; }
 
  private:
   Recorder() = default;
@@ -124,23 +166,51 @@ class Recorder {
     WriteBatch batch;  // series ids are recorder ids
   };
   static constexpr size_t kDoctorBacklog = 8;
+  static constexpr size_t kEarlyWriteStats = 4096;
   void DoctorLoop();
-  void FeedDoctor(const DoctorWork& work);
+  void FeedDoctor(DoctorWork& work);
   void OnDoctorFinding(const Finding& finding);
 
   std::vector<Finding> live_findings_;  // guarded by mu_
 
   std::unique_ptr<SampleSink> doctor_;  // the online doctor, or null (doctor thread only)
   std::function<void()> finish_doctor_;
+  std::function<void()> end_batch_doctor_;  // a batch was fed: the doctor may judge its steps
   std::vector<std::string> doctor_tags_;  // recorder id -> tag (doctor thread)
   std::mutex doctor_mu_;
   std::condition_variable doctor_cv_;
   std::deque<DoctorWork> doctor_queue_;  // guarded by doctor_mu_
+  // Batches the doctor has judged, emptied with their capacity kept, for the writer to
+  // reuse: the doctor takes each batch over instead of a copy (a TensorStats is ~1.1 KB).
+  std::vector<WriteBatch> spare_batches_;  // guarded by doctor_mu_
   bool doctor_stop_ = false;             // guarded by doctor_mu_
   uint64_t doctor_skipped_ = 0;          // guarded by doctor_mu_
   std::thread doctor_thread_;
 
+  // Alert rules (doctor/rules.h), judged on the writer thread: every kRuleTick on the new
+  // part of the queue (copied under mu_, only the series a rule matches), and at each
+  // write on what the ticks have not seen yet.
+  std::shared_ptr<doctor::RuleEngine> rules_;  // null without rules
+  size_t alert_rule_count_ = 0;
+  std::vector<uint8_t> rule_watched_;  // recorder id -> some rule matches (writer, under mu_)
+  size_t rule_seen_scalars_ = 0;       // queue_ points the rules have judged (under mu_)
+  size_t rule_seen_stats_ = 0;
+  void SyncWriterTagsLocked();
+  void JudgeRules(const std::vector<WriteBatch::ScalarPoint>& scalars,
+                  const std::vector<WriteBatch::StatsPoint>& stats, std::vector<Finding>* findings);
+  void PeekRules();  // writer thread, between commits
+  mutable std::mutex alert_mu_;
+  std::vector<RuleAlert> alerts_;  // guarded by alert_mu_
+  std::atomic<bool> alerts_pending_{false};
+
+  // The TensorBoard mirror, writer thread only.
+  std::shared_ptr<ingest::TfEventsWriter> mirror_;
+  void WriteMirror(const WriteBatch& batch);
+  std::string tensorboard_path_;
+  bool mirror_failed_ = false;
+
   // Writer-thread state.
+  std::vector<std::string> writer_tags_;  // recorder id -> tag (extended under mu_)
   std::vector<int64_t> store_ids_;  // recorder id -> store series id
   WriteBatch recycled_;
   double last_commit_ = 0;

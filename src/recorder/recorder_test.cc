@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <chrono>
 #include <thread>
 
 #include "recorder/recorder.h"
@@ -151,6 +152,81 @@ TEST_F(RecorderTest, ExistingRunNameIsRefusedUnlessResumed) {
   EXPECT_EQ(points.size(), 2u);
   EXPECT_FALSE(Recorder::Open(Options("../escape"), &again).ok());
 }
+
+#if defined(TRAINSCOPE_TEST_WITH_DOCTOR)
+// Rules are judged on the writer's tick, long before a commit (flush interval 60 s); an
+// alert is taken only once its step has ended; its finding is stored with the run.
+TEST_F(RecorderTest, AlertRulesFireBetweenCommitsAndWaitForTheirStepToEnd) {
+  auto options = Options("alerts");
+  options.flush_interval_seconds = 60;
+  options.alert_rules_text = "[[rule]]\nname = \"high\"\nseries = \"train/*\"\nabove = 2.0\nfor = 2\n"
+                             "actions = [\"stop\"]\n";
+  std::unique_ptr<Recorder> rec;
+  ASSERT_TRUE(Recorder::Open(options, &rec).ok());
+  EXPECT_EQ(rec->alert_rule_count(), 1u);
+  uint32_t loss = 0, other = 0;
+  ASSERT_TRUE(rec->Series("train/loss", SeriesKind::kScalar, &loss).ok());
+  ASSERT_TRUE(rec->Series("val/loss", SeriesKind::kScalar, &other).ok());
+  const double values[] = {1, 3, 1, 3, 3, 3};
+  for (int step = 0; step < 6; ++step) {
+    rec->LogScalar(loss, step, values[step]);
+    rec->LogScalar(other, step, 100.0);  // no rule matches val/*
+  }
+  for (int i = 0; i < 400 && !rec->alerts_pending(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(rec->alerts_pending()) << "no alert within 2 s of the tick";
+  EXPECT_TRUE(rec->TakeAlerts(4).empty());  // step 4 has not ended at step 4
+  EXPECT_TRUE(rec->alerts_pending());
+  std::vector<RuleAlert> alerts = rec->TakeAlerts(5);
+  ASSERT_EQ(alerts.size(), 1u);
+  EXPECT_EQ(alerts[0].rule, "high");
+  EXPECT_EQ(alerts[0].series, "train/loss");
+  EXPECT_EQ(alerts[0].step, 4);  // the second consecutive point above 2
+  EXPECT_EQ(alerts[0].value, 3.0);
+  EXPECT_EQ(alerts[0].actions, std::vector<std::string>{"stop"});
+  EXPECT_FALSE(rec->alerts_pending());
+  ASSERT_EQ(rec->live_findings().size(), 1u);
+  ASSERT_TRUE(rec->Close().ok());
+  std::unique_ptr<RunStore> store;
+  ASSERT_TRUE(RunStore::OpenReadOnly((logdir_ / "alerts").string(), &store).ok());
+  std::vector<Finding> findings;
+  ASSERT_TRUE(store->ReadFindings(&findings).ok());
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].code, "USER_ALERT");
+  EXPECT_EQ(findings[0].step, 4);
+  EXPECT_EQ(findings[0].location, "train/loss");
+}
+
+TEST_F(RecorderTest, ABadRuleFailsOpenBeforeTheRunExists) {
+  auto options = Options("bad");
+  options.alert_rules_text = "[[rule]]\nseries = \"x\"\nabove = \"high\"\n";
+  options.alert_rules_origin = "rules.toml";
+  std::unique_ptr<Recorder> rec;
+  Status s = Recorder::Open(options, &rec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("rules.toml"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("expected a number"), std::string::npos) << s.message();
+  EXPECT_FALSE(fs::exists(logdir_ / "bad"));
+}
+#endif
+
+#if defined(TRAINSCOPE_TEST_WITH_INGEST)
+TEST_F(RecorderTest, TensorBoardMirrorIsFlushedWithEachCommit) {
+  auto options = Options("tb");
+  options.tensorboard = true;
+  options.flush_interval_seconds = 60;  // only Flush() commits
+  std::unique_ptr<Recorder> rec;
+  ASSERT_TRUE(Recorder::Open(options, &rec).ok());
+  ASSERT_EQ(fs::path(rec->tensorboard_path()).parent_path(), logdir_ / "tb" / "tensorboard");
+  uint32_t loss = 0;
+  ASSERT_TRUE(rec->Series("train/loss", SeriesKind::kScalar, &loss).ok());
+  rec->LogScalar(loss, 0, 0.5);
+  const auto before = fs::file_size(rec->tensorboard_path());
+  rec->Flush();
+  const auto after = fs::file_size(rec->tensorboard_path());
+  EXPECT_GT(after, before);  // readers see the point once the store has it
+  ASSERT_TRUE(rec->Close().ok());
+}
+#endif
 
 TEST(GitCommit, ReadsHeadWithoutGit) {
   const fs::path repo = fs::temp_directory_path() / ("ts_git_" + std::to_string(::getpid()));

@@ -62,8 +62,8 @@ TEST(TensorPasses, WeightAndUpdateStatsRefreshTheSnapshot) {
     usq += double(d) * d;
     uzero += d == 0.0f;
   }
-  EXPECT_NEAR(w.sum_squares, wsq, 1e-9 * wsq);
-  EXPECT_NEAR(u.sum_squares, usq, 1e-9 * usq);
+  EXPECT_NEAR(w.sum_squares, wsq, 1e-6 * wsq);  // float partial sums: ~1e-7 (core/tensor_stats.cc)
+  EXPECT_NEAR(u.sum_squares, usq, 1e-6 * usq);
   EXPECT_EQ(u.zeros, uzero);
   EXPECT_EQ(prev, cur);  // the snapshot now holds the current weights
 }

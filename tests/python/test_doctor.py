@@ -121,3 +121,21 @@ def test_loss_only_log_degrades_gracefully(tmp_path):
     assert "LOSS_SPIKE" not in unchecked
     human = subprocess.run([CLI, "diagnose", str(path)], capture_output=True, text=True).stdout
     assert "not checked, and why:" in human
+
+
+def test_online_and_offline_doctor_agree_on_the_first_producer(runs):
+    # The online doctor (inside the recorder, findings stored with the run) and a fresh
+    # offline diagnosis must name the same non-finite finding. The recorder hands samples
+    # over in batches grouped by kind; judged sample by sample, a step closed before its
+    # activations arrived and the online doctor said NONFINITE_LOSS for a NaN input.
+    sys.path.insert(0, os.path.join(PYBUILD, "python"))
+    import trainscope as ts
+    for name in ("fault_nan_input", "fault_sqrt_no_eps"):
+        stored = [(f["code"], f["location"], f["step"]) for f in ts.open_run(runs[name]).findings()
+                  if f["code"].startswith("NONFINITE")]
+        _, d = diagnose(runs[name])
+        # diagnose merges the stored findings by code and location: a disagreement shows
+        # up as a second NONFINITE finding.
+        merged = [(f["code"], f["location"], f["step"]) for f in d["findings"] if f["code"].startswith("NONFINITE")]
+        assert stored, name
+        assert merged == stored, name

@@ -379,7 +379,9 @@ void WeightSymmetryDetector::OnStep(const StepFrame& frame, const DetectorContex
   }
   for (const auto& [tag, v] : frame.vectors) {
     std::string_view rest;
-    if (!HasPrefix(tag, "grad_units/", &rest) || v.size() < 2) continue;
+    // Two units always get equal gradient norms under a 2-class softmax/cross-entropy output
+    // (the gradients of the two logits are each other's negative): three or more.
+    if (!HasPrefix(tag, "grad_units/", &rest) || v.size() < 3) continue;
     Welford w;
     for (float x : v) w.Add(x);
     const double mean = w.mean(), sd = std::sqrt(std::max(0.0, w.variance()));

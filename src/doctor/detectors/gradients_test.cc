@@ -141,6 +141,7 @@ TEST(WeightSymmetry, IdenticalUnitGradients) {
   for (int64_t s = 0; s < 3; ++s) {
     feed.Vector("grad_units/fc1.weight", s, std::vector<float>(16, 0.25f));
     feed.Vector("grad_units/fc2.weight", s, {0.1f, 0.2f, 0.3f});
+    feed.Vector("grad_units/head.weight", s, {0.7f, 0.7f});  // 2-class output: equal by construction
   }
   const auto f = feed.Finish();
   ASSERT_EQ(f.size(), 1u);

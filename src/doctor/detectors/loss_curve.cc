@@ -15,6 +15,7 @@ using json = nlohmann::json;
 // ---- spike ----
 
 void LossSpikeDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  if (!ctx.facts.rl_tag.empty()) return;  // an RL loss: not a progress measure (RunFacts::rl_tag)
   const RunFacts& f = ctx.facts;
   // Leading signals: the update size and the gradient norm against their own medians.
   auto lead = [&](RollingMedianMad& series, double v, const char* what) {
@@ -93,6 +94,7 @@ void LossSpikeDetector::Emit(const Pending& p, bool confirmed, const std::string
 // ---- divergence ----
 
 void LossDivergenceDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  if (!ctx.facts.rl_tag.empty()) return;  // an RL loss: not a progress measure (RunFacts::rl_tag)
   const double x = ctx.facts.loss;
   if (std::isnan(x)) return;
   if (first_.size() < options_.initial_points) {
@@ -207,6 +209,7 @@ void LossDivergenceDetector::OnStep(const StepFrame& frame, const DetectorContex
 // ---- plateau ----
 
 void LossPlateauDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  if (!ctx.facts.rl_tag.empty()) return;  // an RL loss: not a progress measure (RunFacts::rl_tag)
   const double x = ctx.facts.loss;
   if (!std::isfinite(x)) return;
   steps_.push_back(frame.step);
@@ -277,6 +280,7 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final) {
 // ---- oscillation ----
 
 void LossOscillationDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  if (!ctx.facts.rl_tag.empty()) return;  // an RL loss: not a progress measure (RunFacts::rl_tag)
   const double x = ctx.facts.loss;
   if (!std::isfinite(x)) return;
   window_.emplace_back(frame.step, x);
@@ -318,14 +322,39 @@ void LossOscillationDetector::OnStep(const StepFrame& frame, const DetectorConte
 
 // ---- negative ----
 
+bool LossMayBeNegative(std::string_view name) {
+  std::string tag(name);
+  for (char& c : tag) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // Long enough to match anywhere in the name.
+  for (const char* may : {"nll", "elbo", "kl", "gan", "gen", "disc", "reward", "score", "likelihood", "contrast",
+                          "actor", "policy", "advantage", "entropy", "surrogate", "ppo", "grpo", "reinforce"}) {
+    if (tag.find(may) != std::string::npos) return true;
+  }
+  // Short words only as whole words: "act_loss" (DeepSpeed-Chat's PPO actor), "pg_loss",
+  // "rl/loss", "pi_loss", but not "exact" or "impact".
+  std::vector<std::string> words;
+  std::string word;
+  for (char c : tag + " ") {
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      word.push_back(c);
+    } else if (!word.empty()) {
+      words.push_back(word);
+      word.clear();
+    }
+  }
+  for (const std::string& w : words) {
+    for (const char* may : {"act", "pg", "rl", "pi", "adv"}) {
+      if (w == may) return true;
+    }
+  }
+  return false;
+}
+
 void NegativeLossDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  if (!ctx.facts.rl_tag.empty()) return;  // an RL loss: not a progress measure (RunFacts::rl_tag)
   const double x = ctx.facts.loss;
   if (!std::isfinite(x)) return;
-  std::string tag = ctx.facts.roles.Get(Role::kLoss);
-  for (char& c : tag) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (const char* may : {"nll", "elbo", "kl", "gan", "gen", "disc", "reward", "score", "likelihood", "contrast"}) {
-    if (tag.find(may) != std::string::npos) return;
-  }
+  if (LossMayBeNegative(ctx.facts.roles.Get(Role::kLoss))) return;
   if (x >= -options_.tolerance) {
     streak_ = 0;
     return;

@@ -123,7 +123,9 @@ class LossPlateauDetector : public Detector {
   explicit LossPlateauDetector(PlateauOptions options = {}) : options_(options) {}
   const char* name() const override { return "loss_plateau"; }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
-  void Finish(const DetectorContext& ctx) override { Check(ctx, true); }
+  void Finish(const DetectorContext& ctx) override {
+    if (ctx.facts.rl_tag.empty()) Check(ctx, true);
+  }
 
  private:
   void Check(const DetectorContext& ctx, bool final);
@@ -166,6 +168,11 @@ struct NegativeLossOptions {
 // almost always a sign error, log-probabilities passed as probabilities or soft targets
 // that do not sum to one. Losses whose names say they may be negative (nll of a density,
 // elbo, kl, gan/generator/discriminator, reward) are left alone.
+// Whether a loss of this name may legitimately be negative: log-likelihoods of densities,
+// ELBO/KL terms, GAN losses, and policy-gradient losses of reinforcement learning (PPO's
+// actor loss is the advantage-weighted ratio, negative whenever advantages are positive).
+bool LossMayBeNegative(std::string_view name);
+
 class NegativeLossDetector : public Detector {
  public:
   explicit NegativeLossDetector(NegativeLossOptions options = {}) : options_(options) {}

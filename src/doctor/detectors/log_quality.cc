@@ -1,0 +1,71 @@
+#include "doctor/detectors/log_quality.h"
+
+#include <cmath>
+#include <unordered_map>
+
+namespace trainscope::doctor {
+
+void DuplicateStepsDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  if (frame.scalars.size() < 2) return;
+  // Repeats of the same value (an HF trainer_state's train and eval entries both carry
+  // `epoch`) lose nothing: only points that disagree with another at their step count.
+  struct Seen {
+    uint64_t n = 0;
+    double first = 0;
+    bool differs = false;
+  };
+  std::unordered_map<std::string_view, Seen> count;
+  for (const auto& [tag, value] : frame.scalars) {
+    Seen& seen = count[tag];
+    if (seen.n++ == 0) {
+      seen.first = value;
+    } else if (!(value == seen.first || (std::isnan(value) && std::isnan(seen.first)))) {
+      seen.differs = true;
+    }
+  }
+  for (const auto& [tag, seen] : count) {
+    if (!seen.differs) continue;
+    const uint64_t n = seen.n;
+    PerTag& t = tags_[std::string(tag)];
+    if (t.steps == 0) t.first_step = frame.step;
+    t.extra_points += n - 1;
+    ++t.steps;
+    if (n > t.most) {
+      t.most = n;
+      t.most_step = frame.step;
+    }
+    extra_points_ += n - 1;
+  }
+}
+
+void DuplicateStepsDetector::Finish(const DetectorContext& ctx) {
+  if (extra_points_ == 0) return;
+  // The series that repeats most: the loss when it is among them.
+  const std::string& loss = ctx.facts.roles.Get(Role::kLoss);
+  const std::string* worst = nullptr;
+  for (const auto& [tag, t] : tags_) {
+    if (!worst || t.extra_points > tags_.at(*worst).extra_points) worst = &tag;
+  }
+  if (tags_.count(loss)) worst = &loss;
+  const PerTag& w = tags_.at(*worst);
+  Finding f;
+  f.code = "DUPLICATE_STEPS";
+  f.severity = Severity::kInfo;
+  f.step = w.first_step;
+  f.last_step = w.most_step;
+  f.location = *worst;
+  f.summary = std::to_string(extra_points_) + " points share their step with an earlier point of the same series (" +
+              std::to_string(tags_.size()) + " series; '" + *worst + "' has " + std::to_string(w.most) +
+              " points at step " + std::to_string(w.most_step) +
+              "): the doctor judged the last value logged at each step";
+  nlohmann::json series = nlohmann::json::object();
+  for (const auto& [tag, t] : tags_) {
+    if (series.size() >= 20) break;
+    series[tag] = {{"extra_points", t.extra_points}, {"steps_repeated", t.steps}, {"most_at_one_step", t.most},
+                   {"step", t.most_step}};
+  }
+  f.evidence_json = nlohmann::json{{"extra_points", extra_points_}, {"series_count", tags_.size()}, {"series", series}}.dump();
+  ctx.Report(std::move(f));
+}
+
+}  // namespace trainscope::doctor

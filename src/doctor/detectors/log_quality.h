@@ -1,0 +1,31 @@
+// The log itself: points of one series that share a step. Writers do it for a reason (YOLO
+// logs a running mean every batch with the epoch as its step; a resumed run writes steps
+// 90..99 again), and the doctor judges one value per series and step: the last one logged.
+// It says so (DUPLICATE_STEPS, info) rather than judging silently what it dropped.
+#pragma once
+
+#include <map>
+
+#include "doctor/detector.h"
+
+namespace trainscope::doctor {
+
+class DuplicateStepsDetector : public Detector {
+ public:
+  const char* name() const override { return "duplicate_steps"; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+  void Finish(const DetectorContext& ctx) override;
+
+ private:
+  struct PerTag {
+    uint64_t extra_points = 0;  // points beyond the first at their step
+    uint64_t steps = 0;         // steps with more than one point
+    uint64_t most = 0;          // most points at one step
+    int64_t most_step = 0;
+    int64_t first_step = 0;
+  };
+  std::map<std::string, PerTag> tags_;
+  uint64_t extra_points_ = 0;
+};
+
+}  // namespace trainscope::doctor
