@@ -122,6 +122,7 @@ class Mode:
         self.block_means = []   # wall seconds per step, per block
         self.block_cpu = []     # process CPU seconds per step, per block
         self.step_wall = {}     # run step -> wall seconds of that loop iteration (watched modes)
+        self.step_thread = {}   # run step -> CPU seconds of the training thread in that iteration
         self.cursor = 0
         if name in ("defaults", "everything"):
             self.run = ts.init(logdir, f"{name}-{id(self)}", flush_interval=1.0)
@@ -139,6 +140,7 @@ class Mode:
         times = []
         cpu_start = time.process_time()
         start = time.perf_counter()
+        thread_start = time.thread_time()
         with anomaly:
             for x, y in source:
                 self.opt.zero_grad()
@@ -151,9 +153,11 @@ class Mode:
                     self.run.log({"train/loss": loss})
                 now = time.perf_counter()
                 times.append(now - start)
+                thread_now = time.thread_time()
                 if self.run is not None and record:
                     self.step_wall[self.run._step] = now - start
-                start = now
+                    self.step_thread[self.run._step] = thread_now - thread_start
+                start, thread_start = now, thread_now
         cpu = (time.process_time() - cpu_start) / len(times)
         if record:
             self.block_means.append(sum(times) / len(times))
@@ -163,8 +167,11 @@ class Mode:
 SETUPS = {"lm": lm_setup, "cnn": cnn_setup}
 
 
-def worker(model_name, mode_name, logdir):
+def worker(model_name, mode_name, logdir, cpu_clock):
     """One mode in its own process: trains a block per request read from stdin."""
+    if cpu_clock:  # time/watch as the training thread's CPU time (see trainscope/watch.py)
+        import trainscope.watch
+        trainscope.watch.self_clock = time.thread_time
     mode = Mode(mode_name, SETUPS[model_name], logdir)
     for line in sys.stdin:
         request = json.loads(line)
@@ -178,21 +185,24 @@ def worker(model_name, mode_name, logdir):
             if mode.run is not None:
                 mode.run.finish()
                 watch = ts.open_run(mode.run.dir).scalars("time/watch")
+                per_step = mode.step_thread if cpu_clock else mode.step_wall
                 ratios, spent, rest = [], 0.0, 0.0
                 for step, w in zip(watch["step"].tolist(), watch["value"].tolist()):
-                    if step in mode.step_wall:
-                        ratios.append(w / (mode.step_wall[step] - w))
+                    if step in per_step:
+                        ratios.append(w / (per_step[step] - w))
                         spent += w
-                        rest += mode.step_wall[step] - w
+                        rest += per_step[step] - w
                 reply["own"] = (statistics.median(ratios), spent / rest, spent / len(ratios))
         print(json.dumps(reply), flush=True)
         if request["do"] == "finish":
             return
 
 
-def bench(label, model_name, rounds, block, modes, threads):
+def bench(label, model_name, rounds, block, modes, threads, cpu_clock):
     logdir = tempfile.mkdtemp(prefix="ts-bench-watch-")
     command = [sys.executable, os.path.abspath(__file__), "--worker", model_name, "--logdir", logdir]
+    if cpu_clock:
+        command.append("--self-cpu")
     if threads:
         command += ["--threads", str(threads)]
     workers = {m: subprocess.Popen(command + ["--mode", m], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -227,7 +237,8 @@ def bench(label, model_name, rounds, block, modes, threads):
               f"{(paired - 1) * 100:>+8.1f}%{wall * 1e3:>14.2f}"
               f"{(wall / statistics.median(plain['wall']) - 1) * 100:>+9.1f}%")
         summary[mode] = (cpu, paired, wall)
-    print("self-measured (time/watch against the rest of the same step):")
+    print("self-measured (time/watch against the rest of the same step, as "
+          f"{'CPU time of the training thread' if cpu_clock else 'wall time'}):")
     for mode in modes:
         if results[mode]["own"] is not None:
             median, total, per_step = results[mode]["own"]
@@ -246,11 +257,13 @@ def main():
     parser.add_argument("--worker", choices=sorted(SETUPS), help=argparse.SUPPRESS)
     parser.add_argument("--mode", help=argparse.SUPPRESS)
     parser.add_argument("--logdir", help=argparse.SUPPRESS)
+    parser.add_argument("--self-cpu", action="store_true",
+                        help="self-measure the training thread's CPU time inside trainscope (default: wall time)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.worker:
-        return worker(args.worker, args.mode, args.logdir)
+        return worker(args.worker, args.mode, args.logdir, args.self_cpu)
     blas = "?"
     try:
         with open("/proc/self/maps") as maps:
@@ -261,9 +274,11 @@ def main():
           f"load average {open('/proc/loadavg').read().split()[:3]}")
     modes = ["plain", "defaults", "everything", "naive", "anomaly"]
     if args.only in (None, "lm"):
-        bench("Transformer LM (6 blocks, d=128, 16x64 tokens)", "lm", args.rounds, args.block, modes, args.threads)
+        bench("Transformer LM (6 blocks, d=128, 16x64 tokens)", "lm", args.rounds, args.block, modes, args.threads,
+              args.self_cpu)
     if args.only in (None, "cnn"):
-        bench("CNN (3 conv + BN + ReLU, 2 linear; 32x3x32x32)", "cnn", args.rounds, args.block, modes, args.threads)
+        bench("CNN (3 conv + BN + ReLU, 2 linear; 32x3x32x32)", "cnn", args.rounds, args.block, modes, args.threads,
+              args.self_cpu)
 
 
 if __name__ == "__main__":

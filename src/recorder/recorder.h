@@ -78,6 +78,8 @@ class Recorder {
   };
   // How often the writer judges the alert rules on what is queued, between commits.
   static constexpr double kRuleTick = 0.05;
+  // Queued tensor statistics past which the writer commits at once (recorder.cc).
+  static constexpr size_t kEarlyWriteStats = 4096;
 
   static Status Open(const Options& options, std::unique_ptr<Recorder>* recorder);
   ~Recorder();  // Close("finished") unless closed already
@@ -166,7 +168,6 @@ class Recorder {
     WriteBatch batch;  // series ids are recorder ids
   };
   static constexpr size_t kDoctorBacklog = 8;
-  static constexpr size_t kEarlyWriteStats = 4096;
   void DoctorLoop();
   void FeedDoctor(DoctorWork& work);
   void OnDoctorFinding(const Finding& finding);

@@ -128,6 +128,40 @@ TEST_F(RecorderTest, CriticalFindingIsWrittenWithoutWaitingForTheInterval) {
   EXPECT_EQ(findings[0].code, "NONFINITE_LOSS");
 }
 
+// Thousands of tensor statistics (~1.1 KB each) a second would grow the queue and the
+// buffers recycled after it to hundreds of MB: past Recorder::kEarlyWriteStats queued the
+// writer commits at once instead of at the interval. Fewer than that wait for it.
+TEST_F(RecorderTest, ManyTensorStatsAreWrittenWithoutWaitingForTheInterval) {
+  std::unique_ptr<Recorder> rec;
+  auto options = Options("heavy");
+  options.flush_interval_seconds = 60;
+  ASSERT_TRUE(Recorder::Open(options, &rec).ok());
+  uint32_t few = 0, many = 0;
+  ASSERT_TRUE(rec->Series("grad/few", SeriesKind::kTensorStats, &few).ok());
+  ASSERT_TRUE(rec->Series("grad/many", SeriesKind::kTensorStats, &many).ok());
+  TensorStats s;
+  s.numel = 10;
+  rec->LogTensorStats(few, 0, s);
+  auto stored = [&](const char* tag) {
+    std::vector<TensorStatsPoint> points;
+    std::unique_ptr<RunStore> store;
+    if (RunStore::OpenReadOnly(rec->run_dir(), &store).ok()) store->ReadTensorStats(tag, INT64_MIN, INT64_MAX, &points);
+    return points.size();
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(stored("grad/few"), 0u);  // one sample waits for the interval
+  for (int64_t step = 0; step < static_cast<int64_t>(Recorder::kEarlyWriteStats); ++step) {
+    rec->LogTensorStats(many, step, s);
+  }
+  size_t seen = 0;
+  for (int i = 0; i < 300 && seen < Recorder::kEarlyWriteStats; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    seen = stored("grad/many");
+  }
+  EXPECT_EQ(seen, Recorder::kEarlyWriteStats);
+  EXPECT_EQ(stored("grad/few"), 1u);
+}
+
 TEST_F(RecorderTest, ExistingRunNameIsRefusedUnlessResumed) {
   std::unique_ptr<Recorder> rec;
   ASSERT_TRUE(Recorder::Open(Options("same"), &rec).ok());

@@ -1,0 +1,103 @@
+"""Where run.watch()'s time goes: training-thread CPU per step of each watcher part.
+
+Wraps the Watcher's methods (and, unless NOPROXY=1, its recorder calls) with a thread-CPU
+timer and trains the benchmark transformer (lm) or CNN (cnn) for 100 steps after 5 of
+warm-up. Watch options go as key=value (Python literals):
+
+    OPENBLAS_NUM_THREADS=1 PYTHONPATH=build/python /usr/bin/python3 bench/watch/parts.py lm
+    ... bench/watch/parts.py cnn every=1 histograms_every=1 activations_every=1
+    NOPROXY=1 ... bench/watch/parts.py lm hot_gradients=True   # the C++ hot path needs the real recorder
+
+A part's time includes any Python garbage collection that starts inside it.
+"""
+
+import collections
+import os
+import sys
+import tempfile
+import time
+
+import torch
+
+import trainscope as ts
+from trainscope import watch as W
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from overhead import cnn_setup, lm_setup  # noqa: E402
+
+PARTS = ["_before_update", "_after_update", "_refresh_snapshots", "_on_step_end", "_on_forward_begin",
+         "_on_forward_end", "_log_inputs", "_census", "_hot_totals", "inspect_batch"]
+
+
+def main():
+    torch.set_num_threads(1)
+    which = sys.argv[1] if len(sys.argv) > 1 else "lm"
+    options = {}
+    for item in sys.argv[2:]:
+        key, value = item.split("=", 1)
+        options[key] = eval(value)  # a benchmark's command line: literals only
+    spent = collections.defaultdict(float)
+    calls = collections.defaultdict(int)
+
+    def timed(name, fn):
+        def wrapper(*args, **kwargs):
+            start = time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[name] += time.thread_time() - start
+                calls[name] += 1
+        return wrapper
+
+    for name in PARTS:
+        setattr(W.Watcher, name, timed(name, getattr(W.Watcher, name)))
+    grad_hook, activation_hook = W.Watcher._grad_hook, W.Watcher._activation_hook
+    W.Watcher._grad_hook = lambda self, slot, p: timed("grad_hook", grad_hook(self, slot, p))
+    W.Watcher._activation_hook = lambda self, n, m: timed("act_hook", activation_hook(self, n, m))
+
+    model, opt, batches, loss_fn = (lm_setup if which == "lm" else cnn_setup)()
+    run = ts.init(logdir=tempfile.mkdtemp(prefix="ts-parts-"), name="parts")
+    watcher = run.watch(model, opt, **options)
+
+    class TimedRecorder:
+        def __init__(self, recorder):
+            self._recorder = recorder
+
+        def __getattr__(self, key):
+            attr = getattr(self._recorder, key)
+            return timed("rec." + key, attr) if callable(attr) else attr
+
+    if not os.environ.get("NOPROXY"):
+        watcher.rec = TimedRecorder(watcher.rec)
+
+    def train(steps):
+        for _, (x, y) in zip(range(steps), run.data(batches * 100)):
+            opt.zero_grad()
+            start = time.thread_time()
+            out = model(x)
+            spent["~forward (with hooks)"] += time.thread_time() - start
+            loss = loss_fn(out, y)
+            start = time.thread_time()
+            loss.backward()
+            spent["~backward (with hooks)"] += time.thread_time() - start
+            start = time.thread_time()
+            opt.step()
+            spent["~optimizer.step (with wrapper)"] += time.thread_time() - start
+            run.log({"train/loss": loss})
+
+    train(5)
+    spent.clear()
+    calls.clear()
+    steps = 100
+    thread0, process0 = time.thread_time(), time.process_time()
+    train(steps)
+    thread, process = time.thread_time() - thread0, time.process_time() - process0
+    run.finish()
+    print(f"{which} {options}: training thread {thread / steps * 1e3:.1f} ms CPU/step, process "
+          f"{process / steps * 1e3:.1f} ms/step (other threads {(process - thread) / steps * 1e3:.1f} ms)")
+    for name in sorted(spent, key=lambda k: -spent[k]):
+        print(f"  {name:32s} {spent[name] / steps * 1e3:8.3f} ms/step   calls/step {calls[name] / steps:6.1f}")
+
+
+if __name__ == "__main__":
+    main()
