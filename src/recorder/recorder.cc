@@ -223,6 +223,7 @@ Status Recorder::Open(const Options& options, std::unique_ptr<Recorder>* out) {
     doctor::Doctor* raw_doctor = online.get();
     r->finish_doctor_ = [raw_doctor] { raw_doctor->Finish(); };
     r->end_batch_doctor_ = [raw_doctor] { raw_doctor->EndBatch(); };
+    r->doctor_findings_ = [raw_doctor] { return raw_doctor->findings(); };
     r->doctor_ = std::move(online);
     r->doctor_thread_ = std::thread([self] { self->DoctorLoop(); });
   }
@@ -656,6 +657,7 @@ void Recorder::FeedDoctor(DoctorWork& work) {
     doctor_.reset();
     finish_doctor_ = nullptr;
     end_batch_doctor_ = nullptr;
+    doctor_findings_ = nullptr;
   }
 }
 
@@ -709,6 +711,19 @@ Status Recorder::Close(const std::string& status, const std::string& exit_reason
     }
     finish_doctor_ = nullptr;
     WriteOnce();  // the writer thread has stopped: this thread writes
+    if (doctor_findings_) {
+      // Findings were stored when they opened; write their final state (a spike that kept
+      // going, a warning that became critical) over those rows, and into run.findings.
+      const std::vector<Finding> final_state = doctor_findings_();
+      Status updated = store_->UpdateFindings(final_state);
+      if (!updated.ok()) std::fprintf(stderr, "trainscope: %s\n", updated.message().c_str());
+      std::lock_guard lock(mu_);
+      for (Finding& live : live_findings_) {
+        for (const Finding& f : final_state) {
+          if (f.code == live.code && f.location == live.location && f.step == live.step) live = f;
+        }
+      }
+    }
   }
 #ifdef TRAINSCOPE_WITH_INGEST
   if (mirror_) {

@@ -177,6 +177,7 @@ class Recorder {
   std::unique_ptr<SampleSink> doctor_;  // the online doctor, or null (doctor thread only)
   std::function<void()> finish_doctor_;
   std::function<void()> end_batch_doctor_;  // a batch was fed: the doctor may judge its steps
+  std::function<std::vector<Finding>()> doctor_findings_;  // its findings in their latest state
   std::vector<std::string> doctor_tags_;  // recorder id -> tag (doctor thread)
   std::mutex doctor_mu_;
   std::condition_variable doctor_cv_;

@@ -412,6 +412,40 @@ Status RunStore::WriteScalars(const std::vector<WriteBatch::ScalarPoint>& points
   return WritePartialChunks();
 }
 
+Status RunStore::UpdateFindings(const std::vector<Finding>& findings) {
+  if (findings.empty()) return Status::Ok();
+  Status s = Exec("BEGIN");
+  if (!s.ok()) return s;
+  sqlite3_stmt* update = nullptr;
+  s = Prepare("UPDATE finding SET severity = ?1, last_step = ?2, summary = ?3, evidence = ?4, causes = ?5, "
+              "actions = ?6 WHERE code = ?7 AND location = ?8 AND step = ?9",
+              &update);
+  for (const auto& f : findings) {
+    if (!s.ok()) break;
+    json causes = json::array();
+    for (const auto& c : f.causes) causes.push_back({{"id", c.id}, {"confidence", c.confidence}});
+    const std::string causes_text = causes.dump();
+    const std::string actions_text = json(f.actions).dump();
+    sqlite3_bind_text(update, 1, SeverityName(f.severity), -1, SQLITE_STATIC);
+    sqlite3_bind_int64(update, 2, f.last_step);
+    sqlite3_bind_text(update, 3, f.summary.c_str(), -1, SQLITE_STATIC);
+    sqlite3_bind_text(update, 4, f.evidence_json.c_str(), -1, SQLITE_STATIC);
+    sqlite3_bind_text(update, 5, causes_text.c_str(), -1, SQLITE_STATIC);
+    sqlite3_bind_text(update, 6, actions_text.c_str(), -1, SQLITE_STATIC);
+    sqlite3_bind_text(update, 7, f.code.c_str(), -1, SQLITE_STATIC);
+    sqlite3_bind_text(update, 8, f.location.c_str(), -1, SQLITE_STATIC);
+    sqlite3_bind_int64(update, 9, f.step);
+    const int rc = sqlite3_step(update);
+    sqlite3_reset(update);
+    if (rc != SQLITE_DONE) s = SqlError("update finding");
+  }
+  if (!s.ok()) {
+    Exec("ROLLBACK");
+    return s;
+  }
+  return Exec("COMMIT");
+}
+
 Status RunStore::Write(const WriteBatch& batch) {
   Status s = Exec("BEGIN");
   if (!s.ok()) return s;

@@ -150,6 +150,10 @@ class RunStore {
   Status EnsureSeries(std::string_view tag, SeriesKind kind, int64_t* id);
   // Writes the batch in one transaction. Series ids come from EnsureSeries.
   Status Write(const WriteBatch& batch);
+  // Rewrites stored findings in their final state (severity, last step, summary, evidence,
+  // causes, actions), each matched by code, location and first step: the online doctor
+  // stores a finding when it opens, and it may grow or escalate afterwards.
+  Status UpdateFindings(const std::vector<Finding>& findings);
   Status SetMeta(const RunMeta& meta);
   Status SetMetaValue(const std::string& key, const std::string& value);
   // Marks the run ended: status "finished" or "crashed", with the reason for a crash.
