@@ -376,17 +376,6 @@ def check_model(model, loss_fn=None, batch_size=None):
 
 # ---- run.watch(): static checks now, the forward-dependent ones at the first forward ----
 
-def _first_tensor(value):
-    if isinstance(value, torch.Tensor):
-        return value
-    if isinstance(value, (tuple, list)):
-        for item in value:
-            found = _first_tensor(item)
-            if found is not None:
-                return found
-    return None
-
-
 class FirstForwardProbe:
     """Hooks for the first training forward (grad enabled, model in training mode), removed
     when it ends: the batch size each BatchNorm in training mode sees (dim 0 of its input,
@@ -417,6 +406,7 @@ class FirstForwardProbe:
                 return
             self.bn_judged.add(name)
             try:
+                from trainscope.watch import _first_tensor  # torch is loaded by now
                 x = _first_tensor(args)
                 if x is None or x.dim() < 1 or self.is_closed():
                     return

@@ -117,6 +117,9 @@ class Detector {
   virtual void OnStep(const StepFrame& frame, const DetectorContext& ctx) = 0;
   // Called once after the last step.
   virtual void Finish(const DetectorContext& ctx) {}
+  // Judges the loss as a measure of progress (spikes, divergence, plateau, ...): not run on
+  // a reinforcement-learning run (RunFacts::rl_tag), whose loss is not one.
+  virtual bool judges_loss_progress() const { return false; }
 };
 
 // Sorts causes by confidence, drops those under 0.05 and caps confidence at 0.95.

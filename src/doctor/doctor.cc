@@ -357,7 +357,10 @@ void Doctor::Judge(const StepFrame& frame) {
   flight_.Add(frame);
   if (!std::isnan(facts_.grad_norm)) flight_.AddGradNorm(frame.step, facts_.grad_norm);
   DetectorContext ctx(options_, facts_, flight_, this, &Doctor::ReportThunk);
-  for (auto& d : detectors_) d->OnStep(frame, ctx);
+  for (auto& d : detectors_) {
+    if (d->judges_loss_progress() && !facts_.rl_tag.empty()) continue;
+    d->OnStep(frame, ctx);
+  }
   ++facts_.steps_seen;
 }
 
@@ -420,7 +423,10 @@ void Doctor::Finish() {
     Judge(frame);
   }
   DetectorContext ctx(options_, facts_, flight_, this, &Doctor::ReportThunk);
-  for (auto& d : detectors_) d->Finish(ctx);
+  for (auto& d : detectors_) {
+    if (d->judges_loss_progress() && !facts_.rl_tag.empty()) continue;
+    d->Finish(ctx);
+  }
   finished_ = true;
 }
 

@@ -12,11 +12,16 @@ json NumberOrNull(double value) {
   return value;
 }
 
+json CausesToJson(const std::vector<Cause>& causes) {
+  json out = json::array();
+  for (const Cause& c : causes) out.push_back({{"id", c.id}, {"confidence", c.confidence}});
+  return out;
+}
+
 json FindingToJson(const Finding& f) {
   json evidence = json::parse(f.evidence_json, nullptr, /*allow_exceptions=*/false);
   if (!evidence.is_object()) evidence = json::object();
-  json causes = json::array();
-  for (const Cause& c : f.causes) causes.push_back({{"id", c.id}, {"confidence", c.confidence}});
+  const json causes = CausesToJson(f.causes);
   return {{"code", f.code},         {"severity", SeverityName(f.severity)},
           {"step", f.step},         {"last_step", f.last_step},
           {"location", f.location}, {"summary", f.summary},

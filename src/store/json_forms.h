@@ -12,6 +12,8 @@ namespace trainscope {
 // {"code", "severity", "step", "last_step", "location", "summary", "evidence", "causes",
 //  "actions"}; evidence is the finding's JSON object (an unparsable one becomes {}).
 nlohmann::json FindingToJson(const Finding& finding);
+// [{"id", "confidence"}, ...]: a finding's causes, as JSON and as stored.
+nlohmann::json CausesToJson(const std::vector<Cause>& causes);
 // JSON has no NaN or Inf: they become the strings "nan", "inf" and "-inf", so the evidence
 // survives (a null would hide that the value was non-finite).
 nlohmann::json NumberOrNull(double value);

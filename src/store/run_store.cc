@@ -1,5 +1,7 @@
 #include "store/run_store.h"
 
+#include "store/json_forms.h"
+
 #include <sqlite3.h>
 #include <unistd.h>
 
@@ -422,9 +424,7 @@ Status RunStore::UpdateFindings(const std::vector<Finding>& findings) {
               &update);
   for (const auto& f : findings) {
     if (!s.ok()) break;
-    json causes = json::array();
-    for (const auto& c : f.causes) causes.push_back({{"id", c.id}, {"confidence", c.confidence}});
-    const std::string causes_text = causes.dump();
+    const std::string causes_text = CausesToJson(f.causes).dump();
     const std::string actions_text = json(f.actions).dump();
     sqlite3_bind_text(update, 1, SeverityName(f.severity), -1, SQLITE_STATIC);
     sqlite3_bind_int64(update, 2, f.last_step);
@@ -521,9 +521,7 @@ Status RunStore::Write(const WriteBatch& batch) {
                   &insert_finding_);
       if (!s.ok()) break;
     }
-    json causes = json::array();
-    for (const auto& c : f.causes) causes.push_back({{"id", c.id}, {"confidence", c.confidence}});
-    const std::string causes_text = causes.dump();
+    const std::string causes_text = CausesToJson(f.causes).dump();
     const std::string actions_text = json(f.actions).dump();
     sqlite3_bind_text(insert_finding_, 1, f.code.c_str(), -1, SQLITE_STATIC);
     sqlite3_bind_text(insert_finding_, 2, SeverityName(f.severity), -1, SQLITE_STATIC);

@@ -15,7 +15,6 @@ using json = nlohmann::json;
 // ---- spike ----
 
 void LossSpikeDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
-  if (!ctx.facts.rl_tag.empty()) return;  // an RL loss: not a progress measure (RunFacts::rl_tag)
   const RunFacts& f = ctx.facts;
   // Leading signals: the update size and the gradient norm against their own medians.
   auto lead = [&](RollingMedianMad& series, double v, const char* what) {
@@ -94,7 +93,6 @@ void LossSpikeDetector::Emit(const Pending& p, bool confirmed, const std::string
 // ---- divergence ----
 
 void LossDivergenceDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
-  if (!ctx.facts.rl_tag.empty()) return;  // an RL loss: not a progress measure (RunFacts::rl_tag)
   const double x = ctx.facts.loss;
   if (std::isnan(x)) return;
   if (first_.size() < options_.initial_points) {
@@ -209,7 +207,6 @@ void LossDivergenceDetector::OnStep(const StepFrame& frame, const DetectorContex
 // ---- plateau ----
 
 void LossPlateauDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
-  if (!ctx.facts.rl_tag.empty()) return;  // an RL loss: not a progress measure (RunFacts::rl_tag)
   const double x = ctx.facts.loss;
   if (!std::isfinite(x)) return;
   steps_.push_back(frame.step);
@@ -280,7 +277,6 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final) {
 // ---- oscillation ----
 
 void LossOscillationDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
-  if (!ctx.facts.rl_tag.empty()) return;  // an RL loss: not a progress measure (RunFacts::rl_tag)
   const double x = ctx.facts.loss;
   if (!std::isfinite(x)) return;
   window_.emplace_back(frame.step, x);
@@ -351,7 +347,6 @@ bool LossMayBeNegative(std::string_view name) {
 }
 
 void NegativeLossDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
-  if (!ctx.facts.rl_tag.empty()) return;  // an RL loss: not a progress measure (RunFacts::rl_tag)
   const double x = ctx.facts.loss;
   if (!std::isfinite(x)) return;
   if (LossMayBeNegative(ctx.facts.roles.Get(Role::kLoss))) return;

@@ -38,6 +38,7 @@ class LossSpikeDetector : public Detector {
   explicit LossSpikeDetector(LossSpikeOptions options = {})
       : options_(options), loss_(options.window), grad_(options.window), update_(options.window) {}
   const char* name() const override { return "loss_spike"; }
+  bool judges_loss_progress() const override { return true; }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
   void Finish(const DetectorContext& ctx) override;
 
@@ -85,6 +86,7 @@ class LossDivergenceDetector : public Detector {
  public:
   explicit LossDivergenceDetector(DivergenceOptions options = {}) : options_(options) {}
   const char* name() const override { return "loss_divergence"; }
+  bool judges_loss_progress() const override { return true; }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:
@@ -122,10 +124,9 @@ class LossPlateauDetector : public Detector {
  public:
   explicit LossPlateauDetector(PlateauOptions options = {}) : options_(options) {}
   const char* name() const override { return "loss_plateau"; }
+  bool judges_loss_progress() const override { return true; }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
-  void Finish(const DetectorContext& ctx) override {
-    if (ctx.facts.rl_tag.empty()) Check(ctx, true);
-  }
+  void Finish(const DetectorContext& ctx) override { Check(ctx, true); }
 
  private:
   void Check(const DetectorContext& ctx, bool final);
@@ -152,6 +153,7 @@ class LossOscillationDetector : public Detector {
  public:
   explicit LossOscillationDetector(OscillationOptions options = {}) : options_(options) {}
   const char* name() const override { return "loss_oscillation"; }
+  bool judges_loss_progress() const override { return true; }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:
@@ -177,6 +179,7 @@ class NegativeLossDetector : public Detector {
  public:
   explicit NegativeLossDetector(NegativeLossOptions options = {}) : options_(options) {}
   const char* name() const override { return "negative_loss"; }
+  bool judges_loss_progress() const override { return true; }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:
