@@ -124,6 +124,7 @@ Doctor::Doctor(DoctorOptions options) : options_(std::move(options)), flight_(op
   all.push_back(std::make_unique<LossPlateauDetector>(options_.plateau));
   all.push_back(std::make_unique<LossOscillationDetector>(options_.oscillation));
   all.push_back(std::make_unique<NegativeLossDetector>(options_.negative_loss));
+  all.push_back(std::make_unique<LossMagnitudeDetector>(options_.loss_magnitude));
   all.push_back(std::make_unique<OverfittingDetector>(options_.overfitting));
   all.push_back(std::make_unique<MetricStallDetector>(options_.metric_stall));
   all.push_back(std::make_unique<MetricImbalanceDetector>(options_.metric_imbalance));

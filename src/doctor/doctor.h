@@ -44,6 +44,7 @@ struct DoctorOptions {
   PlateauOptions plateau;
   OscillationOptions oscillation;
   NegativeLossOptions negative_loss;
+  LossMagnitudeOptions loss_magnitude;
   OverfittingOptions overfitting;
   MetricStallOptions metric_stall;
   MetricImbalanceOptions metric_imbalance;

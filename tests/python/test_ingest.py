@@ -8,6 +8,7 @@ import math
 import os
 import pathlib
 import re
+import statistics
 import struct
 import subprocess
 
@@ -328,7 +329,10 @@ ANOMALY_CODES = {
     "raw_logs/deepspeed_chat_sft_opt1.3b.log": {"FP16_OVERFLOW"},               # 139 skips
     "raw_logs/deepspeed_chat_rlhf_opt1.3b.log": {"FP16_OVERFLOW"},              # 14 skips
     "raw_logs/pytorch_wordlm_rnn_relu_all_nan.log": {"NONFINITE_LOSS"},         # nan from the first batch
-    "csv_metrics/lightning_pinn_stuck_huge_v13.csv": {"LOSS_PLATEAU"},          # flat at 3.77e25
+    "csv_metrics/lightning_pinn_stuck_huge_v13.csv": {"LOSS_PLATEAU", "LOSS_MAGNITUDE"},  # flat at 3.77e25
+    # SOURCES.md says DIVERGENCE (max 1.48e14 against a median of 13.4), but the maximum is
+    # at step 1 and the loss falls 12 decades from there: what is wrong is its scale.
+    "csv_metrics/lightning_pinn_diverge_v17.csv": {"LOSS_MAGNITUDE"},
     "csv_metrics/lightning_pinn_spiky_v0.csv": {"LOSS_SPIKE"},                  # 0.07 -> 17.9 at step 552
     # SOURCES.md says "none" here, but val/box_loss rises from 1.23 (epoch 3) to 1.39-1.43
     # while train/box_loss falls 1.13 -> 0.72: over-fitting of the box regression (mAP holds
@@ -378,6 +382,25 @@ def test_doctor_is_quiet_on_the_healthy_files(rel):
     d = _diagnosis(rel)
     alarms = [(f["code"], f["severity"], f["summary"]) for f in d["findings"] if f["severity"] != "info"]
     assert not alarms, rel
+
+
+def test_pinn_loss_magnitude_names_the_maximum_the_end_and_the_unbalanced_terms():
+    rel = "csv_metrics/lightning_pinn_diverge_v17.csv"
+    d = _diagnosis(rel)
+    with open(TESTDATA / rel, newline="") as f:
+        rows = list(csv.DictReader(f))
+    loss = [(int(r["step"]), float(r["mean_loss"])) for r in rows if r["mean_loss"]]
+    max_step, max_value = max(loss, key=lambda p: p[1])
+    finding = next(f for f in d["findings"] if f["code"] == "LOSS_MAGNITUDE")
+    ev = finding["evidence"]
+    assert (ev["max_step"], ev["max"]) == (max_step, max_value) == (1, 148074584342528.0)
+    assert (ev["last_step"], ev["last"]) == loss[-1]
+    assert ev["initial"] == pytest.approx(statistics.median(v for _, v in loss[:10]))
+    terms = {t["tag"] for t in ev["terms"]}
+    assert terms == {"Conductor_Copper_loss", "Dielectric_Air_loss", "initial_phi_port_port1_loss",
+                     "initial_phi_port_port2_loss"}
+    assert ev["terms_span_decades"] > 30  # copper ~1e13 against air ~1e-20
+    assert finding["causes"][0]["id"] == "unbalanced_loss_terms"
 
 
 def test_deepspeed_overflow_findings_carry_count_steps_and_scale():

@@ -369,4 +369,97 @@ void NegativeLossDetector::OnStep(const StepFrame& frame, const DetectorContext&
   ctx.Report(std::move(f));
 }
 
+// ---- magnitude ----
+
+namespace {
+
+// A loss term logged beside the total: "loss" in its name, not a validation loss.
+bool IsTrainLossTerm(std::string_view tag) {
+  std::string t(tag);
+  for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (t.find("loss") == std::string::npos) return false;
+  for (const char* held_out : {"val", "eval", "test", "valid"}) {
+    if (t.find(held_out) != std::string::npos) return false;
+  }
+  return true;
+}
+
+double Decades(double hi, double lo) { return hi > 0 && lo > 0 ? std::log10(hi / lo) : kNaN; }
+
+}  // namespace
+
+void LossMagnitudeDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  const std::string& loss_tag = ctx.facts.roles.Get(Role::kLoss);
+  for (const auto& [tag, value] : frame.scalars) {
+    if (tag == loss_tag || !std::isfinite(value) || !IsTrainLossTerm(tag)) continue;
+    Term& term = terms_[tag];
+    if (term.first.size() < options_.initial_points) term.first.push_back(std::fabs(value));
+    term.last = value;
+  }
+  const double x = ctx.facts.loss;
+  if (!std::isfinite(x)) return;
+  if (first_.empty()) first_step_ = frame.step;
+  if (first_.size() < options_.initial_points) first_.push_back(x);
+  if (x > max_) max_ = x, max_step_ = frame.step;
+  last_ = x, last_step_ = frame.step;
+  if (!reported_ && first_.size() == options_.initial_points && Median(first_) > options_.max_initial) {
+    reported_ = true;
+    ctx.Report(Describe(ctx));
+  }
+}
+
+void LossMagnitudeDetector::Finish(const DetectorContext& ctx) {
+  if (first_.empty()) return;
+  if (!reported_ && Median(first_) <= options_.max_initial) return;
+  ctx.Amend(Describe(ctx));
+}
+
+Finding LossMagnitudeDetector::Describe(const DetectorContext& ctx) const {
+  const double initial = Median(first_);
+  Finding f;
+  f.code = "LOSS_MAGNITUDE";
+  f.severity = Severity::kWarning;
+  f.step = first_step_;
+  f.last_step = last_step_;
+  f.location = ctx.facts.roles.Get(Role::kLoss);
+  f.summary = "loss starts at " + FormatNumber(initial, 4) + " (median of its first " + std::to_string(first_.size()) +
+              " points), above FP16's largest value " + FormatNumber(options_.max_initial, 6) + "; its maximum is " +
+              FormatNumber(max_, 4) + " at step " + std::to_string(max_step_) + ", and it is " + FormatNumber(last_, 4) +
+              " at step " + std::to_string(last_step_);
+  json ev = {{"initial", Num(initial)}, {"max", Num(max_)},   {"max_step", max_step_},
+             {"last", Num(last_)},      {"last_step", last_step_}, {"decades_fallen", Num(Decades(initial, last_))}};
+  // The loss terms beside it, largest first, and how many decades they span.
+  std::vector<std::pair<double, std::string>> levels;
+  json terms = json::array();
+  for (const auto& [tag, term] : terms_) {
+    const double level = Median(term.first);
+    levels.emplace_back(level, tag);
+  }
+  std::sort(levels.rbegin(), levels.rend());
+  for (const auto& [level, tag] : levels) {
+    terms.push_back({{"tag", tag}, {"initial", Num(level)}, {"last", Num(terms_.at(tag).last)}});
+  }
+  std::vector<Cause> causes;
+  double span = kNaN;
+  if (levels.size() >= 2) {
+    span = Decades(levels.front().first, levels.back().first);
+    ev["terms"] = terms;
+    ev["terms_span_decades"] = Num(span);
+  }
+  if (std::isfinite(span) && span >= options_.unbalanced_decades) {
+    f.summary += "; its terms span " + FormatNumber(span, 3) + " decades (" + levels.front().second + " " +
+                 FormatNumber(levels.front().first, 3) + ", " + levels.back().second + " " +
+                 FormatNumber(levels.back().first, 3) + ")";
+    RaiseCause(&causes, "unbalanced_loss_terms", 0.7);
+    RaiseCause(&causes, "unscaled_targets", 0.3);
+  } else {
+    RaiseCause(&causes, "unscaled_targets", 0.6);
+    RaiseCause(&causes, "unbalanced_loss_terms", 0.2);
+  }
+  RaiseCause(&causes, "bad_init", 0.2);
+  f.evidence_json = ev.dump();
+  f.causes = causes;
+  return f;
+}
+
 }  // namespace trainscope::doctor

@@ -188,4 +188,43 @@ class NegativeLossDetector : public Detector {
   int64_t streak_start_ = 0;
 };
 
+struct LossMagnitudeOptions {
+  size_t initial_points = 10;  // the initial level is the median of the first points
+  // The largest finite FP16 value. No normalised objective starts above it: cross-entropy
+  // starts near ln(classes) (11.5 for a 100k vocabulary), an MSE on standardised targets
+  // near 1. A loss this large says unscaled targets, a sum over a huge batch, or a loss
+  // term weighted out of proportion; under FP16 it cannot even be represented.
+  double max_initial = 65504;
+  // Loss terms logged beside the total whose initial levels differ by this many decades
+  // cannot all be steering the gradient: the small ones are ignored by the optimiser.
+  double unbalanced_decades = 6;
+};
+
+// A training loss on an absurd scale (LOSS_MAGNITUDE). Reported once the initial level is
+// known; at the end amended with the largest value, the final level and the loss terms
+// logged beside it (tags with "loss" in their name that are neither the loss nor a
+// validation loss).
+class LossMagnitudeDetector : public Detector {
+ public:
+  explicit LossMagnitudeDetector(LossMagnitudeOptions options = {}) : options_(options) {}
+  const char* name() const override { return "loss_magnitude"; }
+  bool judges_loss_progress() const override { return true; }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+  void Finish(const DetectorContext& ctx) override;
+
+ private:
+  struct Term {
+    std::vector<double> first;
+    double last = kNaN;
+  };
+  Finding Describe(const DetectorContext& ctx) const;
+  LossMagnitudeOptions options_;
+  std::vector<double> first_;
+  int64_t first_step_ = 0;
+  double max_ = -std::numeric_limits<double>::infinity(), last_ = kNaN;
+  int64_t max_step_ = 0, last_step_ = 0;
+  std::map<std::string, Term> terms_;
+  bool reported_ = false;
+};
+
 }  // namespace trainscope::doctor

@@ -189,5 +189,47 @@ TEST(NegativeLoss, RoundOffAroundZeroIsFine) {
   EXPECT_TRUE(LossRun("negative_loss", v).empty());
 }
 
+// ---- magnitude ----
+
+TEST(LossMagnitude, AStartAboveFp16MaxIsReportedWithItsMaximumAndEnd) {
+  // Falls from ~1e8 by a decade every 20 points, with a 10x jump at step 1.
+  std::vector<double> v;
+  for (int s = 0; s < 100; ++s) v.push_back(1e8 * std::pow(10.0, -s / 20.0));
+  v[1] = 1e9;
+  const auto f = LossRun("loss_magnitude", v);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].code, "LOSS_MAGNITUDE");
+  EXPECT_EQ(f[0].severity, Severity::kWarning);
+  const auto ev = nlohmann::json::parse(f[0].evidence_json);
+  EXPECT_EQ(ev["max"].get<double>(), 1e9);
+  EXPECT_EQ(ev["max_step"].get<int64_t>(), 1);
+  EXPECT_DOUBLE_EQ(ev["last"].get<double>(), v.back());
+  EXPECT_EQ(ev["detected_at"].get<int64_t>(), 9);  // known once the first 10 points are in
+  EXPECT_EQ(f[0].causes.front().id, "unscaled_targets");
+}
+
+TEST(LossMagnitude, EdgeOfFp16Max) {
+  EXPECT_TRUE(LossRun("loss_magnitude", std::vector<double>(50, 65504)).empty());
+  EXPECT_EQ(LossRun("loss_magnitude", std::vector<double>(50, 65505)).size(), 1u);
+  EXPECT_TRUE(LossRun("loss_magnitude", Healthy(300, 3)).empty());
+}
+
+TEST(LossMagnitude, LossTermsManyDecadesApartAreNamed) {
+  Feed feed({"loss_magnitude"});
+  for (int s = 0; s < 30; ++s) {
+    feed.Scalar("train/loss", s, 5e12);
+    feed.Scalar("copper_loss", s, 1e13);
+    feed.Scalar("air_loss", s, 1e-20);
+    feed.Scalar("val_loss", s, 1e-30);  // a validation loss is not a term of the training loss
+  }
+  const auto f = feed.Finish();
+  ASSERT_EQ(f.size(), 1u);
+  const auto ev = nlohmann::json::parse(f[0].evidence_json);
+  EXPECT_EQ(ev["terms"].size(), 2u);
+  EXPECT_NEAR(ev["terms_span_decades"].get<double>(), 33, 1e-9);
+  EXPECT_EQ(f[0].causes.front().id, "unbalanced_loss_terms");
+  EXPECT_NE(f[0].summary.find("air_loss"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace trainscope::doctor
