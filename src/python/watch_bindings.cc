@@ -12,6 +12,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <thread>
+#include <optional>
+#include <mutex>
+#include <condition_variable>
+#include <cstring>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -50,8 +56,41 @@ std::vector<DType> DTypes(const std::vector<int>& codes) {
   return out;
 }
 
-// Logs the statistics of many tensors at `step` (ptrs[i] == 0: none this time). rows[i] > 0
+// The statistics of many tensors at `step`, logged (ptrs[i] == 0: none this time). rows[i] > 0
 // asks for the L2 norm of each of the tensor's rows too, logged as a vector under unit_ids[i].
+// Runs without the GIL; the caller has checked the lengths.
+Totals StatsManyNoGil(Recorder& recorder, int64_t step, const std::vector<uint32_t>& ids,
+                      const std::vector<uintptr_t>& ptrs, const std::vector<uint64_t>& numels,
+                      const std::vector<DType>& dtypes, const std::vector<uint64_t>& rows,
+                      const std::vector<uint32_t>& unit_ids, bool histogram) {
+  const bool units = !rows.empty();
+  Totals totals;
+  std::vector<float> norms;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ptrs[i] == 0) continue;  // no gradient this step
+    const void* data = reinterpret_cast<const void*>(ptrs[i]);
+    TensorStats s;
+    if (units && rows[i] > 0 && numels[i] % rows[i] == 0) {
+      s = watch::StatsWithRowNorms(data, rows[i], numels[i] / rows[i], dtypes[i], histogram, &norms);
+      recorder.LogVector(unit_ids[i], step, norms);
+    } else {
+      s = watch::StatsOf(data, numels[i], dtypes[i], histogram);
+    }
+    totals.sum_squares += s.sum_squares;
+    totals.nan += s.nan;
+    totals.inf += s.inf;
+    recorder.LogTensorStats(ids[i], step, s);
+  }
+  return totals;
+}
+
+void CheckStatsMany(const std::vector<uint32_t>& ids, const std::vector<uintptr_t>& ptrs,
+                    const std::vector<uint64_t>& numels, const std::vector<int>& dtype_codes,
+                    const std::vector<uint64_t>& rows, const std::vector<uint32_t>& unit_ids) {
+  CheckLengths(ids.size(), {ptrs.size(), numels.size(), dtype_codes.size()});
+  if (!rows.empty()) CheckLengths(ids.size(), {rows.size(), unit_ids.size()});
+}
+
 std::tuple<double, uint64_t, uint64_t> TensorStatsMany(Recorder& recorder, int64_t step,
                                                        const std::vector<uint32_t>& ids,
                                                        const std::vector<uintptr_t>& ptrs,
@@ -59,32 +98,114 @@ std::tuple<double, uint64_t, uint64_t> TensorStatsMany(Recorder& recorder, int64
                                                        const std::vector<int>& dtype_codes,
                                                        const std::vector<uint64_t>& rows,
                                                        const std::vector<uint32_t>& unit_ids, bool histogram) {
-  const size_t n = ids.size();
-  CheckLengths(n, {ptrs.size(), numels.size(), dtype_codes.size()});
-  const bool units = !rows.empty();
-  if (units) CheckLengths(n, {rows.size(), unit_ids.size()});
+  CheckStatsMany(ids, ptrs, numels, dtype_codes, rows, unit_ids);
   const std::vector<DType> dtypes = DTypes(dtype_codes);
-  Totals totals;
-  {
+  py::gil_scoped_release release;
+  const Totals t = StatsManyNoGil(recorder, step, ids, ptrs, numels, dtypes, rows, unit_ids, histogram);
+  return {t.sum_squares, t.nan, t.inf};
+}
+
+// The gradient pass on a helper thread, overlapping the optimizer's step: optimizers read
+// the gradients and write the parameters and their own state, so both can read the same
+// memory at once. The caller keeps the gradient tensors alive until Wait(), which it
+// calls before anything may write them (the end of the optimizer step).
+class StatsWorker {
+ public:
+  StatsWorker() : thread_([this] { Loop(); }) {}
+  ~StatsWorker() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  void Submit(Recorder& recorder, int64_t step, std::vector<uint32_t> ids, std::vector<uintptr_t> ptrs,
+              std::vector<uint64_t> numels, const std::vector<int>& dtype_codes, std::vector<uint64_t> rows,
+              std::vector<uint32_t> unit_ids, bool histogram) {
+    CheckStatsMany(ids, ptrs, numels, dtype_codes, rows, unit_ids);
+    Job job{&recorder, step, std::move(ids), std::move(ptrs), std::move(numels), DTypes(dtype_codes),
+            std::move(rows), std::move(unit_ids), histogram};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (job_ || busy_) throw py::value_error("trainscope watch: a gradient pass is already in flight");
+      job_ = std::move(job);
+    }
+    cv_.notify_all();
+  }
+
+  // Waits for the submitted pass; returns (sum of squares, nan, inf).
+  std::tuple<double, uint64_t, uint64_t> Wait() {
     py::gil_scoped_release release;
-    std::vector<float> norms;
-    for (size_t i = 0; i < n; ++i) {
-      if (ptrs[i] == 0) continue;  // no gradient this step
-      const void* data = reinterpret_cast<const void*>(ptrs[i]);
-      TensorStats s;
-      if (units && rows[i] > 0 && numels[i] % rows[i] == 0) {
-        s = watch::StatsWithRowNorms(data, rows[i], numels[i] / rows[i], dtypes[i], histogram, &norms);
-        recorder.LogVector(unit_ids[i], step, norms);
-      } else {
-        s = watch::StatsOf(data, numels[i], dtypes[i], histogram);
-      }
-      totals.sum_squares += s.sum_squares;
-      totals.nan += s.nan;
-      totals.inf += s.inf;
-      recorder.LogTensorStats(ids[i], step, s);
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [this] { return !job_ && !busy_; });
+    return {result_.sum_squares, result_.nan, result_.inf};
+  }
+
+ private:
+  struct Job {
+    Recorder* recorder;
+    int64_t step;
+    std::vector<uint32_t> ids;
+    std::vector<uintptr_t> ptrs;
+    std::vector<uint64_t> numels;
+    std::vector<DType> dtypes;
+    std::vector<uint64_t> rows;
+    std::vector<uint32_t> unit_ids;
+    bool histogram;
+  };
+
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [this] { return stop_ || job_.has_value(); });
+      if (stop_) return;
+      Job job = std::move(*job_);
+      job_.reset();
+      busy_ = true;
+      lock.unlock();
+      const Totals t = StatsManyNoGil(*job.recorder, job.step, job.ids, job.ptrs, job.numels, job.dtypes, job.rows,
+                                      job.unit_ids, job.histogram);
+      lock.lock();
+      result_ = t;
+      busy_ = false;
+      done_cv_.notify_all();
     }
   }
-  return {totals.sum_squares, totals.nan, totals.inf};
+
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::optional<Job> job_;
+  bool busy_ = false;
+  bool stop_ = false;
+  Totals result_;
+  std::thread thread_;  // last: starts after the members it reads
+};
+
+// Logs the smallest and largest value of an integer tensor (the targets' label range).
+// int_code: 0 int64, 1 int32, 2 int16, 3 int8, 4 uint8. Our own loop, not torch.aminmax: at
+// a step's start torch's dispatcher path is cold, and costs ~100x the scan of 1k labels.
+void LogIntRange(Recorder& recorder, uint32_t min_id, uint32_t max_id, int64_t step, uintptr_t ptr, uint64_t numel,
+                 int int_code) {
+  if (int_code < 0 || int_code > 4) throw py::value_error("trainscope watch: unknown int code " + std::to_string(int_code));
+  if (numel == 0) return;
+  auto range = [&](const auto* data) {
+    auto lo = data[0], hi = data[0];
+    for (uint64_t i = 1; i < numel; ++i) {
+      lo = std::min(lo, data[i]);
+      hi = std::max(hi, data[i]);
+    }
+    recorder.LogScalar(min_id, step, static_cast<double>(lo));
+    recorder.LogScalar(max_id, step, static_cast<double>(hi));
+  };
+  switch (int_code) {
+    case 0: return range(reinterpret_cast<const int64_t*>(ptr));
+    case 1: return range(reinterpret_cast<const int32_t*>(ptr));
+    case 2: return range(reinterpret_cast<const int16_t*>(ptr));
+    case 3: return range(reinterpret_cast<const int8_t*>(ptr));
+    default: return range(reinterpret_cast<const uint8_t*>(ptr));
+  }
 }
 
 // Weight stats, update stats (current - previous) and update_ratio = ||update|| / ||weight||
@@ -264,9 +385,28 @@ void RegisterWatch(py::module_& m) {
                       },
                       py::is_method(recorder), py::arg("step"), py::arg("phase"), py::arg("start"),
                       py::arg("duration")));
+  def("log_spans", py::cpp_function(
+                       [](Recorder& r, const std::vector<int64_t>& steps, const std::vector<std::string>& phases,
+                          const std::vector<double>& starts, const std::vector<double>& durations) {
+                         CheckLengths(steps.size(), {phases.size(), starts.size(), durations.size()});
+                         for (size_t i = 0; i < steps.size(); ++i) {
+                           r.LogSpan(Span{steps[i], phases[i], starts[i], durations[i]});
+                         }
+                       },
+                       py::is_method(recorder), py::arg("steps"), py::arg("phases"), py::arg("starts"),
+                       py::arg("durations")));
+  def("log_int_range", py::cpp_function(&LogIntRange, py::is_method(recorder), py::arg("min_id"), py::arg("max_id"),
+                                        py::arg("step"), py::arg("ptr"), py::arg("numel"), py::arg("int_code")));
   def("set_meta", py::cpp_function([](Recorder& r, const std::string& key,
                                       const std::string& value) { r.SetMeta(key, value); },
                                    py::is_method(recorder), py::arg("key"), py::arg("value")));
+
+  py::class_<StatsWorker>(m, "StatsWorker")
+      .def(py::init<>())
+      .def("submit", &StatsWorker::Submit, py::arg("recorder"), py::arg("step"), py::arg("ids"), py::arg("ptrs"),
+           py::arg("numels"), py::arg("dtypes"), py::arg("rows"), py::arg("unit_ids"), py::arg("histogram"),
+           py::keep_alive<1, 2>())
+      .def("wait", &StatsWorker::Wait);
 
   py::class_<GradCollector>(m, "GradCollector")
       .def(py::init<size_t>(), py::arg("slots"))
@@ -276,6 +416,17 @@ void RegisterWatch(py::module_& m) {
       .def("reset", &GradCollector::Reset)
       .def("log", &GradCollector::Log, py::arg("recorder"), py::arg("step"), py::arg("ids"), py::arg("unit_ids"));
 
+  m.def(
+      "copy_many",
+      [](const std::vector<uintptr_t>& dst, const std::vector<uintptr_t>& src, const std::vector<uint64_t>& bytes) {
+        CheckLengths(dst.size(), {src.size(), bytes.size()});
+        py::gil_scoped_release release;
+        for (size_t i = 0; i < dst.size(); ++i) {
+          std::memcpy(reinterpret_cast<void*>(dst[i]), reinterpret_cast<const void*>(src[i]), bytes[i]);
+        }
+      },
+      py::arg("dst"), py::arg("src"), py::arg("bytes"),
+      "memcpy of each src[i] into dst[i] (the weight snapshots: one call instead of a torch copy per tensor).");
   m.def("rss_bytes", &watch::ProcessRssBytes, "Resident set size of this process in bytes (0 if unknown).");
 
   py::class_<watch::SystemSampler>(m, "SystemSampler")

@@ -67,12 +67,20 @@ def exponent_bins(t):
     return torch.bincount(bins, minlength=128).tolist()
 
 
-def test_gradient_statistics_match_torch(tmp_path):
+class OwnSGD(torch.optim.SGD):
+    """An optimizer from outside torch.optim: its gradient pass is not overlapped."""
+
+
+@pytest.mark.parametrize("path", ["in_backward", "overlapped", "synchronous"])
+def test_gradient_statistics_match_torch(tmp_path, path):
     model = mlp()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt = (OwnSGD if path == "synchronous" else torch.optim.SGD)(model.parameters(), lr=0.1)
     run = ts.init(tmp_path, "g")
-    spy, _ = train(run, model, opt, batches(4), histograms_every=2, units_every=2, hot_gradients=True)
-    assert spy.watcher.hot_steps == 4  # measured inside backward, and checked here against torch
+    spy, _ = train(run, model, opt, batches(4), histograms_every=2, units_every=2,
+                   hot_gradients=path == "in_backward")
+    # Each path is the one asked for, and is checked here against torch.
+    assert spy.watcher.hot_steps == (4 if path == "in_backward" else 0)
+    assert spy.watcher._overlap == (path != "synchronous")
     view = ts.open_run(tmp_path / "g")
     for name in ("0.weight", "0.bias", "2.weight"):
         stats = view.tensor_stats("grad/" + name)
@@ -100,6 +108,23 @@ def test_gradient_statistics_match_torch(tmp_path):
     assert [step for step, _ in units] == [0, 2]
     np.testing.assert_allclose(units[1][1], spy.grads[2]["0.weight"].norm(dim=1).numpy(), rtol=1e-5)
     assert "grad_units/0.bias" not in {s["tag"] for s in view.series()}  # a bias has no rows
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8])
+def test_label_range_of_every_integer_dtype(tmp_path, dtype):
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = ts.init(tmp_path, "labels")
+    run.watch(model, opt)
+    data = [(x, (y * 30 + 5).to(dtype)) for x, y in batches(3)]  # 5..95: fits every dtype
+    for x, y in run.data(data):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y.long() % 4).backward()
+        opt.step()
+    run.finish()
+    view = ts.open_run(tmp_path / "labels")
+    assert list(view.scalars("input/label_min")["value"]) == [int(y.min()) for _, y in data]
+    assert list(view.scalars("input/label_max")["value"]) == [int(y.max()) for _, y in data]
 
 
 def test_weights_updates_and_ratio_match_torch(tmp_path):

@@ -16,6 +16,9 @@ void DuplicateStepsDetector::OnStep(const StepFrame& frame, const DetectorContex
   };
   std::unordered_map<std::string_view, Seen> count;
   for (const auto& [tag, value] : frame.scalars) {
+    // System metrics are sampled by the clock (every few seconds), not once per step: a
+    // step longer than the interval, or the last sample at finish(), has several.
+    if (HasPrefix(tag, "sys/")) continue;
     Seen& seen = count[tag];
     if (seen.n++ == 0) {
       seen.first = value;
