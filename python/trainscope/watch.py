@@ -307,8 +307,11 @@ class Watcher:
         # in guard mode, which must know before the step.
         self._overlap = (optimizer is not None and not guard
                          and type(optimizer).__module__.startswith("torch.optim"))
-        self._worker = None
+        self._worker = None         # the helper thread (_core.StatsWorker), made when first needed
         self._in_flight = None      # (step, gradients kept alive) while the helper reads them
+        self._act_captured = []     # (module name, tag, kind, output, its version) of this forward
+        self._act_in_flight = []    # (module name, output, its version, what the helper reads) until committed
+        self._act_in_place = set()  # modules whose output a later op changed in place: measured at once
         self._act_pending = []      # device activation stats of this step
         self._module_order = []
         self._order_recorded = False
@@ -319,6 +322,7 @@ class Watcher:
         # sampled steps too), so the first non-finite producer can be named.
         self._act_force = False
         cuda = any(p.is_cuda for _, p in self.params[:1])
+        self._cpu_activations = not cuda  # measured on the helper thread after the forward
         self._cuda_available = torch.cuda.is_available()  # asked once: per step it is a cold call
         self.timer = PhaseTimer(clock, cuda)
         # Gradients measured inside backward while in cache (see _grad_hook); CPU only.
@@ -332,6 +336,7 @@ class Watcher:
             hot_gradients = bool(sizes) and sum(sizes) / len(sizes) >= 65536
         self._hot_requested = bool(hot_gradients) and optimizer is not None and not cuda
         self._handles = []
+        self._step_listener = None
         self._act_hooks = []        # (module, hook) pairs, attached for measuring forwards
         self._act_handles = []
         self._restore = []
@@ -343,6 +348,7 @@ class Watcher:
         self._entered = 0.0
         self._self_seconds = 0.0
         self._gc_started = None
+        self._own_gc = False
         gc.callbacks.append(self._on_gc)
         self.compiled = hasattr(model, "_orig_mod")
         self.activations = bool(activations)
@@ -387,7 +393,8 @@ class Watcher:
             self._wrap(self.optimizer, "step", self._optimizer_step)
             self._wrap(self.optimizer, "zero_grad", self._zero_grad)
         self._wrap(self.model, "zero_grad", self._zero_grad)
-        self.clock.listeners.append(self._guarded("step end", self._on_step_end))
+        self._step_listener = self._guarded("step end", self._on_step_end)
+        self.clock.listeners.append(self._step_listener)
 
     def _wrap(self, obj, method, wrapper):
         """Replaces obj.method by a bound method calling wrapper(original, ...).
@@ -421,12 +428,16 @@ class Watcher:
         """Removes every hook and wrapper and logs what is still in flight."""
         self._detach_activation_hooks()
         try:
+            self._submit_activations()
+            self._commit_activations()
             self._finish_gradients()
         except Exception as error:
             self.failures.report("gradients", error)
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        if self._step_listener in self.clock.listeners:
+            self.clock.listeners.remove(self._step_listener)
         self.closed = True
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
@@ -440,6 +451,7 @@ class Watcher:
             except AttributeError:
                 pass  # wrapped again by someone else (an LR scheduler): ours stays, inert
         self._restore.clear()
+        self._snapshots.clear()  # a copy of every parameter: not kept past the watch
         self._drain(wait=True)
         self.timer.collect(wait=True)
 
@@ -464,6 +476,8 @@ class Watcher:
     # and a full one takes milliseconds, which would be charged to whichever hook was
     # unlucky (measured: 0.3 ms per step charged to the model's forward hook alone).
     def _on_gc(self, phase, info):
+        if self._own_gc:
+            return
         if phase == "start":
             self._gc_started = self_clock() if self._depth else None
         elif self._gc_started is not None:
@@ -505,6 +519,9 @@ class Watcher:
         # right after optimizer.step() still belongs to the step that just ended. One under
         # no_grad is not measured: its inputs and activations would land on that step a
         # second time, and its time is not the training's forward.
+        if self._act_captured or self._act_in_flight:  # the last forward's, if no step came after it
+            self._submit_activations()
+            self._commit_activations()
         if not torch.is_grad_enabled():
             self._act_step = None
             return
@@ -528,6 +545,8 @@ class Watcher:
     def _on_forward_end(self, module, args, output):
         self.timer.stop("forward")
         self._detach_activation_hooks()
+        if self._act_captured:
+            self._submit_activations()
         if not self._order_recorded and self._module_order:
             self._order_recorded = True
             self.rec.set_meta("module_order", json.dumps(list(dict.fromkeys(self._module_order))))
@@ -535,6 +554,53 @@ class Watcher:
             out = _first_tensor(output)
             if out is not None and out.requires_grad and "backward" not in self.failures.off:
                 out.register_hook(self._guarded("backward", self._on_backward_begin))
+
+    def _measure_activation(self, name, tag, kind, out, step, version=None):
+        """One module's output statistics: now, or (version given) on the helper thread."""
+        if not out.is_floating_point() or out.dtype not in _DTYPE_CODES or out.is_sparse:
+            return
+        original, out = out, out.detach()
+        histogram = bool(self.histograms_every) and self._due(self.histograms_every)
+        if out.device.type == "cpu" and not self._force_device_path:
+            if not out.is_contiguous():
+                out = out.contiguous()
+            outer, units, inner = _unit_layout(tuple(out.shape))
+            if version is None:
+                self.rec.log_activation(self._id(tag, "tensor_stats"), step, out.data_ptr(), out.numel(),
+                                        _DTYPE_CODES[out.dtype], outer, units, inner, kind, histogram)
+            else:
+                self._helper().submit_activation(self._id(tag, "tensor_stats"), step, out.data_ptr(), out.numel(),
+                                                 _DTYPE_CODES[out.dtype], outer, units, inner, kind, histogram)
+                self._act_in_flight.append((name, original, version, out))
+        else:
+            self._act_pending.append((tag, _device_activation(out, kind, histogram)))
+
+    def _submit_activations(self):
+        """At the forward's end: the captured outputs go to the helper thread."""
+        captured, self._act_captured = self._act_captured, []
+        step = self._act_step
+        for name, tag, kind, out, version in captured:
+            try:
+                self._measure_activation(name, tag, kind, out, step, version)
+            except Exception as error:
+                self.failures.report("activations", error)
+
+    def _commit_activations(self):
+        """Logs the activation statistics computed on the helper thread during the forward.
+
+        A statistic is dropped when a later op changed its tensor in place (its version moved
+        since the module's hook: an in-place ReLU after a conv, say), since the pass may have
+        read the changed values; that module is measured in its hook from then on."""
+        if not self._act_in_flight:
+            return
+        keep = []
+        for name, out, version, _ in self._act_in_flight:
+            same = out._version == version
+            keep.append(same)
+            if not same:
+                self._act_in_place.add(name)
+        self._act_in_flight = []  # the tensors may go once the commit has waited for the passes
+        self._worker.commit_activations(self.rec, keep)
 
     def _on_backward_begin(self, grad):
         self.timer.start("backward")
@@ -621,18 +687,14 @@ class Watcher:
             self._enter()
             try:
                 out = _first_tensor(output)
-                if out is None or not out.is_floating_point() or out.dtype not in _DTYPE_CODES or out.is_sparse:
+                if out is None:
                     return None
-                out = out.detach()
-                histogram = self.histograms_every and self._due(self.histograms_every)
-                if out.device.type == "cpu" and not self._force_device_path:
-                    if not out.is_contiguous():
-                        out = out.contiguous()
-                    outer, units, inner = _unit_layout(tuple(out.shape))
-                    self.rec.log_activation(self._id(tag, "tensor_stats"), step, out.data_ptr(), out.numel(),
-                                            _DTYPE_CODES[out.dtype], outer, units, inner, kind, bool(histogram))
-                else:
-                    self._act_pending.append((tag, _device_activation(out, kind, bool(histogram))))
+                if name not in self._act_in_place and self._cpu_activations and not self._force_device_path:
+                    # Measured after the forward, on the helper thread while backward runs
+                    # (_submit_activations): here only what a later in-place op would change.
+                    self._act_captured.append((name, tag, kind, out, out._version))
+                    return None
+                self._measure_activation(name, tag, kind, out, step)
             except Exception as error:
                 self.failures.report("activations", error)
             finally:
@@ -696,6 +758,10 @@ class Watcher:
 
     def _optimizer_step_timed(self, original, *args, **kwargs):
         skip = False
+        try:
+            self._commit_activations()
+        except Exception as error:
+            self.failures.report("activations", error)
         try:
             if "gradients" not in self.failures.off:
                 skip = self._before_update()
@@ -762,13 +828,16 @@ class Watcher:
         ptrs = self._cpu_gradient_pointers(plan, keep) if plan is not None else None
         if ptrs is None:
             return False
+        self._helper().submit_gradients(self.rec, step, plan.ids, ptrs, plan.numels, plan.codes,
+                                        plan.rows if units else [], plan.unit_ids if units else [], histogram)
+        self._in_flight = (step, keep)
+        return True
+
+    def _helper(self):
         if self._worker is None:
             from trainscope import _core
             self._worker = _core.StatsWorker()
-        self._worker.submit(self.rec, step, plan.ids, ptrs, plan.numels, plan.codes,
-                            plan.rows if units else [], plan.unit_ids if units else [], histogram)
-        self._in_flight = (step, keep)
-        return True
+        return self._worker
 
     def _finish_gradients(self):
         """Waits for the overlapped gradient pass and logs the global norm."""
@@ -776,7 +845,8 @@ class Watcher:
             return
         step, _ = self._in_flight
         try:
-            sumsq, nan, inf = self._worker.wait()
+            self._worker.wait_all()
+            sumsq, nan, inf = self._worker.gradient_totals()
         finally:
             self._in_flight = None  # the gradients may go now
         norm = float("nan") if nan else (float("inf") if inf else sumsq ** 0.5)
@@ -1028,6 +1098,7 @@ class Watcher:
     # ---- end of step: memory, census, device activations, late copies ----
 
     def _on_step_end(self, step):
+        self._commit_activations()
         if self.optimizer is None and self._due(self.every):
             # No optimizer to wrap: the gradients of this step's backward, now.
             histogram = bool(self.histograms_every) and self._due(self.histograms_every)
@@ -1072,6 +1143,14 @@ class Watcher:
         self.rec.log_scalar_ids(ids, values, step)
 
     def _census(self, step):
+        # Live objects only: garbage in reference cycles would otherwise be counted until the
+        # collector happens to run, and hide (or fake) a per-step growth. This collection is
+        # trainscope's own cost (_on_gc leaves it in time/watch).
+        self._own_gc = True
+        try:
+            gc.collect()
+        finally:
+            self._own_gc = False
         counts = collections.Counter()
         for obj in gc.get_objects():
             t = type(obj)

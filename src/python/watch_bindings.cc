@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <deque>
 #include <thread>
 #include <optional>
 #include <mutex>
@@ -105,84 +107,6 @@ std::tuple<double, uint64_t, uint64_t> TensorStatsMany(Recorder& recorder, int64
   return {t.sum_squares, t.nan, t.inf};
 }
 
-// The gradient pass on a helper thread, overlapping the optimizer's step: optimizers read
-// the gradients and write the parameters and their own state, so both can read the same
-// memory at once. The caller keeps the gradient tensors alive until Wait(), which it
-// calls before anything may write them (the end of the optimizer step).
-class StatsWorker {
- public:
-  StatsWorker() : thread_([this] { Loop(); }) {}
-  ~StatsWorker() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
-  void Submit(Recorder& recorder, int64_t step, std::vector<uint32_t> ids, std::vector<uintptr_t> ptrs,
-              std::vector<uint64_t> numels, const std::vector<int>& dtype_codes, std::vector<uint64_t> rows,
-              std::vector<uint32_t> unit_ids, bool histogram) {
-    CheckStatsMany(ids, ptrs, numels, dtype_codes, rows, unit_ids);
-    Job job{&recorder, step, std::move(ids), std::move(ptrs), std::move(numels), DTypes(dtype_codes),
-            std::move(rows), std::move(unit_ids), histogram};
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (job_ || busy_) throw py::value_error("trainscope watch: a gradient pass is already in flight");
-      job_ = std::move(job);
-    }
-    cv_.notify_all();
-  }
-
-  // Waits for the submitted pass; returns (sum of squares, nan, inf).
-  std::tuple<double, uint64_t, uint64_t> Wait() {
-    py::gil_scoped_release release;
-    std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, [this] { return !job_ && !busy_; });
-    return {result_.sum_squares, result_.nan, result_.inf};
-  }
-
- private:
-  struct Job {
-    Recorder* recorder;
-    int64_t step;
-    std::vector<uint32_t> ids;
-    std::vector<uintptr_t> ptrs;
-    std::vector<uint64_t> numels;
-    std::vector<DType> dtypes;
-    std::vector<uint64_t> rows;
-    std::vector<uint32_t> unit_ids;
-    bool histogram;
-  };
-
-  void Loop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (true) {
-      cv_.wait(lock, [this] { return stop_ || job_.has_value(); });
-      if (stop_) return;
-      Job job = std::move(*job_);
-      job_.reset();
-      busy_ = true;
-      lock.unlock();
-      const Totals t = StatsManyNoGil(*job.recorder, job.step, job.ids, job.ptrs, job.numels, job.dtypes, job.rows,
-                                      job.unit_ids, job.histogram);
-      lock.lock();
-      result_ = t;
-      busy_ = false;
-      done_cv_.notify_all();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_, done_cv_;
-  std::optional<Job> job_;
-  bool busy_ = false;
-  bool stop_ = false;
-  Totals result_;
-  std::thread thread_;  // last: starts after the members it reads
-};
-
 // Logs the smallest and largest value of an integer tensor (the targets' label range).
 // int_code: 0 int64, 1 int32, 2 int16, 3 int8, 4 uint8. Our own loop, not torch.aminmax: at
 // a step's start torch's dispatcher path is cold, and costs ~100x the scan of 1k labels.
@@ -235,13 +159,15 @@ void WeightUpdateMany(Recorder& recorder, int64_t step, const std::vector<uint32
 enum ActivationKind { kPlain = 0, kDeadUnits = 1, kTanh = 2, kSigmoid = 3 };
 
 // Logs one module output's stats; returns its non-finite count.
-uint64_t ActivationStats(Recorder& recorder, uint32_t id, int64_t step, uintptr_t ptr, uint64_t numel,
-                         int dtype_code, uint64_t outer, uint64_t units, uint64_t inner, int kind, bool histogram) {
-  const DType dtype = DTypes({dtype_code})[0];
+void CheckActivation(uint64_t numel, int dtype_code, uint64_t outer, uint64_t units, uint64_t inner, int kind) {
+  DTypes({dtype_code});
   if (kind == kDeadUnits && outer * units * inner != numel) {
     throw py::value_error("trainscope watch: activation layout does not match its size");
   }
-  py::gil_scoped_release release;
+}
+
+TensorStats ActivationStatsNoGil(uintptr_t ptr, uint64_t numel, DType dtype, uint64_t outer, uint64_t units,
+                                 uint64_t inner, int kind, bool histogram) {
   const void* data = reinterpret_cast<const void*>(ptr);
   TensorStats s = watch::StatsOf(data, numel, dtype, histogram);
   if (kind == kDeadUnits) s.dead_fraction = watch::DeadFraction(data, outer, units, inner, dtype);
@@ -249,9 +175,135 @@ uint64_t ActivationStats(Recorder& recorder, uint32_t id, int64_t step, uintptr_
   if (kind == kSigmoid) {
     s.saturated_fraction = watch::SaturatedFraction(data, numel, dtype, watch::Saturation::kSigmoid);
   }
+  return s;
+}
+
+uint64_t ActivationStats(Recorder& recorder, uint32_t id, int64_t step, uintptr_t ptr, uint64_t numel,
+                         int dtype_code, uint64_t outer, uint64_t units, uint64_t inner, int kind, bool histogram) {
+  CheckActivation(numel, dtype_code, outer, units, inner, kind);
+  const DType dtype = static_cast<DType>(dtype_code);
+  py::gil_scoped_release release;
+  const TensorStats s = ActivationStatsNoGil(ptr, numel, dtype, outer, units, inner, kind, histogram);
   recorder.LogTensorStats(id, step, s);
   return s.nan + s.inf;
 }
+
+// Passes on a helper thread, in submission order, overlapping the training's own work:
+//  - the gradient pass while the optimizer steps (optimizers read the gradients and write
+//    the parameters and their own state, so both can read the same memory at once);
+//  - activation passes while the forward goes on. Their results are held until
+//    CommitActivations: the caller logs only those whose tensor no later op changed in
+//    place (torch's version counter), since the pass may have read it mid-change.
+// The caller keeps every tensor alive until WaitAll() has returned.
+class StatsWorker {
+ public:
+  StatsWorker() : thread_([this] { Loop(); }) {}
+  ~StatsWorker() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  void SubmitGradients(Recorder& recorder, int64_t step, std::vector<uint32_t> ids, std::vector<uintptr_t> ptrs,
+                       std::vector<uint64_t> numels, const std::vector<int>& dtype_codes, std::vector<uint64_t> rows,
+                       std::vector<uint32_t> unit_ids, bool histogram) {
+    CheckStatsMany(ids, ptrs, numels, dtype_codes, rows, unit_ids);
+    Push([this, recorder = &recorder, step, ids = std::move(ids), ptrs = std::move(ptrs), numels = std::move(numels),
+          dtypes = DTypes(dtype_codes), rows = std::move(rows), unit_ids = std::move(unit_ids), histogram] {
+      const Totals t = StatsManyNoGil(*recorder, step, ids, ptrs, numels, dtypes, rows, unit_ids, histogram);
+      std::lock_guard<std::mutex> lock(mu_);
+      gradient_totals_ = t;
+    });
+  }
+
+  void SubmitActivation(uint32_t id, int64_t step, uintptr_t ptr, uint64_t numel, int dtype_code, uint64_t outer,
+                        uint64_t units, uint64_t inner, int kind, bool histogram) {
+    CheckActivation(numel, dtype_code, outer, units, inner, kind);
+    const DType dtype = static_cast<DType>(dtype_code);
+    size_t slot;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      slot = activations_.size();
+      activations_.push_back({id, step, TensorStats{}});
+    }
+    Push([=, this] {
+      const TensorStats s = ActivationStatsNoGil(ptr, numel, dtype, outer, units, inner, kind, histogram);
+      std::lock_guard<std::mutex> lock(mu_);
+      activations_[slot].stats = s;
+    });
+  }
+
+  // Waits until every submitted pass is done.
+  void WaitAll() {
+    py::gil_scoped_release release;
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [this] { return jobs_.empty() && !busy_; });
+  }
+
+  // The totals of the last gradient pass: (sum of squares, nan, inf). Call after WaitAll().
+  std::tuple<double, uint64_t, uint64_t> GradientTotals() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {gradient_totals_.sum_squares, gradient_totals_.nan, gradient_totals_.inf};
+  }
+
+  // Waits for every pass, then logs the activation results (in submission order) whose
+  // keep flag is set, and drops all.
+  void CommitActivations(Recorder& recorder, const std::vector<bool>& keep) {
+    WaitAll();
+    std::vector<Activation> done;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done.swap(activations_);
+    }
+    CheckLengths(done.size(), {keep.size()});
+    for (size_t i = 0; i < done.size(); ++i) {
+      if (keep[i]) recorder.LogTensorStats(done[i].id, done[i].step, done[i].stats);
+    }
+  }
+
+ private:
+  struct Activation {
+    uint32_t id;
+    int64_t step;
+    TensorStats stats;
+  };
+
+  void Push(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      jobs_.push_back(std::move(job));
+    }
+    cv_.notify_all();
+  }
+
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+      if (stop_) return;
+      std::function<void()> job = std::move(jobs_.front());
+      jobs_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      job();
+      lock.lock();
+      busy_ = false;
+      if (jobs_.empty()) done_cv_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<Activation> activations_;
+  bool busy_ = false;
+  bool stop_ = false;
+  Totals gradient_totals_;
+  std::thread thread_;  // last: starts after the members it reads
+};
 
 // Statistics reduced on a device and copied to the host as rows of numbers (watch.py
 // pack_device_stats): numel, nan, inf, zeros, min, max, sum, sum of squares, and optionally
@@ -403,10 +455,15 @@ void RegisterWatch(py::module_& m) {
 
   py::class_<StatsWorker>(m, "StatsWorker")
       .def(py::init<>())
-      .def("submit", &StatsWorker::Submit, py::arg("recorder"), py::arg("step"), py::arg("ids"), py::arg("ptrs"),
-           py::arg("numels"), py::arg("dtypes"), py::arg("rows"), py::arg("unit_ids"), py::arg("histogram"),
-           py::keep_alive<1, 2>())
-      .def("wait", &StatsWorker::Wait);
+      .def("submit_gradients", &StatsWorker::SubmitGradients, py::arg("recorder"), py::arg("step"), py::arg("ids"),
+           py::arg("ptrs"), py::arg("numels"), py::arg("dtypes"), py::arg("rows"), py::arg("unit_ids"),
+           py::arg("histogram"), py::keep_alive<1, 2>())
+      .def("submit_activation", &StatsWorker::SubmitActivation, py::arg("id"), py::arg("step"), py::arg("ptr"),
+           py::arg("numel"), py::arg("dtype"), py::arg("outer"), py::arg("units"), py::arg("inner"), py::arg("kind"),
+           py::arg("histogram"))
+      .def("wait_all", &StatsWorker::WaitAll)
+      .def("gradient_totals", &StatsWorker::GradientTotals)
+      .def("commit_activations", &StatsWorker::CommitActivations, py::arg("recorder"), py::arg("keep"));
 
   py::class_<GradCollector>(m, "GradCollector")
       .def(py::init<size_t>(), py::arg("slots"))

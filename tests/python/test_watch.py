@@ -184,6 +184,34 @@ def test_activation_dead_fraction_and_saturation(tmp_path):
     assert json.loads(view.meta["extra"]["module_order"]) == ["0", "1", "2", "3", "4", "5"]
 
 
+def test_activation_changed_in_place_later_is_not_misread(tmp_path):
+    # Activation passes run on a helper thread while the forward goes on. An in-place ReLU
+    # then rewrites the Linear's output under it: that statistic is dropped at the first
+    # sampled forward, and the module is measured at once from then on, so it shows the
+    # Linear's own (pre-ReLU, partly negative) output.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.ReLU(inplace=True), torch.nn.Linear(64, 4))
+    captured = []
+    model[0].register_forward_hook(lambda m, a, out: captured.append(out.detach().clone()))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    run = ts.init(tmp_path, "inplace")
+    watcher = run.watch(model, opt, activations_every=1)
+    for x, y in run.data(batches(4)):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    run.finish()
+    assert watcher._act_in_place == {"0"}
+    linear = ts.open_run(tmp_path / "inplace").tensor_stats("act/0")
+    assert [s["step"] for s in linear] == [1, 2, 3]
+    for s in linear:
+        out = captured[s["step"]].double()
+        assert s["min"] == pytest.approx(float(out.min())) and s["min"] < 0
+        assert s["l2_norm"] == pytest.approx(float(out.norm()), rel=1e-6)
+    relu = ts.open_run(tmp_path / "inplace").tensor_stats("act/1")
+    assert [s["step"] for s in relu] == [0, 1, 2, 3]  # nothing changes the ReLU's output after it
+
+
 def test_lr_grad_zeroed_labels_and_data_wait(tmp_path):
     import time
 
