@@ -1001,7 +1001,22 @@ class Watcher:
                 prev.append(snap.data_ptr())
                 numels.append(w.numel())
                 dtypes.append(_DTYPE_CODES[w.dtype])
-            self.rec.log_weight_update_many(step, ids_w, ids_u, ids_r, cur, prev, numels, dtypes, histogram)
+            # Two memory-bound halves at once: the helper thread takes the first tensors
+            # (about half the values), this thread the rest.
+            split, total, half = 0, 0, sum(numels) / 2
+            while len(numels) > 1 and split < len(numels) - 1 and total + numels[split] <= half:
+                total += numels[split]
+                split += 1
+            if split:
+                self._helper().submit_weight_updates(self.rec, step, ids_w[:split], ids_u[:split], ids_r[:split],
+                                                     cur[:split], prev[:split], numels[:split], dtypes[:split],
+                                                     histogram)
+            try:
+                self.rec.log_weight_update_many(step, ids_w[split:], ids_u[split:], ids_r[split:], cur[split:],
+                                                prev[split:], numels[split:], dtypes[split:], histogram)
+            finally:
+                if split:
+                    self._worker.wait_all()
         if device:
             with torch.no_grad():
                 updates = [w - snap for _, w, snap in device]

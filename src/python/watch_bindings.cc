@@ -134,16 +134,19 @@ void LogIntRange(Recorder& recorder, uint32_t min_id, uint32_t max_id, int64_t s
 
 // Weight stats, update stats (current - previous) and update_ratio = ||update|| / ||weight||
 // for each parameter; previous[i] is refreshed to current[i] in the same pass.
-void WeightUpdateMany(Recorder& recorder, int64_t step, const std::vector<uint32_t>& weight_ids,
-                      const std::vector<uint32_t>& update_ids, const std::vector<uint32_t>& ratio_ids,
-                      const std::vector<uintptr_t>& current, const std::vector<uintptr_t>& previous,
-                      const std::vector<uint64_t>& numels, const std::vector<int>& dtype_codes, bool histogram) {
-  const size_t n = weight_ids.size();
-  CheckLengths(n, {update_ids.size(), ratio_ids.size(), current.size(), previous.size(), numels.size(),
-                   dtype_codes.size()});
-  const std::vector<DType> dtypes = DTypes(dtype_codes);
-  py::gil_scoped_release release;
-  for (size_t i = 0; i < n; ++i) {
+void CheckWeightUpdates(const std::vector<uint32_t>& weight_ids, const std::vector<uint32_t>& update_ids,
+                        const std::vector<uint32_t>& ratio_ids, const std::vector<uintptr_t>& current,
+                        const std::vector<uintptr_t>& previous, const std::vector<uint64_t>& numels,
+                        const std::vector<int>& dtype_codes) {
+  CheckLengths(weight_ids.size(), {update_ids.size(), ratio_ids.size(), current.size(), previous.size(),
+                                   numels.size(), dtype_codes.size()});
+}
+
+void WeightUpdatesNoGil(Recorder& recorder, int64_t step, const std::vector<uint32_t>& weight_ids,
+                        const std::vector<uint32_t>& update_ids, const std::vector<uint32_t>& ratio_ids,
+                        const std::vector<uintptr_t>& current, const std::vector<uintptr_t>& previous,
+                        const std::vector<uint64_t>& numels, const std::vector<DType>& dtypes, bool histogram) {
+  for (size_t i = 0; i < weight_ids.size(); ++i) {
     TensorStats w, u;
     watch::WeightAndUpdateStats(reinterpret_cast<const void*>(current[i]), reinterpret_cast<void*>(previous[i]),
                                 numels[i], dtypes[i], histogram, &w, &u);
@@ -153,6 +156,16 @@ void WeightUpdateMany(Recorder& recorder, int64_t step, const std::vector<uint32
     recorder.LogTensorStats(update_ids[i], step, u);
     recorder.LogScalar(ratio_ids[i], step, (u.nan || u.inf || w.nan || w.inf) ? std::nan("") : ratio);
   }
+}
+
+void WeightUpdateMany(Recorder& recorder, int64_t step, const std::vector<uint32_t>& weight_ids,
+                      const std::vector<uint32_t>& update_ids, const std::vector<uint32_t>& ratio_ids,
+                      const std::vector<uintptr_t>& current, const std::vector<uintptr_t>& previous,
+                      const std::vector<uint64_t>& numels, const std::vector<int>& dtype_codes, bool histogram) {
+  CheckWeightUpdates(weight_ids, update_ids, ratio_ids, current, previous, numels, dtype_codes);
+  const std::vector<DType> dtypes = DTypes(dtype_codes);
+  py::gil_scoped_release release;
+  WeightUpdatesNoGil(recorder, step, weight_ids, update_ids, ratio_ids, current, previous, numels, dtypes, histogram);
 }
 
 // Activation kinds, as Python passes them.
@@ -216,6 +229,21 @@ class StatsWorker {
       const Totals t = StatsManyNoGil(*recorder, step, ids, ptrs, numels, dtypes, rows, unit_ids, histogram);
       std::lock_guard<std::mutex> lock(mu_);
       gradient_totals_ = t;
+    });
+  }
+
+  // Part of a weight/update pass, while the caller does the rest (WaitAll() before the
+  // parameters change again).
+  void SubmitWeightUpdates(Recorder& recorder, int64_t step, std::vector<uint32_t> weight_ids,
+                           std::vector<uint32_t> update_ids, std::vector<uint32_t> ratio_ids,
+                           std::vector<uintptr_t> current, std::vector<uintptr_t> previous,
+                           std::vector<uint64_t> numels, const std::vector<int>& dtype_codes, bool histogram) {
+    CheckWeightUpdates(weight_ids, update_ids, ratio_ids, current, previous, numels, dtype_codes);
+    Push([recorder = &recorder, step, weight_ids = std::move(weight_ids), update_ids = std::move(update_ids),
+          ratio_ids = std::move(ratio_ids), current = std::move(current), previous = std::move(previous),
+          numels = std::move(numels), dtypes = DTypes(dtype_codes), histogram] {
+      WeightUpdatesNoGil(*recorder, step, weight_ids, update_ids, ratio_ids, current, previous, numels, dtypes,
+                         histogram);
     });
   }
 
@@ -461,6 +489,9 @@ void RegisterWatch(py::module_& m) {
       .def("submit_activation", &StatsWorker::SubmitActivation, py::arg("id"), py::arg("step"), py::arg("ptr"),
            py::arg("numel"), py::arg("dtype"), py::arg("outer"), py::arg("units"), py::arg("inner"), py::arg("kind"),
            py::arg("histogram"))
+      .def("submit_weight_updates", &StatsWorker::SubmitWeightUpdates, py::arg("recorder"), py::arg("step"),
+           py::arg("weight_ids"), py::arg("update_ids"), py::arg("ratio_ids"), py::arg("current"),
+           py::arg("previous"), py::arg("numels"), py::arg("dtypes"), py::arg("histogram"), py::keep_alive<1, 2>())
       .def("wait_all", &StatsWorker::WaitAll)
       .def("gradient_totals", &StatsWorker::GradientTotals)
       .def("commit_activations", &StatsWorker::CommitActivations, py::arg("recorder"), py::arg("keep"));
