@@ -331,9 +331,11 @@ class Watcher:
         self.hot_steps = 0  # optimizer steps whose gradient statistics came from inside backward
         if hot_gradients == "auto":
             # A hook per parameter costs ~10 us of Python in backward; reading a gradient
-            # that has left the cache costs more than that only for large tensors.
+            # that has left the cache costs more than that only for large tensors, and only
+            # when that read is on the training thread: an overlapped pass (torch.optim)
+            # reads them on the helper thread during the step instead.
             sizes = [p.numel() for _, p in self.params]
-            hot_gradients = bool(sizes) and sum(sizes) / len(sizes) >= 65536
+            hot_gradients = not self._overlap and bool(sizes) and sum(sizes) / len(sizes) >= 65536
         self._hot_requested = bool(hot_gradients) and optimizer is not None and not cuda
         self._handles = []
         self._step_listener = None
