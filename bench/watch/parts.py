@@ -1,17 +1,20 @@
-"""Where run.watch()'s time goes: training-thread CPU per step of each watcher part.
+"""Where run.watch()'s time goes: wall time per step of each watcher part.
 
-Wraps the Watcher's methods (and, unless NOPROXY=1, its recorder calls) with a thread-CPU
-timer and trains the benchmark transformer (lm) or CNN (cnn) for 100 steps after 5 of
-warm-up. Watch options go as key=value (Python literals):
+Wraps the Watcher's methods (and, unless NOPROXY=1, its recorder calls) with a timer and
+trains the benchmark transformer (lm) or CNN (cnn) for 100 steps after 5 of warm-up, with
+Python's garbage collector off during them (a collection would be charged to whichever part
+it starts in). The timer is perf_counter: on the development VM, time.thread_time is a
+system call whose own first-in-the-step cost (~0.1 ms) swamped the small parts it timed.
+Watch options go as key=value (Python literals):
 
     OPENBLAS_NUM_THREADS=1 PYTHONPATH=build/python /usr/bin/python3 bench/watch/parts.py lm
     ... bench/watch/parts.py cnn every=1 histograms_every=1 activations_every=1
     NOPROXY=1 ... bench/watch/parts.py lm hot_gradients=True   # the C++ hot path needs the real recorder
 
-A part's time includes any Python garbage collection that starts inside it.
 """
 
 import collections
+import gc
 import os
 import sys
 import tempfile
@@ -25,8 +28,9 @@ from trainscope import watch as W
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from overhead import cnn_setup, lm_setup  # noqa: E402
 
-PARTS = ["_before_update", "_after_update", "_refresh_snapshots", "_on_step_end", "_on_forward_begin",
-         "_on_forward_end", "_log_inputs", "_census", "_hot_totals", "inspect_batch"]
+PARTS = ["_before_update", "_submit_gradients", "_finish_gradients", "_after_update", "_refresh_snapshots",
+         "_on_step_end", "_on_forward_begin", "_on_forward_end", "_submit_activations", "_commit_activations",
+         "_log_inputs", "_census", "_hot_totals", "inspect_batch"]
 
 
 def main():
@@ -41,11 +45,11 @@ def main():
 
     def timed(name, fn):
         def wrapper(*args, **kwargs):
-            start = time.thread_time()
+            start = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
-                spent[name] += time.thread_time() - start
+                spent[name] += time.perf_counter() - start
                 calls[name] += 1
         return wrapper
 
@@ -73,16 +77,16 @@ def main():
     def train(steps):
         for _, (x, y) in zip(range(steps), run.data(batches * 100)):
             opt.zero_grad()
-            start = time.thread_time()
+            start = time.perf_counter()
             out = model(x)
-            spent["~forward (with hooks)"] += time.thread_time() - start
+            spent["~forward (with hooks)"] += time.perf_counter() - start
             loss = loss_fn(out, y)
-            start = time.thread_time()
+            start = time.perf_counter()
             loss.backward()
-            spent["~backward (with hooks)"] += time.thread_time() - start
-            start = time.thread_time()
+            spent["~backward (with hooks)"] += time.perf_counter() - start
+            start = time.perf_counter()
             opt.step()
-            spent["~optimizer.step (with wrapper)"] += time.thread_time() - start
+            spent["~optimizer.step (with wrapper)"] += time.perf_counter() - start
             run.log({"train/loss": loss})
 
     train(5)
@@ -90,7 +94,12 @@ def main():
     calls.clear()
     steps = 100
     thread0, process0 = time.thread_time(), time.process_time()
-    train(steps)
+    gc.collect()
+    gc.disable()
+    try:
+        train(steps)
+    finally:
+        gc.enable()
     thread, process = time.thread_time() - thread0, time.process_time() - process0
     run.finish()
     print(f"{which} {options}: training thread {thread / steps * 1e3:.1f} ms CPU/step, process "
