@@ -851,8 +851,7 @@ class Watcher:
             sumsq, nan, inf = self._worker.gradient_totals()
         finally:
             self._in_flight = None  # the gradients may go now
-        norm = float("nan") if nan else (float("inf") if inf else sumsq ** 0.5)
-        self.rec.log_scalar_ids([self._id("grad/global_norm", "scalar")], [norm], step)
+        self.rec.log_scalar_ids([self._id("grad/global_norm", "scalar")], [_global_norm(sumsq, nan, inf)], step)
         if nan or inf:
             self._act_force = True
 
@@ -937,7 +936,7 @@ class Watcher:
             if totals is not None:
                 sumsq, nan, inf = totals
                 ids.append(self._id("grad/global_norm", "scalar"))
-                values.append(float("nan") if nan else (float("inf") if inf else sumsq ** 0.5))
+                values.append(_global_norm(sumsq, nan, inf))
                 nonfinite = bool(nan or inf)
                 if nonfinite:
                     self._act_force = True
@@ -1107,9 +1106,7 @@ class Watcher:
                 event.synchronize()
             result = self._log_packed(step, tags, host, layout, histogram, units, ratio_names)
             if tags and tags[0].startswith("grad/"):
-                sumsq, nan, inf = result
-                norm = float("nan") if nan else (float("inf") if inf else sumsq ** 0.5)
-                self.rec.log_scalar("grad/global_norm", norm, step)
+                self.rec.log_scalar("grad/global_norm", _global_norm(*result), step)
         self._pending_copies = still
 
     # ---- end of step: memory, census, device activations, late copies ----
@@ -1121,9 +1118,7 @@ class Watcher:
             histogram = bool(self.histograms_every) and self._due(self.histograms_every)
             totals = self._gradient_stats(step, histogram, self._due(self.units_every))
             if totals is not None and any(p.grad is not None for _, p in self.params):
-                sumsq, nan, inf = totals
-                self.rec.log_scalar("grad/global_norm",
-                                    float("nan") if nan else (float("inf") if inf else sumsq ** 0.5), step)
+                self.rec.log_scalar("grad/global_norm", _global_norm(*totals), step)
             # Weights changed by the user's own update: compare with the snapshot taken at
             # the end of the previous step, and take one before each sampled step.
             if self._due(self.weights_every) and self._snapshot_step == step - 1:
@@ -1183,6 +1178,11 @@ class Watcher:
         self._census_types.add("torch.nn.parameter.Parameter")
         for name in self._census_types:
             self.rec.log_scalar("census/" + name, float(named.get(name, 0)), step)
+
+
+def _global_norm(sum_squares, nan, inf):
+    """The norm of all gradients from their totals: NaN if any was NaN, else Inf if any was Inf."""
+    return float("nan") if nan else (float("inf") if inf else sum_squares ** 0.5)
 
 
 def _core_rss():

@@ -12,11 +12,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 // An integer from a JSON object under any of `keys` (numbers or numeric strings).
 int IntFrom(const json& obj, std::initializer_list<const char*> keys) {
   if (!obj.is_object()) return 0;

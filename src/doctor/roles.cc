@@ -7,13 +7,13 @@
 
 namespace trainscope::doctor {
 
-namespace {
-
 std::string Lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
 }
+
+namespace {
 
 // Splits a lower-cased tag into word tokens at / _ - . space and digit boundaries.
 std::vector<std::string> Tokens(const std::string& s) {

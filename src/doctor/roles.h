@@ -12,6 +12,9 @@
 
 namespace trainscope::doctor {
 
+// An ASCII lower-cased copy: tags, module types and meta values are matched case-blind.
+std::string Lower(std::string_view s);
+
 // kLossScale .. kNanSteps are the mixed-precision evidence: the loss scale, one point per
 // step skipped on overflow (amp/overflow_skip), a counter of skipped steps (DeepSpeed's
 // cumulative `skipped`, Megatron's per-interval "number of skipped iterations") and

@@ -164,9 +164,8 @@ void BatchNormBatchDetector::OnStep(const StepFrame& frame, const DetectorContex
     std::string_view rest;
     if (!HasPrefix(tag, "act/", &rest)) continue;
     const std::string m(rest);
-    std::string type = ctx.facts.ModuleType(m), name = m.substr(m.rfind('.') == std::string::npos ? 0 : m.rfind('.') + 1);
-    for (char& c : type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string type = Lower(ctx.facts.ModuleType(m));
+    const std::string name = Lower(m.substr(m.rfind('.') == std::string::npos ? 0 : m.rfind('.') + 1));
     const bool bn = !type.empty() ? type.find("batchnorm") != std::string::npos
                                   : name.find("batchnorm") != std::string::npos ||
                                         (name.rfind("bn", 0) == 0 && (name.size() == 2 || std::isdigit(static_cast<unsigned char>(name[2])) || name[2] == '_'));

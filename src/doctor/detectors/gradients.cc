@@ -10,11 +10,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 double Rms(const TensorStats& s) {
   return s.finite() ? std::sqrt(s.sum_squares / static_cast<double>(s.finite())) : kNaN;
 }

@@ -319,8 +319,7 @@ void LossOscillationDetector::OnStep(const StepFrame& frame, const DetectorConte
 // ---- negative ----
 
 bool LossMayBeNegative(std::string_view name) {
-  std::string tag(name);
-  for (char& c : tag) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string tag = Lower(name);
   // Long enough to match anywhere in the name.
   for (const char* may : {"nll", "elbo", "kl", "gan", "gen", "disc", "reward", "score", "likelihood", "contrast",
                           "actor", "policy", "advantage", "entropy", "surrogate", "ppo", "grpo", "reinforce"}) {
@@ -375,10 +374,9 @@ namespace {
 
 // A loss term logged beside the total: "loss" in its name, not a validation loss.
 bool IsTrainLossTerm(std::string_view tag) {
-  std::string t(tag);
-  for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string t = Lower(tag);
   if (t.find("loss") == std::string::npos) return false;
-  for (const char* held_out : {"val", "eval", "test", "valid"}) {
+  for (const char* held_out : {"val", "eval", "test"}) {
     if (t.find(held_out) != std::string::npos) return false;
   }
   return true;
@@ -389,6 +387,9 @@ double Decades(double hi, double lo) { return hi > 0 && lo > 0 ? std::log10(hi /
 }  // namespace
 
 void LossMagnitudeDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  // The verdict falls at the initial_points-th point: a loss that started in range has
+  // nothing more to collect.
+  if (!reported_ && first_.size() == options_.initial_points) return;
   const std::string& loss_tag = ctx.facts.roles.Get(Role::kLoss);
   for (const auto& [tag, value] : frame.scalars) {
     if (tag == loss_tag || !std::isfinite(value) || !IsTrainLossTerm(tag)) continue;

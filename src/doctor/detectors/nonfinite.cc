@@ -12,11 +12,6 @@ using json = nlohmann::json;
 
 bool NonFinite(const TensorStats& s) { return s.nan + s.inf > 0; }
 
-std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 bool Contains(const std::string& hay, std::initializer_list<const char*> needles) {
   for (const char* n : needles) {
     if (hay.find(n) != std::string::npos) return true;
