@@ -9,7 +9,12 @@ Watch options go as key=value (Python literals):
 
     OPENBLAS_NUM_THREADS=1 PYTHONPATH=build/python /usr/bin/python3 bench/watch/parts.py lm
     ... bench/watch/parts.py cnn every=1 histograms_every=1 activations_every=1
-    NOPROXY=1 ... bench/watch/parts.py lm hot_gradients=True   # the C++ hot path needs the real recorder
+    BETWEEN=2 ... bench/watch/parts.py lm   # 2 plain steps of other copies between watched steps
+
+BETWEEN=n trains n unwatched copies of the model between the watched steps, as
+interleaved.py does: trainscope's code then runs as cold as it does there. Recorder calls
+are timed (as rec.*) only with PROXY=1: the helper thread takes the real recorder, so the
+passes it runs fail under the proxy.
 
 """
 
@@ -71,11 +76,22 @@ def main():
             attr = getattr(self._recorder, key)
             return timed("rec." + key, attr) if callable(attr) else attr
 
-    if not os.environ.get("NOPROXY"):
+    if os.environ.get("PROXY"):
         watcher.rec = TimedRecorder(watcher.rec)
+
+    setup = lm_setup if which == "lm" else cnn_setup
+    others = [setup() for _ in range(int(os.environ.get("BETWEEN", "0")))]
+
+    def plain_step(other, x, y):
+        other_model, other_opt, _, _ = other
+        other_opt.zero_grad()
+        loss_fn(other_model(x), y).backward()
+        other_opt.step()
 
     def train(steps):
         for _, (x, y) in zip(range(steps), run.data(batches * 100)):
+            for other in others:
+                plain_step(other, x, y)
             opt.zero_grad()
             start = time.perf_counter()
             out = model(x)
@@ -102,6 +118,8 @@ def main():
         gc.enable()
     thread, process = time.thread_time() - thread0, time.process_time() - process0
     run.finish()
+    watch = ts.open_run(run.dir).scalars("time/watch")["value"].tolist()[-steps:]
+    print(f"time/watch {sum(watch) / steps * 1e3:.3f} ms/step (median {sorted(watch)[steps // 2] * 1e3:.3f})")
     print(f"{which} {options}: training thread {thread / steps * 1e3:.1f} ms CPU/step, process "
           f"{process / steps * 1e3:.1f} ms/step (other threads {(process - thread) / steps * 1e3:.1f} ms)")
     for name in sorted(spent, key=lambda k: -spent[k]):

@@ -309,6 +309,9 @@ class Watcher:
                          and type(optimizer).__module__.startswith("torch.optim"))
         self._worker = None         # the helper thread (_core.StatsWorker), made when first needed
         self._in_flight = None      # (step, gradients kept alive) while the helper reads them
+        self._worker_plan = None    # the gradient plan the helper holds
+        self._rss_step = None       # the step whose RSS the helper logs with the gradient pass
+        self._copies_in_flight = False  # snapshot copies on the helper, until the optimizer steps
         self._act_captured = []     # (module name, tag, kind, output, its version) of this forward
         self._act_in_flight = []    # (module name, output, its version, what the helper reads) until committed
         self._act_in_place = set()  # modules whose output a later op changed in place: measured at once
@@ -453,6 +456,8 @@ class Watcher:
             except AttributeError:
                 pass  # wrapped again by someone else (an LR scheduler): ours stays, inert
         self._restore.clear()
+        if self._worker is not None:
+            self._worker.wait_all()  # a snapshot copy may still be in flight
         self._snapshots.clear()  # a copy of every parameter: not kept past the watch
         self._drain(wait=True)
         self.timer.collect(wait=True)
@@ -530,6 +535,15 @@ class Watcher:
         if module.training:
             self.clock.begin()
         step = self.clock.step
+        if self._overlap and module.training and self._due(self.weights_every) \
+                and self._snapshot_step != step - 1 and "weights" not in self.failures.off:
+            # The weights the optimizer will update, copied on the helper thread while the
+            # forward and backward run (they do not change the parameters).
+            try:
+                self._refresh_snapshots(beside=True)
+                self._snapshot_step = step - 1
+            except Exception as error:
+                self.failures.report("weights", error)
         if self.activations and (self._due(self.activations_every) or self._act_force or not self._order_recorded):
             self._act_step = step if (self._due(self.activations_every) or self._act_force) else None
             self._act_force = False
@@ -557,35 +571,47 @@ class Watcher:
             if out is not None and out.requires_grad and "backward" not in self.failures.off:
                 out.register_hook(self._guarded("backward", self._on_backward_begin))
 
-    def _measure_activation(self, name, tag, kind, out, step, version=None):
-        """One module's output statistics: now, or (version given) on the helper thread."""
+    def _measure_activation(self, name, tag, kind, out, step):
+        """One module's output statistics, now (on CPU) or reduced on its device."""
         if not out.is_floating_point() or out.dtype not in _DTYPE_CODES or out.is_sparse:
             return
-        original, out = out, out.detach()
+        out = out.detach()
         histogram = bool(self.histograms_every) and self._due(self.histograms_every)
         if out.device.type == "cpu" and not self._force_device_path:
             if not out.is_contiguous():
                 out = out.contiguous()
             outer, units, inner = _unit_layout(tuple(out.shape))
-            if version is None:
-                self.rec.log_activation(self._id(tag, "tensor_stats"), step, out.data_ptr(), out.numel(),
-                                        _DTYPE_CODES[out.dtype], outer, units, inner, kind, histogram)
-            else:
-                self._helper().submit_activation(self._id(tag, "tensor_stats"), step, out.data_ptr(), out.numel(),
-                                                 _DTYPE_CODES[out.dtype], outer, units, inner, kind, histogram)
-                self._act_in_flight.append((name, original, version, out))
+            self.rec.log_activation(self._id(tag, "tensor_stats"), step, out.data_ptr(), out.numel(),
+                                    _DTYPE_CODES[out.dtype], outer, units, inner, kind, histogram)
         else:
             self._act_pending.append((tag, _device_activation(out, kind, histogram)))
 
+    def _capture(self, name, tag, kind, out, step, histogram, flat=False):
+        """Keeps a CPU tensor for the helper thread's pass, with what that pass needs of it
+        (flat: no unit layout, for a tensor that is no module's output)."""
+        if not out.is_floating_point() or out.dtype not in _DTYPE_CODES or out.is_sparse:
+            return
+        read = out.detach()
+        if not read.is_contiguous():
+            read = read.contiguous()
+        outer, units, inner = (1, read.numel(), 1) if flat else _unit_layout(tuple(read.shape))
+        self._act_captured.append((name, out, out._version, read, self._id(tag, "tensor_stats"), step, read.data_ptr(),
+                                   read.numel(), _DTYPE_CODES[read.dtype], outer, units, inner, kind, histogram))
+
     def _submit_activations(self):
-        """At the forward's end: the captured outputs go to the helper thread."""
+        """At the forward's end: the captured tensors go to the helper thread, in one job."""
         captured, self._act_captured = self._act_captured, []
-        step = self._act_step
-        for name, tag, kind, out, version in captured:
-            try:
-                self._measure_activation(name, tag, kind, out, step, version)
-            except Exception as error:
-                self.failures.report("activations", error)
+        if not captured:
+            return
+        try:
+            (names, outs, versions, reads, ids, steps, ptrs, numels, codes, outers, units, inners, kinds,
+             histograms) = zip(*captured)
+            # One forward's tensors: its inputs and its sampled outputs share its step.
+            self._helper().submit_activations(steps[0], ids, ptrs, numels, codes, outers, units, inners, kinds,
+                                              histograms)
+            self._act_in_flight.extend(zip(names, outs, versions, reads))
+        except Exception as error:
+            self.failures.report("activations", error)
 
     def _commit_activations(self):
         """Logs the activation statistics computed on the helper thread during the forward.
@@ -624,18 +650,23 @@ class Watcher:
 
     def _log_input(self, name, tensor, step):
         if tensor.is_floating_point():
-            self._tensor_stats(step, [("input/" + name, tensor.detach())], histogram=False)
+            tag = "input/" + name
+            if self._cpu_activations and tensor.is_cpu and not self._force_device_path \
+                    and tag not in self._act_in_place:
+                self._capture(tag, tag, _PLAIN, tensor, step, False, flat=True)  # measured beside the forward
+            else:
+                self._tensor_stats(step, [(tag, tensor.detach())], histogram=False)
         elif tensor.dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8) and tensor.numel() \
                 and not self._labels_from_data:
             self.log_label_range(tensor, step)
 
     def log_label_range(self, tensor, step):
         code = _INT_CODES.get(tensor.dtype)
-        if tensor.is_cpu and code is not None and tensor.is_contiguous():
+        if tensor.is_cpu and code is not None and tensor.layout is torch.strided:
             # The C++ scan: torch.aminmax's dispatch path is cold at a step's start (0.35 ms
             # measured in the training loop, against 12 us warm).
             self.rec.log_int_range(self._id("input/label_min", "scalar"), self._id("input/label_max", "scalar"),
-                                   step, tensor.data_ptr(), tensor.numel(), code)
+                                   step, tensor.data_ptr(), tensor.size(), tensor.stride(), code)
             return
         lo, hi = torch.aminmax(tensor.detach())
         if tensor.is_cpu:
@@ -693,8 +724,10 @@ class Watcher:
                     return None
                 if name not in self._act_in_place and self._cpu_activations and not self._force_device_path:
                     # Measured after the forward, on the helper thread while backward runs
-                    # (_submit_activations): here only what a later in-place op would change.
-                    self._act_captured.append((name, tag, kind, out, out._version))
+                    # (_submit_activations): here only its layout, while the tensor is hot,
+                    # and its version, which a later in-place op would change.
+                    self._capture(name, tag, kind, out, step, bool(self.histograms_every) and
+                                  self._due(self.histograms_every))
                     return None
                 self._measure_activation(name, tag, kind, out, step)
             except Exception as error:
@@ -783,6 +816,9 @@ class Watcher:
             print(f"trainscope: guard skipped optimizer step {self.clock.step}: non-finite gradients",
                   file=sys.stderr)
         else:
+            if self._copies_in_flight:
+                self._copies_in_flight = False
+                self._worker.wait_all()  # the snapshots must hold the weights before this update
             self.timer.start("optimizer")
             self._leave()  # the optimizer's own work is not trainscope's cost
             try:
@@ -830,8 +866,15 @@ class Watcher:
         ptrs = self._cpu_gradient_pointers(plan, keep) if plan is not None else None
         if ptrs is None:
             return False
-        self._helper().submit_gradients(self.rec, step, plan.ids, ptrs, plan.numels, plan.codes,
-                                        plan.rows if units else [], plan.unit_ids if units else [], histogram)
+        worker = self._helper()
+        if self._worker_plan is not plan:
+            worker.set_gradient_plan(plan.ids, plan.numels, plan.codes, plan.rows, plan.unit_ids)
+            self._worker_plan = plan
+        rss_id = 0
+        if self.memory:  # read on the helper too (see _on_step_end)
+            rss_id = self._id("mem/rss", "scalar")
+            self._rss_step = step
+        worker.submit_gradient_pass(self.rec, step, ptrs, histogram, units, rss_id)
         self._in_flight = (step, keep)
         return True
 
@@ -958,7 +1001,9 @@ class Watcher:
             self.rec.log_scalar_ids(ids, values, step)
         return self.guard and nonfinite
 
-    def _refresh_snapshots(self):
+    def _refresh_snapshots(self, beside=False):
+        """Copies the weights into the snapshots; beside: the CPU copies on the helper thread,
+        which the optimizer-step wrapper waits for before the weights change."""
         from trainscope import _core
         dst, src, nbytes = [], [], []  # CPU copies, done by one C++ call (not a torch op per tensor)
         with torch.no_grad():
@@ -974,7 +1019,10 @@ class Watcher:
                     nbytes.append(p.numel() * p.element_size())
                 else:
                     snap.copy_(p.detach())
-        if dst:
+        if dst and beside:
+            self._helper().submit_copies(dst, src, nbytes)
+            self._copies_in_flight = True
+        elif dst:
             _core.copy_many(dst, src, nbytes)
 
     def _after_update(self):
@@ -1140,8 +1188,9 @@ class Watcher:
             self.timer.collect(wait=False)
         ids, values = [], []
         if self.memory:
-            ids.append(self._id("mem/rss", "scalar"))
-            values.append(float(_core_rss()))
+            if self._rss_step != step:
+                ids.append(self._id("mem/rss", "scalar"))
+                values.append(float(_core_rss()))
             if self._cuda_available and torch.cuda.is_initialized():
                 for tag, read in (("mem/cuda_allocated", torch.cuda.memory_allocated),
                                   ("mem/cuda_reserved", torch.cuda.memory_reserved),

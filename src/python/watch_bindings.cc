@@ -108,17 +108,35 @@ std::tuple<double, uint64_t, uint64_t> TensorStatsMany(Recorder& recorder, int64
 }
 
 // Logs the smallest and largest value of an integer tensor (the targets' label range).
-// int_code: 0 int64, 1 int32, 2 int16, 3 int8, 4 uint8. Our own loop, not torch.aminmax: at
-// a step's start torch's dispatcher path is cold, and costs ~100x the scan of 1k labels.
-void LogIntRange(Recorder& recorder, uint32_t min_id, uint32_t max_id, int64_t step, uintptr_t ptr, uint64_t numel,
-                 int int_code) {
+// int_code: 0 int64, 1 int32, 2 int16, 3 int8, 4 uint8; sizes and strides (in elements) as
+// torch gives them, so a slice such as `tokens[:, 1:]` needs no copy. Our own loop, not
+// torch.aminmax: at a step's start torch's dispatcher path is cold, and costs ~100x the scan
+// of 1k labels.
+void LogIntRange(Recorder& recorder, uint32_t min_id, uint32_t max_id, int64_t step, uintptr_t ptr,
+                 const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, int int_code) {
   if (int_code < 0 || int_code > 4) throw py::value_error("trainscope watch: unknown int code " + std::to_string(int_code));
-  if (numel == 0) return;
+  CheckLengths(sizes.size(), {strides.size()});
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] < 0 || strides[d] < 0) throw py::value_error("trainscope watch: negative size or stride");
+    if (sizes[d] == 0) return;
+  }
   auto range = [&](const auto* data) {
+    // The innermost dimension in a loop, the others by an odometer over their indices.
+    const size_t dims = sizes.size();
+    const int64_t inner = dims ? sizes[dims - 1] : 1, inner_stride = dims ? strides[dims - 1] : 1;
+    std::vector<int64_t> index(dims > 1 ? dims - 1 : 0, 0);
     auto lo = data[0], hi = data[0];
-    for (uint64_t i = 1; i < numel; ++i) {
-      lo = std::min(lo, data[i]);
-      hi = std::max(hi, data[i]);
+    while (true) {
+      int64_t offset = 0;
+      for (size_t d = 0; d + 1 < dims; ++d) offset += index[d] * strides[d];
+      const auto* row = data + offset;
+      for (int64_t i = 0; i < inner; ++i) {
+        lo = std::min(lo, row[i * inner_stride]);
+        hi = std::max(hi, row[i * inner_stride]);
+      }
+      size_t d = index.size();
+      while (d > 0 && ++index[d - 1] == sizes[d - 1]) index[--d] = 0;
+      if (d == 0) break;
     }
     recorder.LogScalar(min_id, step, static_cast<double>(lo));
     recorder.LogScalar(max_id, step, static_cast<double>(hi));
@@ -220,15 +238,40 @@ class StatsWorker {
     thread_.join();
   }
 
-  void SubmitGradients(Recorder& recorder, int64_t step, std::vector<uint32_t> ids, std::vector<uintptr_t> ptrs,
-                       std::vector<uint64_t> numels, const std::vector<int>& dtype_codes, std::vector<uint64_t> rows,
-                       std::vector<uint32_t> unit_ids, bool histogram) {
-    CheckStatsMany(ids, ptrs, numels, dtype_codes, rows, unit_ids);
-    Push([this, recorder = &recorder, step, ids = std::move(ids), ptrs = std::move(ptrs), numels = std::move(numels),
-          dtypes = DTypes(dtype_codes), rows = std::move(rows), unit_ids = std::move(unit_ids), histogram] {
-      const Totals t = StatsManyNoGil(*recorder, step, ids, ptrs, numels, dtypes, rows, unit_ids, histogram);
+  // What the gradient pass needs of each parameter, given once: per step only the
+  // gradients' addresses cross from Python (one list, not six).
+  void SetGradientPlan(std::vector<uint32_t> ids, std::vector<uint64_t> numels, const std::vector<int>& dtype_codes,
+                       std::vector<uint64_t> rows, std::vector<uint32_t> unit_ids) {
+    CheckStatsMany(ids, std::vector<uintptr_t>(ids.size()), numels, dtype_codes, rows, unit_ids);
+    WaitAll();  // a pass in flight reads the old plan
+    plan_ = {std::move(ids), std::move(numels), DTypes(dtype_codes), std::move(rows), std::move(unit_ids)};
+  }
+
+  // The gradient pass over ptrs (one per planned parameter, 0: no gradient); per-unit norms
+  // when units. rss_id (0: none) also logs the process's RSS at step from this thread: its
+  // read costs ~0.2 ms when cold, which the training thread then does not pay.
+  void SubmitGradientPass(Recorder& recorder, int64_t step, std::vector<uintptr_t> ptrs, bool histogram,
+                          bool units, uint32_t rss_id) {
+    CheckLengths(plan_.ids.size(), {ptrs.size()});
+    Push([this, recorder = &recorder, step, ptrs = std::move(ptrs), histogram, units, rss_id] {
+      if (rss_id) recorder->LogScalar(rss_id, step, static_cast<double>(watch::ProcessRssBytes()));
+      static const std::vector<uint64_t> kNoRows;
+      static const std::vector<uint32_t> kNoUnits;
+      const Totals t = StatsManyNoGil(*recorder, step, plan_.ids, ptrs, plan_.numels, plan_.dtypes,
+                                      units ? plan_.rows : kNoRows, units ? plan_.unit_ids : kNoUnits, histogram);
       std::lock_guard<std::mutex> lock(mu_);
       gradient_totals_ = t;
+    });
+  }
+
+  // memcpy of each src[i] into dst[i] on this thread (weight snapshots, while the forward
+  // runs; WaitAll() before the sources change).
+  void SubmitCopies(std::vector<uintptr_t> dst, std::vector<uintptr_t> src, std::vector<uint64_t> bytes) {
+    CheckLengths(dst.size(), {src.size(), bytes.size()});
+    Push([dst = std::move(dst), src = std::move(src), bytes = std::move(bytes)] {
+      for (size_t i = 0; i < dst.size(); ++i) {
+        std::memcpy(reinterpret_cast<void*>(dst[i]), reinterpret_cast<const void*>(src[i]), bytes[i]);
+      }
     });
   }
 
@@ -247,20 +290,37 @@ class StatsWorker {
     });
   }
 
-  void SubmitActivation(uint32_t id, int64_t step, uintptr_t ptr, uint64_t numel, int dtype_code, uint64_t outer,
-                        uint64_t units, uint64_t inner, int kind, bool histogram) {
-    CheckActivation(numel, dtype_code, outer, units, inner, kind);
-    const DType dtype = static_cast<DType>(dtype_code);
-    size_t slot;
+  // Module outputs of one forward (or the model's inputs), measured in one job; held for
+  // CommitActivations. histograms[i]: an exponent histogram for the i-th.
+  void SubmitActivations(int64_t step, const std::vector<uint32_t>& ids, const std::vector<uintptr_t>& ptrs,
+                         const std::vector<uint64_t>& numels, const std::vector<int>& dtype_codes,
+                         const std::vector<uint64_t>& outers, const std::vector<uint64_t>& units,
+                         const std::vector<uint64_t>& inners, const std::vector<int>& kinds,
+                         const std::vector<bool>& histograms) {
+    CheckLengths(ids.size(), {ptrs.size(), numels.size(), dtype_codes.size(), outers.size(), units.size(),
+                              inners.size(), kinds.size(), histograms.size()});
+    for (size_t i = 0; i < ids.size(); ++i) {
+      CheckActivation(numels[i], dtype_codes[i], outers[i], units[i], inners[i], kinds[i]);
+    }
+    std::vector<ActivationJob> jobs(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      jobs[i] = {ptrs[i], numels[i], static_cast<DType>(dtype_codes[i]), outers[i], units[i], inners[i], kinds[i],
+                 static_cast<bool>(histograms[i])};
+    }
+    size_t first;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      slot = activations_.size();
-      activations_.push_back({id, step, TensorStats{}});
+      first = activations_.size();
+      for (uint32_t id : ids) activations_.push_back({id, step, TensorStats{}});
     }
-    Push([=, this] {
-      const TensorStats s = ActivationStatsNoGil(ptr, numel, dtype, outer, units, inner, kind, histogram);
-      std::lock_guard<std::mutex> lock(mu_);
-      activations_[slot].stats = s;
+    Push([this, first, jobs = std::move(jobs)] {
+      for (size_t i = 0; i < jobs.size(); ++i) {
+        const ActivationJob& j = jobs[i];
+        const TensorStats s = ActivationStatsNoGil(j.ptr, j.numel, j.dtype, j.outer, j.units, j.inner, j.kind,
+                                                   j.histogram);
+        std::lock_guard<std::mutex> lock(mu_);
+        activations_[first + i].stats = s;
+      }
     });
   }
 
@@ -298,6 +358,21 @@ class StatsWorker {
     int64_t step;
     TensorStats stats;
   };
+  struct ActivationJob {
+    uintptr_t ptr;
+    uint64_t numel;
+    DType dtype;
+    uint64_t outer, units, inner;
+    int kind;
+    bool histogram;
+  };
+  struct GradientPlan {
+    std::vector<uint32_t> ids;
+    std::vector<uint64_t> numels;
+    std::vector<DType> dtypes;
+    std::vector<uint64_t> rows;
+    std::vector<uint32_t> unit_ids;
+  };
 
   void Push(std::function<void()> job) {
     {
@@ -330,6 +405,7 @@ class StatsWorker {
   bool busy_ = false;
   bool stop_ = false;
   Totals gradient_totals_;
+  GradientPlan plan_;  // written only while no job runs (SetGradientPlan waits)
   std::thread thread_;  // last: starts after the members it reads
 };
 
@@ -476,19 +552,22 @@ void RegisterWatch(py::module_& m) {
                        py::is_method(recorder), py::arg("steps"), py::arg("phases"), py::arg("starts"),
                        py::arg("durations")));
   def("log_int_range", py::cpp_function(&LogIntRange, py::is_method(recorder), py::arg("min_id"), py::arg("max_id"),
-                                        py::arg("step"), py::arg("ptr"), py::arg("numel"), py::arg("int_code")));
+                                        py::arg("step"), py::arg("ptr"), py::arg("sizes"), py::arg("strides"),
+                                        py::arg("int_code")));
   def("set_meta", py::cpp_function([](Recorder& r, const std::string& key,
                                       const std::string& value) { r.SetMeta(key, value); },
                                    py::is_method(recorder), py::arg("key"), py::arg("value")));
 
   py::class_<StatsWorker>(m, "StatsWorker")
       .def(py::init<>())
-      .def("submit_gradients", &StatsWorker::SubmitGradients, py::arg("recorder"), py::arg("step"), py::arg("ids"),
-           py::arg("ptrs"), py::arg("numels"), py::arg("dtypes"), py::arg("rows"), py::arg("unit_ids"),
-           py::arg("histogram"), py::keep_alive<1, 2>())
-      .def("submit_activation", &StatsWorker::SubmitActivation, py::arg("id"), py::arg("step"), py::arg("ptr"),
-           py::arg("numel"), py::arg("dtype"), py::arg("outer"), py::arg("units"), py::arg("inner"), py::arg("kind"),
-           py::arg("histogram"))
+      .def("set_gradient_plan", &StatsWorker::SetGradientPlan, py::arg("ids"), py::arg("numels"), py::arg("dtypes"),
+           py::arg("rows"), py::arg("unit_ids"))
+      .def("submit_gradient_pass", &StatsWorker::SubmitGradientPass, py::arg("recorder"), py::arg("step"),
+           py::arg("ptrs"), py::arg("histogram"), py::arg("units"), py::arg("rss_id"), py::keep_alive<1, 2>())
+      .def("submit_copies", &StatsWorker::SubmitCopies, py::arg("dst"), py::arg("src"), py::arg("bytes"))
+      .def("submit_activations", &StatsWorker::SubmitActivations, py::arg("step"), py::arg("ids"), py::arg("ptrs"),
+           py::arg("numels"), py::arg("dtypes"), py::arg("outers"), py::arg("units"), py::arg("inners"),
+           py::arg("kinds"), py::arg("histograms"))
       .def("submit_weight_updates", &StatsWorker::SubmitWeightUpdates, py::arg("recorder"), py::arg("step"),
            py::arg("weight_ids"), py::arg("update_ids"), py::arg("ratio_ids"), py::arg("current"),
            py::arg("previous"), py::arg("numels"), py::arg("dtypes"), py::arg("histogram"), py::keep_alive<1, 2>())
