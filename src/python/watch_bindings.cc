@@ -48,6 +48,14 @@ void CheckLengths(size_t n, std::initializer_list<size_t> others) {
   }
 }
 
+size_t ElementSize(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64: return 8;
+    case DType::kFloat32: return 4;
+    default: return 2;
+  }
+}
+
 std::vector<DType> DTypes(const std::vector<int>& codes) {
   std::vector<DType> out;
   out.reserve(codes.size());
@@ -107,6 +115,28 @@ std::tuple<double, uint64_t, uint64_t> TensorStatsMany(Recorder& recorder, int64
   return {t.sum_squares, t.nan, t.inf};
 }
 
+// Calls row(offset) for the first element of every innermost row of a strided tensor
+// (offsets and strides in elements), in row-major order; sizes must have no zero.
+template <typename F>
+void ForEachRow(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, F&& row) {
+  std::vector<int64_t> index(sizes.size() > 1 ? sizes.size() - 1 : 0, 0);
+  while (true) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < index.size(); ++d) offset += index[d] * strides[d];
+    row(offset);
+    size_t d = index.size();
+    while (d > 0 && ++index[d - 1] == sizes[d - 1]) index[--d] = 0;
+    if (d == 0) return;
+  }
+}
+
+void CheckStrided(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  CheckLengths(sizes.size(), {strides.size()});
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] < 0 || strides[d] < 0) throw py::value_error("trainscope watch: negative size or stride");
+  }
+}
+
 // Logs the smallest and largest value of an integer tensor (the targets' label range).
 // int_code: 0 int64, 1 int32, 2 int16, 3 int8, 4 uint8; sizes and strides (in elements) as
 // torch gives them, so a slice such as `tokens[:, 1:]` needs no copy. Our own loop, not
@@ -115,29 +145,21 @@ std::tuple<double, uint64_t, uint64_t> TensorStatsMany(Recorder& recorder, int64
 void LogIntRange(Recorder& recorder, uint32_t min_id, uint32_t max_id, int64_t step, uintptr_t ptr,
                  const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, int int_code) {
   if (int_code < 0 || int_code > 4) throw py::value_error("trainscope watch: unknown int code " + std::to_string(int_code));
-  CheckLengths(sizes.size(), {strides.size()});
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    if (sizes[d] < 0 || strides[d] < 0) throw py::value_error("trainscope watch: negative size or stride");
-    if (sizes[d] == 0) return;
+  CheckStrided(sizes, strides);
+  for (int64_t size : sizes) {
+    if (size == 0) return;
   }
   auto range = [&](const auto* data) {
-    // The innermost dimension in a loop, the others by an odometer over their indices.
     const size_t dims = sizes.size();
     const int64_t inner = dims ? sizes[dims - 1] : 1, inner_stride = dims ? strides[dims - 1] : 1;
-    std::vector<int64_t> index(dims > 1 ? dims - 1 : 0, 0);
     auto lo = data[0], hi = data[0];
-    while (true) {
-      int64_t offset = 0;
-      for (size_t d = 0; d + 1 < dims; ++d) offset += index[d] * strides[d];
+    ForEachRow(sizes, strides, [&](int64_t offset) {
       const auto* row = data + offset;
       for (int64_t i = 0; i < inner; ++i) {
         lo = std::min(lo, row[i * inner_stride]);
         hi = std::max(hi, row[i * inner_stride]);
       }
-      size_t d = index.size();
-      while (d > 0 && ++index[d - 1] == sizes[d - 1]) index[--d] = 0;
-      if (d == 0) break;
-    }
+    });
     recorder.LogScalar(min_id, step, static_cast<double>(lo));
     recorder.LogScalar(max_id, step, static_cast<double>(hi));
   };
@@ -292,20 +314,32 @@ class StatsWorker {
 
   // Module outputs of one forward (or the model's inputs), measured in one job; held for
   // CommitActivations. histograms[i]: an exponent histogram for the i-th.
+  // strides[i]: empty for a contiguous tensor; else its strides in elements (its sizes in
+  // sizes[i]), and this thread first gathers it in row-major order, as .contiguous() would,
+  // so the training thread does not copy (attention outputs are transposes).
   void SubmitActivations(int64_t step, const std::vector<uint32_t>& ids, const std::vector<uintptr_t>& ptrs,
                          const std::vector<uint64_t>& numels, const std::vector<int>& dtype_codes,
                          const std::vector<uint64_t>& outers, const std::vector<uint64_t>& units,
                          const std::vector<uint64_t>& inners, const std::vector<int>& kinds,
-                         const std::vector<bool>& histograms) {
+                         const std::vector<bool>& histograms, const std::vector<std::vector<int64_t>>& sizes,
+                         const std::vector<std::vector<int64_t>>& strides) {
     CheckLengths(ids.size(), {ptrs.size(), numels.size(), dtype_codes.size(), outers.size(), units.size(),
-                              inners.size(), kinds.size(), histograms.size()});
-    for (size_t i = 0; i < ids.size(); ++i) {
-      CheckActivation(numels[i], dtype_codes[i], outers[i], units[i], inners[i], kinds[i]);
-    }
+                              inners.size(), kinds.size(), histograms.size(), sizes.size(), strides.size()});
     std::vector<ActivationJob> jobs(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) {
+      CheckActivation(numels[i], dtype_codes[i], outers[i], units[i], inners[i], kinds[i]);
       jobs[i] = {ptrs[i], numels[i], static_cast<DType>(dtype_codes[i]), outers[i], units[i], inners[i], kinds[i],
-                 static_cast<bool>(histograms[i])};
+                 static_cast<bool>(histograms[i]), {}, {}};
+      if (!strides[i].empty()) {
+        CheckStrided(sizes[i], strides[i]);
+        int64_t count = 1;
+        for (int64_t size : sizes[i]) count *= size;
+        if (static_cast<uint64_t>(count) != numels[i]) {
+          throw py::value_error("trainscope watch: activation sizes do not match its numel");
+        }
+        jobs[i].sizes = sizes[i];
+        jobs[i].strides = strides[i];
+      }
     }
     size_t first;
     {
@@ -314,9 +348,24 @@ class StatsWorker {
       for (uint32_t id : ids) activations_.push_back({id, step, TensorStats{}});
     }
     Push([this, first, jobs = std::move(jobs)] {
+      std::vector<unsigned char> gathered;
       for (size_t i = 0; i < jobs.size(); ++i) {
         const ActivationJob& j = jobs[i];
-        const TensorStats s = ActivationStatsNoGil(j.ptr, j.numel, j.dtype, j.outer, j.units, j.inner, j.kind,
+        uintptr_t ptr = j.ptr;
+        if (!j.strides.empty() && j.numel) {
+          const size_t bytes = ElementSize(j.dtype);
+          const int64_t inner = j.sizes.back(), inner_stride = j.strides.back();
+          gathered.resize(j.numel * bytes);
+          unsigned char* out = gathered.data();
+          const auto* in = reinterpret_cast<const unsigned char*>(j.ptr);
+          ForEachRow(j.sizes, j.strides, [&](int64_t offset) {
+            for (int64_t k = 0; k < inner; ++k, out += bytes) {
+              std::memcpy(out, in + (offset + k * inner_stride) * bytes, bytes);
+            }
+          });
+          ptr = reinterpret_cast<uintptr_t>(gathered.data());
+        }
+        const TensorStats s = ActivationStatsNoGil(ptr, j.numel, j.dtype, j.outer, j.units, j.inner, j.kind,
                                                    j.histogram);
         std::lock_guard<std::mutex> lock(mu_);
         activations_[first + i].stats = s;
@@ -365,6 +414,7 @@ class StatsWorker {
     uint64_t outer, units, inner;
     int kind;
     bool histogram;
+    std::vector<int64_t> sizes, strides;  // strides empty: contiguous
   };
   struct GradientPlan {
     std::vector<uint32_t> ids;
@@ -567,7 +617,7 @@ void RegisterWatch(py::module_& m) {
       .def("submit_copies", &StatsWorker::SubmitCopies, py::arg("dst"), py::arg("src"), py::arg("bytes"))
       .def("submit_activations", &StatsWorker::SubmitActivations, py::arg("step"), py::arg("ids"), py::arg("ptrs"),
            py::arg("numels"), py::arg("dtypes"), py::arg("outers"), py::arg("units"), py::arg("inners"),
-           py::arg("kinds"), py::arg("histograms"))
+           py::arg("kinds"), py::arg("histograms"), py::arg("sizes"), py::arg("strides"))
       .def("submit_weight_updates", &StatsWorker::SubmitWeightUpdates, py::arg("recorder"), py::arg("step"),
            py::arg("weight_ids"), py::arg("update_ids"), py::arg("ratio_ids"), py::arg("current"),
            py::arg("previous"), py::arg("numels"), py::arg("dtypes"), py::arg("histogram"), py::keep_alive<1, 2>())

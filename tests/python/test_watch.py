@@ -7,6 +7,7 @@ and compares the stored statistics with it.
 
 import json
 import math
+import time
 
 import numpy as np
 import pytest
@@ -274,6 +275,57 @@ def test_lr_grad_zeroed_labels_and_data_wait(tmp_path):
     phases = {s["phase"] for s in view.spans()}
     assert {"data", "forward", "backward", "optimizer"} <= phases
     assert len(view.scalars("time/step")["value"]) == 4
+
+
+class SlowBackward(torch.autograd.Function):
+    """Identity whose backward sleeps: a backward of known length."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(0.05)
+        return grad
+
+
+def test_phase_times_split_forward_backward_and_the_data_wait(tmp_path):
+    """Two micro-batches per optimizer step: each backward sleeps 0.05 s, each forward
+    0.03 s, and the second batch's fetch 0.15 s, which must not count as backward."""
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = mlp()
+
+        def forward(self, x):
+            time.sleep(0.03)
+            return SlowBackward.apply(self.net(x))
+
+    def slow(data):
+        for i, b in enumerate(data):
+            time.sleep(0.15 if i % 2 else 0.0)
+            yield b
+
+    model = Model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = ts.init(tmp_path, "phases")
+    run.watch(model, opt, accumulation_steps=2)
+    opt.zero_grad()
+    for i, (x, y) in enumerate(run.data(slow(batches(4)))):
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        if i % 2:
+            opt.step()
+            opt.zero_grad()
+    run.finish()
+    view = ts.open_run(tmp_path / "phases")
+    backward, forward = view.scalars("time/backward"), view.scalars("time/forward")
+    data = view.scalars("time/data")
+    assert list(backward["step"]) == [0, 1] and list(forward["step"]) == [0, 1]
+    assert (backward["value"] >= 0.10).all() and (backward["value"] < 0.22).all()  # 0.25 with the fetch in it
+    assert (forward["value"] >= 0.06).all() and (forward["value"] < 0.10 + 0.1).all()
+    assert (data["value"] >= 0.15).all()
 
 
 @pytest.mark.parametrize("scheduler_first", [False, True])
@@ -590,6 +642,49 @@ def test_conv_channels_dead_fraction_and_activation_histogram(tmp_path):
         assert dead >= 3 / 8
         assert s["dead_fraction"] == pytest.approx(dead)
         assert s["zeros"] == int((out == 0).sum())
+        assert s["exponent_counts"] == exponent_bins(out)
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_strided_activations_are_read_in_logical_order(tmp_path, memory_format):
+    """A channels_last conv (its ReLU's output is strided) and an attention-like transpose:
+    the helper thread gathers them; the statistics are those of the logical tensor."""
+
+    class Transpose(torch.nn.Module):
+        def forward(self, x):
+            return x.transpose(0, 1)
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                                Transpose(), Transpose(), torch.nn.Linear(8 * 6 * 6, 2))
+    model = model.to(memory_format=memory_format)
+    with torch.no_grad():
+        model[0].bias[:3] = -50.0  # channels 0-2 never fire
+    captured = {1: [], 3: []}
+    for index in captured:
+        model[index].register_forward_hook(lambda m, a, out, i=index: captured[i].append(out.detach()))
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    run = ts.init(tmp_path, "strided")
+    run.watch(model, opt, activations_every=1, histograms_every=1)
+    g = torch.Generator().manual_seed(2)
+    for _ in run.data(range(2)):
+        opt.zero_grad()
+        x = torch.randn(4, 3, 6, 6, generator=g).to(memory_format=memory_format)
+        model(x).sum().backward()
+        opt.step()
+    run.finish()
+    view = ts.open_run(tmp_path / "strided")
+    assert (memory_format == torch.channels_last) == (not captured[1][0].is_contiguous())
+    assert not captured[3][0].is_contiguous()
+    for s, out in zip(view.tensor_stats("act/1"), captured[1]):
+        dead = float(((out != 0).sum(dim=(0, 2, 3)) == 0).double().mean())
+        assert dead >= 3 / 8 and s["dead_fraction"] == pytest.approx(dead)
+        assert s["zeros"] == int((out == 0).sum())
+        assert s["exponent_counts"] == exponent_bins(out)
+    for s, out in zip(view.tensor_stats("act/3"), captured[3]):
+        assert s["numel"] == out.numel()
+        assert s["l2_norm"] == pytest.approx(float(out.double().norm()), rel=1e-6)
+        assert s["max"] == pytest.approx(float(out.max()))
         assert s["exponent_counts"] == exponent_bins(out)
 
 
