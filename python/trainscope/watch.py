@@ -305,6 +305,7 @@ class Watcher:
         self._sentinel = None       # (param, grad object) after the last optimizer step
         self._pending_copies = []   # device stats on their way to the host
         self._plan = None           # the CPU gradient pass's per-parameter constants
+        self._wplan = None          # the CPU weight/update pass's (and snapshot copy's)
         # The CPU gradient pass runs on a helper thread while the optimizer steps: only for
         # torch.optim's optimizers, which read the gradients and never write them, and not
         # in guard mode, which must know before the step.
@@ -466,6 +467,7 @@ class Watcher:
         if self._worker is not None:
             self._worker.wait_all()  # a snapshot copy may still be in flight
         self._snapshots.clear()  # a copy of every parameter: not kept past the watch
+        self._wplan = None
         self._drain(wait=True)
         self.timer.collect(wait=True)
 
@@ -568,7 +570,8 @@ class Watcher:
 
     def _on_forward_end(self, module, args, output):
         self.timer.stop("forward")
-        self._detach_activation_hooks()
+        if self.activations_every > 1:  # measured every step: the hooks stay
+            self._detach_activation_hooks()
         if self._act_captured:
             self._submit_activations()
         if not self._order_recorded and self._module_order:
@@ -918,7 +921,7 @@ class Watcher:
             if not self._force_device_path and self.params and all(p.is_cpu for _, p in self.params):
                 kept = [(n, p) for n, p in self.params if p.dtype in _DTYPE_CODES]
                 self._plan = types.SimpleNamespace(
-                    tensors=[(p, p.dtype) for _, p in kept],
+                    tensors=[(p, p.dtype, p.numel()) for _, p in kept],
                     ids=[self._id("grad/" + n, "tensor_stats") for n, _ in kept],
                     numels=[p.numel() for _, p in kept],
                     codes=[_DTYPE_CODES[p.dtype] for _, p in kept],
@@ -928,21 +931,21 @@ class Watcher:
 
     def _cpu_gradient_pointers(self, plan, keep=None):
         """data_ptr() of each gradient (0: none), or None when one is not a dense contiguous
-        CPU tensor of its parameter's dtype (the model moved, a sparse gradient, ...).
+        CPU tensor of its parameter's planned dtype and size (the model moved, a sparse
+        gradient, a parameter replaced by one of another size, ...).
         keep: a list that receives the gradients, to hold them alive."""
         ptrs = []
         strided = torch.strided
-        for p, dtype in plan.tensors:
+        for p, dtype, numel in plan.tensors:
             g = p.grad
             if g is None:
                 ptrs.append(0)
-            elif g.is_cpu and g.layout is strided and g.dtype is dtype and g.is_contiguous():
+            elif g.is_cpu and g.layout is strided and g.dtype is dtype and g.is_contiguous() and g.numel() == numel:
                 ptrs.append(g.data_ptr())
                 if keep is not None:
                     keep.append(g)
             else:
-                if not g.is_cpu:
-                    self._plan = None  # moved to a device: plan again next time
+                self._plan = None  # plan again next time (the parameters may have changed)
                 return None
         return ptrs
 
@@ -1010,11 +1013,59 @@ class Watcher:
             self.rec.log_scalar_ids(ids, values, step)
         return self.guard and nonfinite
 
+    def _weight_plan(self):
+        """What the CPU weight/update pass needs of each parameter, computed once the
+        snapshots exist (None: not all parameters are on CPU, or one has no snapshot)."""
+        if self._wplan is None:
+            self._wplan = False
+            kept = [(n, p) for n, p in self.params if p.dtype in _DTYPE_CODES]
+            snaps = [self._snapshots.get(n) for n, _ in kept]
+            if kept and not self._force_device_path and all(p.is_cpu for _, p in kept) \
+                    and all(s is not None and s.is_cpu and s.is_contiguous() for s in snaps):
+                numels = [p.numel() for _, p in kept]
+                # Two memory-bound halves at once: the helper thread takes the first tensors
+                # (about half the values), the training thread the rest.
+                split, total, half = 0, 0, sum(numels) / 2
+                while split < len(numels) - 1 and total + numels[split] <= half:
+                    total += numels[split]
+                    split += 1
+                self._wplan = types.SimpleNamespace(
+                    tensors=[(p, p.dtype, p.numel()) for _, p in kept],
+                    snapshots=snaps,  # held: the pass writes into them
+                    weight_ids=[self._id("weight/" + n, "tensor_stats") for n, _ in kept],
+                    update_ids=[self._id("update/" + n, "tensor_stats") for n, _ in kept],
+                    ratio_ids=[self._id("update_ratio/" + n, "scalar") for n, _ in kept],
+                    previous=[s.data_ptr() for s in snaps],
+                    bytes=[p.numel() * p.element_size() for _, p in kept],
+                    numels=numels, codes=[_DTYPE_CODES[p.dtype] for _, p in kept], split=split)
+        return self._wplan or None
+
+    def _cpu_weight_pointers(self, plan):
+        """data_ptr() of each planned parameter, or None when one is no longer a contiguous
+        CPU tensor of its planned dtype and size (then the plan is made again)."""
+        ptrs = []
+        for p, dtype, numel in plan.tensors:
+            if not (p.is_cpu and p.dtype is dtype and p.is_contiguous() and p.numel() == numel):
+                self._wplan = None
+                return None
+            ptrs.append(p.data_ptr())
+        return ptrs
+
     def _refresh_snapshots(self, beside=False):
         """Copies the weights into the snapshots; beside: the CPU copies on the helper thread,
         which the optimizer-step wrapper waits for before the weights change."""
         from trainscope import _core
-        dst, src, nbytes = [], [], []  # CPU copies, done by one C++ call (not a torch op per tensor)
+        plan = self._weight_plan()
+        current = self._cpu_weight_pointers(plan) if plan is not None else None
+        if current is not None:  # copies done by one C++ call (not a torch op per tensor)
+            if beside:
+                self._helper().submit_copies(plan.previous, current, plan.bytes)
+                self._copies_in_flight = True
+            else:
+                _core.copy_many(plan.previous, current, plan.bytes)
+            return
+        self._wplan = None  # snapshots may be made below
+        dst, src, nbytes = [], [], []
         with torch.no_grad():
             for name, p in self.params:
                 if p.dtype not in _DTYPE_CODES:
@@ -1039,6 +1090,23 @@ class Watcher:
         if not self._due(self.weights_every):
             return
         histogram = bool(self.histograms_every) and self._due(self.histograms_every)
+        plan = self._weight_plan()
+        current = self._cpu_weight_pointers(plan) if plan is not None else None
+        if current is not None:
+            split = plan.split
+            if split:
+                self._helper().submit_weight_updates(self.rec, step, plan.weight_ids[:split], plan.update_ids[:split],
+                                                     plan.ratio_ids[:split], current[:split], plan.previous[:split],
+                                                     plan.numels[:split], plan.codes[:split], histogram)
+            try:
+                self.rec.log_weight_update_many(step, plan.weight_ids[split:], plan.update_ids[split:],
+                                                plan.ratio_ids[split:], current[split:], plan.previous[split:],
+                                                plan.numels[split:], plan.codes[split:], histogram)
+            finally:
+                if split:
+                    self._worker.wait_all()
+            self._snapshot_step = step
+            return
         cpu, device = [], []
         for name, p in self.params:
             snap = self._snapshots.get(name)
@@ -1059,22 +1127,7 @@ class Watcher:
                 prev.append(snap.data_ptr())
                 numels.append(w.numel())
                 dtypes.append(_DTYPE_CODES[w.dtype])
-            # Two memory-bound halves at once: the helper thread takes the first tensors
-            # (about half the values), this thread the rest.
-            split, total, half = 0, 0, sum(numels) / 2
-            while len(numels) > 1 and split < len(numels) - 1 and total + numels[split] <= half:
-                total += numels[split]
-                split += 1
-            if split:
-                self._helper().submit_weight_updates(self.rec, step, ids_w[:split], ids_u[:split], ids_r[:split],
-                                                     cur[:split], prev[:split], numels[:split], dtypes[:split],
-                                                     histogram)
-            try:
-                self.rec.log_weight_update_many(step, ids_w[split:], ids_u[split:], ids_r[split:], cur[split:],
-                                                prev[split:], numels[split:], dtypes[split:], histogram)
-            finally:
-                if split:
-                    self._worker.wait_all()
+            self.rec.log_weight_update_many(step, ids_w, ids_u, ids_r, cur, prev, numels, dtypes, histogram)
         if device:
             with torch.no_grad():
                 updates = [w - snap for _, w, snap in device]

@@ -645,6 +645,42 @@ def test_conv_channels_dead_fraction_and_activation_histogram(tmp_path):
         assert s["exponent_counts"] == exponent_bins(out)
 
 
+def test_a_parameter_replaced_by_one_of_another_size_is_read_at_its_new_size(tmp_path):
+    """The passes' per-parameter plans are checked each step: `p.data = smaller` (pruning)
+    must not make them read the old size past the new tensor's end."""
+
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = mlp()
+            self.scale = torch.nn.Parameter(torch.ones(4))
+
+        def forward(self, x):
+            return self.net(x) * self.scale
+
+    model = Scaled()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = ts.init(tmp_path, "resized")
+    run.watch(model, opt, weights_every=1)
+    norms = []
+    for step, (x, y) in enumerate(run.data(batches(5))):
+        if step == 3:
+            with torch.no_grad():
+                model.scale.data = torch.full((1,), 0.5)
+                model.scale.grad = None
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()  # no graph kept past the step
+        norms.append(float(model.scale.grad.double().norm()))
+        opt.step()
+    run.finish()
+    view = ts.open_run(tmp_path / "resized")
+    grads, weights = view.tensor_stats("grad/scale"), view.tensor_stats("weight/scale")
+    assert [s["numel"] for s in grads] == [4, 4, 4, 1, 1]
+    assert [s["numel"] for s in weights] == [4, 4, 4, 1, 1]
+    assert [s["l2_norm"] for s in grads] == pytest.approx(norms, rel=1e-6)
+    assert weights[-1]["mean"] == pytest.approx(float(model.scale))
+
+
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
 def test_strided_activations_are_read_in_logical_order(tmp_path, memory_format):
     """A channels_last conv (its ReLU's output is strided) and an attention-like transpose:
