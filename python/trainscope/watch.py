@@ -316,7 +316,7 @@ class Watcher:
         self._worker_plan = None    # the gradient plan the helper holds
         self._rss_step = None       # the step whose RSS the helper logs with the gradient pass
         self._copies_in_flight = False  # snapshot copies on the helper, until the optimizer steps
-        self._act_captured = []     # (module name, tag, kind, output, its version) of this forward
+        self._act_captured = []     # this forward's tensors for the helper, with their layouts (_capture)
         self._act_in_flight = []    # (module name, output, its version) until committed
         self._act_in_place = set()  # modules whose output a later op changed in place: measured at once
         self._act_pending = []      # device activation stats of this step
@@ -637,13 +637,15 @@ class Watcher:
         read the changed values; that module is measured in its hook from then on."""
         if not self._act_in_flight:
             return
+        in_flight, self._act_in_flight = self._act_in_flight, []
         keep = []
-        for name, out, version in self._act_in_flight:
+        for name, out, version in in_flight:
             same = out._version == version
             keep.append(same)
             if not same:
                 self._act_in_place.add(name)
-        self._act_in_flight = []  # the tensors may go once the commit has waited for the passes
+        # Waits for the passes first: only then may the tensors go (in_flight holds them until
+        # this returns; freed earlier, a pass still queued would read reused memory).
         self._worker.commit_activations(self.rec, keep)
 
     def _end_backward(self):
@@ -1022,13 +1024,6 @@ class Watcher:
             snaps = [self._snapshots.get(n) for n, _ in kept]
             if kept and not self._force_device_path and all(p.is_cpu for _, p in kept) \
                     and all(s is not None and s.is_cpu and s.is_contiguous() for s in snaps):
-                numels = [p.numel() for _, p in kept]
-                # Two memory-bound halves at once: the helper thread takes the first tensors
-                # (about half the values), the training thread the rest.
-                split, total, half = 0, 0, sum(numels) / 2
-                while split < len(numels) - 1 and total + numels[split] <= half:
-                    total += numels[split]
-                    split += 1
                 self._wplan = types.SimpleNamespace(
                     tensors=[(p, p.dtype, p.numel()) for _, p in kept],
                     snapshots=snaps,  # held: the pass writes into them
@@ -1037,7 +1032,7 @@ class Watcher:
                     ratio_ids=[self._id("update_ratio/" + n, "scalar") for n, _ in kept],
                     previous=[s.data_ptr() for s in snaps],
                     bytes=[p.numel() * p.element_size() for _, p in kept],
-                    numels=numels, codes=[_DTYPE_CODES[p.dtype] for _, p in kept], split=split)
+                    numels=[p.numel() for _, p in kept], codes=[_DTYPE_CODES[p.dtype] for _, p in kept])
         return self._wplan or None
 
     def _cpu_weight_pointers(self, plan):
@@ -1092,19 +1087,9 @@ class Watcher:
         histogram = bool(self.histograms_every) and self._due(self.histograms_every)
         plan = self._weight_plan()
         current = self._cpu_weight_pointers(plan) if plan is not None else None
-        if current is not None:
-            split = plan.split
-            if split:
-                self._helper().submit_weight_updates(self.rec, step, plan.weight_ids[:split], plan.update_ids[:split],
-                                                     plan.ratio_ids[:split], current[:split], plan.previous[:split],
-                                                     plan.numels[:split], plan.codes[:split], histogram)
-            try:
-                self.rec.log_weight_update_many(step, plan.weight_ids[split:], plan.update_ids[split:],
-                                                plan.ratio_ids[split:], current[split:], plan.previous[split:],
-                                                plan.numels[split:], plan.codes[split:], histogram)
-            finally:
-                if split:
-                    self._worker.wait_all()
+        if current is not None:  # in two halves, on the helper and on this thread
+            self._helper().weight_update_pass(self.rec, step, plan.weight_ids, plan.update_ids, plan.ratio_ids,
+                                              current, plan.previous, plan.numels, plan.codes, histogram)
             self._snapshot_step = step
             return
         cpu, device = [], []

@@ -182,6 +182,16 @@ void CheckWeightUpdates(const std::vector<uint32_t>& weight_ids, const std::vect
                                    numels.size(), dtype_codes.size()});
 }
 
+// The records of one parameter: its weight and update statistics and update_ratio.
+void LogWeightUpdate(Recorder& recorder, int64_t step, uint32_t weight_id, uint32_t update_id, uint32_t ratio_id,
+                     const TensorStats& w, const TensorStats& u) {
+  const double ratio = w.l2_norm() > 0 ? u.l2_norm() / w.l2_norm()
+                                       : (u.l2_norm() > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+  recorder.LogTensorStats(weight_id, step, w);
+  recorder.LogTensorStats(update_id, step, u);
+  recorder.LogScalar(ratio_id, step, (u.nan || u.inf || w.nan || w.inf) ? std::nan("") : ratio);
+}
+
 void WeightUpdatesNoGil(Recorder& recorder, int64_t step, const std::vector<uint32_t>& weight_ids,
                         const std::vector<uint32_t>& update_ids, const std::vector<uint32_t>& ratio_ids,
                         const std::vector<uintptr_t>& current, const std::vector<uintptr_t>& previous,
@@ -190,11 +200,7 @@ void WeightUpdatesNoGil(Recorder& recorder, int64_t step, const std::vector<uint
     TensorStats w, u;
     watch::WeightAndUpdateStats(reinterpret_cast<const void*>(current[i]), reinterpret_cast<void*>(previous[i]),
                                 numels[i], dtypes[i], histogram, &w, &u);
-    const double ratio = w.l2_norm() > 0 ? u.l2_norm() / w.l2_norm()
-                                         : (u.l2_norm() > 0 ? std::numeric_limits<double>::infinity() : 0.0);
-    recorder.LogTensorStats(weight_ids[i], step, w);
-    recorder.LogTensorStats(update_ids[i], step, u);
-    recorder.LogScalar(ratio_ids[i], step, (u.nan || u.inf || w.nan || w.inf) ? std::nan("") : ratio);
+    LogWeightUpdate(recorder, step, weight_ids[i], update_ids[i], ratio_ids[i], w, u);
   }
 }
 
@@ -297,19 +303,62 @@ class StatsWorker {
     });
   }
 
-  // Part of a weight/update pass, while the caller does the rest (WaitAll() before the
-  // parameters change again).
-  void SubmitWeightUpdates(Recorder& recorder, int64_t step, std::vector<uint32_t> weight_ids,
-                           std::vector<uint32_t> update_ids, std::vector<uint32_t> ratio_ids,
-                           std::vector<uintptr_t> current, std::vector<uintptr_t> previous,
-                           std::vector<uint64_t> numels, const std::vector<int>& dtype_codes, bool histogram) {
+  // The weight/update pass (WeightUpdatesNoGil's records) in two halves of the values at
+  // once, both memory-bound: this thread takes the first half, the calling thread the rest;
+  // a tensor across the boundary is read in two parts whose statistics are merged (one
+  // large tensor, such as a CNN's first Linear, would otherwise leave one side idle).
+  void WeightUpdatePass(Recorder& recorder, int64_t step, const std::vector<uint32_t>& weight_ids,
+                        const std::vector<uint32_t>& update_ids, const std::vector<uint32_t>& ratio_ids,
+                        const std::vector<uintptr_t>& current, const std::vector<uintptr_t>& previous,
+                        const std::vector<uint64_t>& numels, const std::vector<int>& dtype_codes, bool histogram) {
     CheckWeightUpdates(weight_ids, update_ids, ratio_ids, current, previous, numels, dtype_codes);
-    Push([recorder = &recorder, step, weight_ids = std::move(weight_ids), update_ids = std::move(update_ids),
-          ratio_ids = std::move(ratio_ids), current = std::move(current), previous = std::move(previous),
-          numels = std::move(numels), dtypes = DTypes(dtype_codes), histogram] {
-      WeightUpdatesNoGil(*recorder, step, weight_ids, update_ids, ratio_ids, current, previous, numels, dtypes,
-                         histogram);
-    });
+    const std::vector<DType> dtypes = DTypes(dtype_codes);
+    struct Part {
+      size_t tensor;
+      uint64_t begin, count;
+      TensorStats weight, update;
+    };
+    uint64_t total = 0;
+    for (uint64_t n : numels) total += n;
+    const uint64_t half = total / 2 / kPartAlign * kPartAlign;
+    std::vector<Part> first, second;
+    uint64_t seen = 0;
+    for (size_t i = 0; i < numels.size(); ++i) {
+      const uint64_t begin = seen, end = seen + numels[i];
+      if (end <= half) {
+        first.push_back({i, 0, numels[i], {}, {}});
+      } else if (begin >= half) {
+        second.push_back({i, 0, numels[i], {}, {}});
+      } else {
+        first.push_back({i, 0, half - begin, {}, {}});
+        second.push_back({i, half - begin, end - half, {}, {}});
+      }
+      seen = end;
+    }
+    auto run = [&](std::vector<Part>& parts) {
+      for (Part& part : parts) {
+        const size_t bytes = ElementSize(dtypes[part.tensor]);
+        watch::WeightAndUpdateStats(reinterpret_cast<const void*>(current[part.tensor] + part.begin * bytes),
+                                    reinterpret_cast<void*>(previous[part.tensor] + part.begin * bytes), part.count,
+                                    dtypes[part.tensor], histogram, &part.weight, &part.update);
+      }
+    };
+    {
+      py::gil_scoped_release release;
+      Push([&] { run(first); });
+      run(second);
+      std::unique_lock<std::mutex> lock(mu_);
+      done_cv_.wait(lock, [this] { return jobs_.empty() && !busy_; });
+    }
+    std::vector<TensorStats> weights(numels.size()), updates(numels.size());
+    for (std::vector<Part>* parts : {&first, &second}) {
+      for (const Part& part : *parts) {
+        MergeTensorStats(weights[part.tensor], part.weight);
+        MergeTensorStats(updates[part.tensor], part.update);
+      }
+    }
+    for (size_t i = 0; i < numels.size(); ++i) LogWeightUpdate(recorder, step, weight_ids[i], update_ids[i],
+                                                               ratio_ids[i], weights[i], updates[i]);
   }
 
   // Module outputs of one forward (or the model's inputs), measured in one job; held for
@@ -373,6 +422,20 @@ class StatsWorker {
     });
   }
 
+  // Holds the queued passes until Resume() (tests: a helper that runs late, after the
+  // training thread has gone on).
+  void Pause() {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = true;
+  }
+  void Resume() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      paused_ = false;
+    }
+    cv_.notify_all();
+  }
+
   // Waits until every submitted pass is done.
   void WaitAll() {
     py::gil_scoped_release release;
@@ -416,6 +479,7 @@ class StatsWorker {
     bool histogram;
     std::vector<int64_t> sizes, strides;  // strides empty: contiguous
   };
+  static constexpr uint64_t kPartAlign = 16384;  // the split falls on a pass block's boundary
   struct GradientPlan {
     std::vector<uint32_t> ids;
     std::vector<uint64_t> numels;
@@ -435,7 +499,7 @@ class StatsWorker {
   void Loop() {
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
-      cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+      cv_.wait(lock, [this] { return stop_ || (!jobs_.empty() && !paused_); });
       if (stop_) return;
       std::function<void()> job = std::move(jobs_.front());
       jobs_.pop_front();
@@ -454,6 +518,7 @@ class StatsWorker {
   std::vector<Activation> activations_;
   bool busy_ = false;
   bool stop_ = false;
+  bool paused_ = false;
   Totals gradient_totals_;
   GradientPlan plan_;  // written only while no job runs (SetGradientPlan waits)
   std::thread thread_;  // last: starts after the members it reads
@@ -618,10 +683,12 @@ void RegisterWatch(py::module_& m) {
       .def("submit_activations", &StatsWorker::SubmitActivations, py::arg("step"), py::arg("ids"), py::arg("ptrs"),
            py::arg("numels"), py::arg("dtypes"), py::arg("outers"), py::arg("units"), py::arg("inners"),
            py::arg("kinds"), py::arg("histograms"), py::arg("sizes"), py::arg("strides"))
-      .def("submit_weight_updates", &StatsWorker::SubmitWeightUpdates, py::arg("recorder"), py::arg("step"),
+      .def("weight_update_pass", &StatsWorker::WeightUpdatePass, py::arg("recorder"), py::arg("step"),
            py::arg("weight_ids"), py::arg("update_ids"), py::arg("ratio_ids"), py::arg("current"),
-           py::arg("previous"), py::arg("numels"), py::arg("dtypes"), py::arg("histogram"), py::keep_alive<1, 2>())
+           py::arg("previous"), py::arg("numels"), py::arg("dtypes"), py::arg("histogram"))
       .def("wait_all", &StatsWorker::WaitAll)
+      .def("pause", &StatsWorker::Pause)
+      .def("resume", &StatsWorker::Resume)
       .def("gradient_totals", &StatsWorker::GradientTotals)
       .def("commit_activations", &StatsWorker::CommitActivations, py::arg("recorder"), py::arg("keep"));
 

@@ -111,18 +111,19 @@ TensorStats StatsWithRowNorms(const void* data, size_t rows, size_t row_len, DTy
 
 void WeightAndUpdateStats(const void* current, void* previous, size_t n, DType dtype, bool histogram,
                           TensorStats* weight, TensorStats* update) {
-  // The weights in one call; the update block by block through a stack buffer of
-  // differences (large blocks: few calls, each block still in L2), refreshing the snapshot
-  // as each block is done.
-  *weight = StatsOf(current, n, dtype, histogram);
+  // Block by block (large blocks: few calls, each still in L2): the weights' statistics,
+  // then the update through a buffer of differences while the block is in cache, then the
+  // snapshot refreshed. The weights are read from memory once.
+  *weight = TensorStats{};
   *update = TensorStats{};
-  update->has_histogram = histogram;
+  weight->has_histogram = update->has_histogram = histogram;
   if (dtype == DType::kFloat64) {
     const double* cur = static_cast<const double*>(current);
     double* prev = static_cast<double*>(previous);
     static thread_local std::vector<double> diff(kUpdateBlock);
     for (size_t i = 0; i < n; i += kUpdateBlock) {
       const size_t m = std::min(kUpdateBlock, n - i);
+      MergeTensorStats(*weight, ComputeTensorStats(cur + i, m, histogram));
       for (size_t j = 0; j < m; ++j) diff[j] = cur[i + j] - prev[i + j];
       std::memcpy(prev + i, cur + i, m * sizeof(double));
       MergeTensorStats(*update, ComputeTensorStats(diff.data(), m, histogram));
@@ -135,11 +136,13 @@ void WeightAndUpdateStats(const void* current, void* previous, size_t n, DType d
     if (dtype == DType::kFloat32) {
       const float* cur = static_cast<const float*>(current) + i;
       float* prev = static_cast<float*>(previous) + i;
+      MergeTensorStats(*weight, ComputeTensorStats(cur, m, histogram));
       for (size_t j = 0; j < m; ++j) diff[j] = cur[j] - prev[j];
       std::memcpy(prev, cur, m * sizeof(float));
     } else {
       // The difference of two 16-bit values is exact in float (it is what the optimizer
       // changed, before rounding to the tensor's dtype made it zero or not).
+      MergeTensorStats(*weight, StatsOf(static_cast<const uint16_t*>(current) + i, m, dtype, histogram));
       Widen(current, dtype, i, m, cur_block.data());
       Widen(previous, dtype, i, m, diff.data());
       for (size_t j = 0; j < m; ++j) diff[j] = cur_block[j] - diff[j];

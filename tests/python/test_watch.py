@@ -7,6 +7,7 @@ and compares the stored statistics with it.
 
 import json
 import math
+import threading
 import time
 
 import numpy as np
@@ -208,6 +209,37 @@ def test_activation_dead_fraction_and_saturation(tmp_path):
     lin = view.tensor_stats("act/2")[1]
     assert lin["l2_norm"] == pytest.approx(float(model[2](model[1](model[0](batches(2)[1][0]))).norm()), rel=1e-5)
     assert json.loads(view.meta["extra"]["module_order"]) == ["0", "1", "2", "3", "4", "5"]
+
+
+def test_activations_outlive_a_late_helper_pass(tmp_path):
+    """The helper thread measures the outputs late (held here until the training thread
+    waits for it at the optimizer step, when backward has long freed them): trainscope
+    must keep them until its pass is done. Freed, a small tensor's first values hold the
+    allocator's free-list pointers by the time the pass reads it."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    with torch.no_grad():
+        model[0].bias[:5] = -100.0  # units 0-4 never fire
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # the outputs can be recomputed after
+    run = ts.init(tmp_path, "late")
+    watcher = run.watch(model, opt, activations_every=1)
+    helper = watcher._helper()
+    data = batches(4)
+    for x, y in run.data(data):
+        opt.zero_grad()
+        helper.pause()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        threading.Timer(0.2, helper.resume).start()  # while the step waits for the pass
+        opt.step()
+    run.finish()
+    relu = ts.open_run(tmp_path / "late").tensor_stats("act/1")
+    assert len(relu) == 4
+    for s, (x, _) in zip(relu, data):
+        with torch.no_grad():
+            out = model[1](model[0](x))
+        assert s["dead_fraction"] == pytest.approx(float(((out != 0).sum(dim=0) == 0).double().mean()))
+        assert s["zeros"] == int((out == 0).sum())
+        assert s["l2_norm"] == pytest.approx(float(out.double().norm()), rel=1e-6)
 
 
 def test_activation_changed_in_place_later_is_not_misread(tmp_path):
