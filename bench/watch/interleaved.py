@@ -6,7 +6,7 @@ same neighbour: with the order only rotated, each mode kept its predecessor (pla
 ran right after detect_anomaly, defaults right after plain), and the five-mode run put the
 defaults 0.9 % *below* plain. Neighbouring steps share the
 host's state (its other tenants, its clock), which on the shared development VM moves by
-more than the effect measured; blocks of steps (inprocess.py, overhead.py) let it drift
+more than the effect measured; blocks of steps (overhead.py; inprocess.py before) let it drift
 between the blocks compared. The copies themselves differ (their tensors lie at other
 addresses: a first try with fixed roles measured one watched copy 3.6 % *faster* than the
 plain one), so the roles rotate: each window the modes move to the next copy (a watcher is
@@ -24,7 +24,6 @@ wrappers in each step, against plain's step time.
 """
 
 import argparse
-import contextlib
 import itertools
 import os
 import random
@@ -41,9 +40,8 @@ import torch
 import trainscope as ts
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from overhead import cnn_setup, lm_setup, naive_stats  # noqa: E402
+from overhead import EVERYTHING, cnn_setup, lm_setup, train_step  # noqa: E402
 
-EVERYTHING = dict(every=1, histograms_every=1, activations_every=1, weights_every=1, units_every=1)
 WATCH_OPTIONS = {"defaults": {}, "everything": EVERYTHING}
 ALL_MODES = ["plain", "defaults", "everything", "naive", "anomaly"]
 
@@ -83,18 +81,9 @@ class Mode:
                    if any(lo <= step < hi for lo, hi in self.watch_steps))
 
     def step(self):
-        copy = self.copy
         start = time.perf_counter()
         x, y = next(self.batches)
-        with torch.autograd.detect_anomaly() if self.name == "anomaly" else contextlib.nullcontext():
-            copy.opt.zero_grad()
-            loss = copy.loss_fn(copy.model(x), y)
-            loss.backward()
-            if self.name == "naive":
-                naive_stats(copy.model)
-            copy.opt.step()
-        if self.run is not None:
-            self.run.log({"train/loss": loss})
+        train_step(self.name, self.copy.model, self.copy.opt, self.copy.loss_fn, x, y, self.run)
         return time.perf_counter() - start
 
 

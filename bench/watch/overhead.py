@@ -114,6 +114,24 @@ def naive_stats(model):
     return out
 
 
+# watch() options of the "everything" mode: every statistic every step
+EVERYTHING = dict(every=1, histograms_every=1, activations_every=1, weights_every=1, units_every=1)
+
+
+def train_step(mode, model, opt, loss_fn, x, y, run=None):
+    """One training step as the mode trains it (naive statistics, detect_anomaly); a
+    watched mode logs its loss to its run."""
+    with torch.autograd.detect_anomaly() if mode == "anomaly" else contextlib.nullcontext():
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        if mode == "naive":
+            naive_stats(model)
+        opt.step()
+    if run is not None:
+        run.log({"train/loss": loss})
+
+
 class Mode:
     def __init__(self, name, setup, logdir):
         self.name = name
@@ -126,38 +144,26 @@ class Mode:
         self.cursor = 0
         if name in ("defaults", "everything"):
             self.run = ts.init(logdir, f"{name}-{id(self)}", flush_interval=1.0)
-            options = {}
-            if name == "everything":
-                options = dict(every=1, histograms_every=1, activations_every=1, weights_every=1, units_every=1)
-            self.run.watch(self.model, self.opt, **options)
+            self.run.watch(self.model, self.opt, **(EVERYTHING if name == "everything" else {}))
 
     def train_block(self, steps, record):
         loader = self.batches[self.cursor:] + self.batches[:self.cursor]
         loader = (loader * (steps // len(loader) + 1))[:steps]
         self.cursor = (self.cursor + steps) % len(self.batches)
         source = self.run.data(loader) if self.run is not None else loader
-        anomaly = torch.autograd.detect_anomaly() if self.name == "anomaly" else contextlib.nullcontext()
         times = []
         cpu_start = time.process_time()
         start = time.perf_counter()
         thread_start = time.thread_time()
-        with anomaly:
-            for x, y in source:
-                self.opt.zero_grad()
-                loss = self.loss_fn(self.model(x), y)
-                loss.backward()
-                if self.name == "naive":
-                    naive_stats(self.model)
-                self.opt.step()
-                if self.run is not None:
-                    self.run.log({"train/loss": loss})
-                now = time.perf_counter()
-                times.append(now - start)
-                thread_now = time.thread_time()
-                if self.run is not None and record:
-                    self.step_wall[self.run._step] = now - start
-                    self.step_thread[self.run._step] = thread_now - thread_start
-                start, thread_start = now, thread_now
+        for x, y in source:
+            train_step(self.name, self.model, self.opt, self.loss_fn, x, y, self.run)
+            now = time.perf_counter()
+            times.append(now - start)
+            thread_now = time.thread_time()
+            if self.run is not None and record:
+                self.step_wall[self.run._step] = now - start
+                self.step_thread[self.run._step] = thread_now - thread_start
+            start, thread_start = now, thread_now
         cpu = (time.process_time() - cpu_start) / len(times)
         if record:
             self.block_means.append(sum(times) / len(times))

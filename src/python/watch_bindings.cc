@@ -15,7 +15,6 @@
 #include <functional>
 #include <deque>
 #include <thread>
-#include <optional>
 #include <mutex>
 #include <condition_variable>
 #include <cstring>
@@ -250,7 +249,9 @@ uint64_t ActivationStats(Recorder& recorder, uint32_t id, int64_t step, uintptr_
 // Passes on a helper thread, in submission order, overlapping the training's own work:
 //  - the gradient pass while the optimizer steps (optimizers read the gradients and write
 //    the parameters and their own state, so both can read the same memory at once);
-//  - activation passes while the forward goes on. Their results are held until
+//  - weight snapshot copies while the forward runs, and half of the weight/update pass
+//    while the calling thread does the other half;
+//  - activation passes while the backward goes on. Their results are held until
 //    CommitActivations: the caller logs only those whose tensor no later op changed in
 //    place (torch's version counter), since the pass may have read it mid-change.
 // The caller keeps every tensor alive until WaitAll() has returned.
@@ -343,13 +344,12 @@ class StatsWorker {
                                     dtypes[part.tensor], histogram, &part.weight, &part.update);
       }
     };
+    Push([&] { run(first); });
     {
       py::gil_scoped_release release;
-      Push([&] { run(first); });
       run(second);
-      std::unique_lock<std::mutex> lock(mu_);
-      done_cv_.wait(lock, [this] { return jobs_.empty() && !busy_; });
     }
+    WaitAll();
     std::vector<TensorStats> weights(numels.size()), updates(numels.size());
     for (std::vector<Part>* parts : {&first, &second}) {
       for (const Part& part : *parts) {

@@ -651,32 +651,6 @@ def test_compiled_model_keeps_step_level_statistics(tmp_path, capfd):
     assert {"grad/_orig_mod.0.weight", "time/forward", "time/backward", "opt/lr"} <= tags
 
 
-def test_conv_channels_dead_fraction_and_activation_histogram(tmp_path):
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
-                                torch.nn.Linear(8 * 6 * 6, 2))
-    with torch.no_grad():
-        model[0].bias[:3] = -50.0  # channels 0-2 never fire
-    captured = []
-    model[1].register_forward_hook(lambda m, a, out: captured.append(out.detach().clone()))
-    opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    run = ts.init(tmp_path, "conv")
-    run.watch(model, opt, activations_every=1, histograms_every=1)
-    g = torch.Generator().manual_seed(2)
-    for _ in run.data(range(2)):
-        opt.zero_grad()
-        model(torch.randn(4, 3, 6, 6, generator=g)).sum().backward()
-        opt.step()
-    run.finish()
-    stats = ts.open_run(tmp_path / "conv").tensor_stats("act/1")
-    for s, out in zip(stats, captured):
-        dead = float(((out != 0).sum(dim=(0, 2, 3)) == 0).double().mean())
-        assert dead >= 3 / 8
-        assert s["dead_fraction"] == pytest.approx(dead)
-        assert s["zeros"] == int((out == 0).sum())
-        assert s["exponent_counts"] == exponent_bins(out)
-
-
 def test_a_parameter_replaced_by_one_of_another_size_is_read_at_its_new_size(tmp_path):
     """The passes' per-parameter plans are checked each step: `p.data = smaller` (pruning)
     must not make them read the old size past the new tensor's end."""
@@ -714,9 +688,10 @@ def test_a_parameter_replaced_by_one_of_another_size_is_read_at_its_new_size(tmp
 
 
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
-def test_strided_activations_are_read_in_logical_order(tmp_path, memory_format):
-    """A channels_last conv (its ReLU's output is strided) and an attention-like transpose:
-    the helper thread gathers them; the statistics are those of the logical tensor."""
+def test_conv_channels_dead_fraction_and_activation_histogram(tmp_path, memory_format):
+    """Dead conv channels and exponent histograms of activations, in both memory formats: a
+    channels_last conv's ReLU output is strided, as is an attention-like transpose; the
+    helper thread gathers them and the statistics are those of the logical tensor."""
 
     class Transpose(torch.nn.Module):
         def forward(self, x):
