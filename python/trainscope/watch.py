@@ -315,7 +315,9 @@ class Watcher:
         self._in_flight = None      # (step, gradients kept alive) while the helper reads them
         self._worker_plan = None    # the gradient plan the helper holds
         self._rss_step = None       # the step whose RSS the helper logs with the gradient pass
-        self._copies_in_flight = False  # snapshot copies on the helper, until the optimizer steps
+        self._weights_due = None    # (step, histogram): the last optimizer step's weight/update pass, to start
+        self._weights_ticket = 0    # the helper's last snapshot copies or weight pass (StatsWorker.wait_for)
+        self._worker_wplan = None   # the weight plan the helper holds
         self._act_captured = []     # this forward's tensors for the helper, with their layouts (_capture)
         self._act_in_flight = []    # (module name, output, its version) until committed
         self._act_in_place = set()  # modules whose output a later op changed in place: measured at once
@@ -444,6 +446,10 @@ class Watcher:
             self._finish_gradients()
         except Exception as error:
             self.failures.report("gradients", error)
+        try:
+            self._submit_weight_pass()  # the last step's
+        except Exception as error:
+            self.failures.report("weights", error)
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
@@ -465,9 +471,9 @@ class Watcher:
                 pass  # wrapped again by someone else (an LR scheduler): ours stays, inert
         self._restore.clear()
         if self._worker is not None:
-            self._worker.wait_all()  # a snapshot copy may still be in flight
+            self._worker.wait_all()  # a snapshot copy or weight pass may still be in flight
         self._snapshots.clear()  # a copy of every parameter: not kept past the watch
-        self._wplan = None
+        self._wplan = self._worker_wplan = None
         self._drain(wait=True)
         self.timer.collect(wait=True)
 
@@ -545,13 +551,15 @@ class Watcher:
         if module.training:
             self.clock.begin()
         step = self.clock.step
-        if self._overlap and module.training and self._due(self.weights_every) \
-                and self._snapshot_step != step - 1 and "weights" not in self.failures.off:
-            # The weights the optimizer will update, copied on the helper thread while the
-            # forward and backward run (they do not change the parameters).
+        if self.optimizer is not None and module.training and "weights" not in self.failures.off:
+            # On the helper thread while the forward and backward run (they read the
+            # parameters and do not change them): the last sampled step's weight/update
+            # pass, and the copy of the weights this step's optimizer will update.
             try:
-                self._refresh_snapshots(beside=True)
-                self._snapshot_step = step - 1
+                self._submit_weight_pass()
+                if self._due(self.weights_every) and self._snapshot_step != step - 1:
+                    self._refresh_snapshots(beside=True)
+                    self._snapshot_step = step - 1
             except Exception as error:
                 self.failures.report("weights", error)
         if self.activations and (self._due(self.activations_every) or self._act_force or not self._order_recorded):
@@ -646,7 +654,7 @@ class Watcher:
                 self._act_in_place.add(name)
         # Waits for the passes first: only then may the tensors go (in_flight holds them until
         # this returns; freed earlier, a pass still queued would read reused memory).
-        self._worker.commit_activations(self.rec, keep)
+        self._worker.commit_activations(keep)
 
     def _end_backward(self):
         self.timer.stop("backward")
@@ -818,10 +826,12 @@ class Watcher:
             self.failures.report("gradients", error)
             skip = False
         try:
-            # The update of a sampled step needs the weights from just before it.
-            if "weights" not in self.failures.off and self._due(self.weights_every) \
-                    and self._snapshot_step != self.clock.step - 1:
-                self._refresh_snapshots()
+            if "weights" not in self.failures.off:
+                self._submit_weight_pass()  # no training forward came since the last step
+                # The update of a sampled step needs the weights from just before it.
+                if self._due(self.weights_every) and self._snapshot_step != self.clock.step - 1:
+                    self._refresh_snapshots()
+                    self._snapshot_step = self.clock.step - 1
         except Exception as error:
             self.failures.report("weights", error)
         result = None
@@ -830,9 +840,7 @@ class Watcher:
             print(f"trainscope: guard skipped optimizer step {self.clock.step}: non-finite gradients",
                   file=sys.stderr)
         else:
-            if self._copies_in_flight:
-                self._copies_in_flight = False
-                self._worker.wait_all()  # the snapshots must hold the weights before this update
+            self._wait_weights()  # the pass and the snapshots read the weights from before this update
             self.timer.start("optimizer")
             self._leave()  # the optimizer's own work is not trainscope's cost
             try:
@@ -888,14 +896,14 @@ class Watcher:
         if self.memory:  # read on the helper too (see _on_step_end)
             rss_id = self._id("mem/rss", "scalar")
             self._rss_step = step
-        worker.submit_gradient_pass(self.rec, step, ptrs, histogram, units, rss_id)
+        worker.submit_gradient_pass(step, ptrs, histogram, units, rss_id)
         self._in_flight = (step, keep)
         return True
 
     def _helper(self):
         if self._worker is None:
             from trainscope import _core
-            self._worker = _core.StatsWorker()
+            self._worker = _core.StatsWorker(self.rec)
         return self._worker
 
     def _finish_gradients(self):
@@ -1054,11 +1062,12 @@ class Watcher:
         current = self._cpu_weight_pointers(plan) if plan is not None else None
         if current is not None:  # copies done by one C++ call (not a torch op per tensor)
             if beside:
-                self._helper().submit_copies(plan.previous, current, plan.bytes)
-                self._copies_in_flight = True
+                self._weights_ticket = self._helper().submit_copies(plan.previous, current, plan.bytes)
             else:
+                self._wait_weights()
                 _core.copy_many(plan.previous, current, plan.bytes)
             return
+        self._wait_weights()
         self._wplan = None  # snapshots may be made below
         dst, src, nbytes = [], [], []
         with torch.no_grad():
@@ -1075,20 +1084,56 @@ class Watcher:
                 else:
                     snap.copy_(p.detach())
         if dst and beside:
-            self._helper().submit_copies(dst, src, nbytes)
-            self._copies_in_flight = True
+            self._weights_ticket = self._helper().submit_copies(dst, src, nbytes)
         elif dst:
             _core.copy_many(dst, src, nbytes)
+
+    def _wait_weights(self):
+        """Waits for the helper's snapshot copies and weight pass (before the weights change)."""
+        if self._weights_ticket:
+            ticket, self._weights_ticket = self._weights_ticket, 0
+            self._worker.wait_for(ticket)
 
     def _after_update(self):
         step = self.clock.step
         if not self._due(self.weights_every):
             return
         histogram = bool(self.histograms_every) and self._due(self.histograms_every)
+        if self.optimizer is not None:
+            # Deferred to the next training forward, where on CPU the helper thread reads the
+            # weights while forward and backward run (_submit_weight_pass). The update is
+            # then the change up to that forward: the step's, and any the loop made after
+            # it (a WGAN's clamp), which a pass right after the step would race with.
+            self._weights_due = (step, histogram)
+            self._snapshot_step = step
+            return
+        self._weight_stats_now(step, histogram)
+
+    def _submit_weight_pass(self):
+        """Starts the weight/update pass deferred from the last sampled optimizer step on the
+        helper thread (the next optimizer step waits for it)."""
+        if self._weights_due is None:
+            return
+        step, histogram = self._weights_due
+        self._weights_due = None
+        plan = self._weight_plan()
+        current = self._cpu_weight_pointers(plan) if plan is not None else None
+        if current is None:  # the parameters changed since that step (moved, replaced)
+            self._weight_stats_now(step, histogram)
+            return
+        worker = self._helper()
+        if self._worker_wplan is not plan:
+            worker.set_weight_plan(plan.weight_ids, plan.update_ids, plan.ratio_ids, plan.previous, plan.numels,
+                                   plan.codes)
+            self._worker_wplan = plan
+        self._weights_ticket = worker.submit_weight_pass(step, current, histogram)
+
+    def _weight_stats_now(self, step, histogram):
+        """The weight/update pass on this thread (and half on the helper, on CPU)."""
         plan = self._weight_plan()
         current = self._cpu_weight_pointers(plan) if plan is not None else None
         if current is not None:  # in two halves, on the helper and on this thread
-            self._helper().weight_update_pass(self.rec, step, plan.weight_ids, plan.update_ids, plan.ratio_ids,
+            self._helper().weight_update_pass(step, plan.weight_ids, plan.update_ids, plan.ratio_ids,
                                               current, plan.previous, plan.numels, plan.codes, histogram)
             self._snapshot_step = step
             return

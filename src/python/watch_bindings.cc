@@ -249,15 +249,19 @@ uint64_t ActivationStats(Recorder& recorder, uint32_t id, int64_t step, uintptr_
 // Passes on a helper thread, in submission order, overlapping the training's own work:
 //  - the gradient pass while the optimizer steps (optimizers read the gradients and write
 //    the parameters and their own state, so both can read the same memory at once);
-//  - weight snapshot copies while the forward runs, and half of the weight/update pass
-//    while the calling thread does the other half;
+//  - weight snapshot copies, and the weight/update pass of the last optimizer step, while
+//    the next forward runs (it reads the weights and does not change them); without an
+//    optimizer to wait in, half of the weight/update pass while the calling thread does
+//    the other half;
 //  - activation passes while the backward goes on. Their results are held until
 //    CommitActivations: the caller logs only those whose tensor no later op changed in
 //    place (torch's version counter), since the pass may have read it mid-change.
 // The caller keeps every tensor alive until WaitAll() has returned.
 class StatsWorker {
  public:
-  StatsWorker() : thread_([this] { Loop(); }) {}
+  // Logs into recorder, which Python keeps alive as long as this worker (keep_alive on the
+  // constructor: on each submit it would add a reference per call, never dropped).
+  explicit StatsWorker(Recorder& recorder) : recorder_(recorder), thread_([this] { Loop(); }) {}
   ~StatsWorker() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -279,14 +283,13 @@ class StatsWorker {
   // The gradient pass over ptrs (one per planned parameter, 0: no gradient); per-unit norms
   // when units. rss_id (0: none) also logs the process's RSS at step from this thread: its
   // read costs ~0.2 ms when cold, which the training thread then does not pay.
-  void SubmitGradientPass(Recorder& recorder, int64_t step, std::vector<uintptr_t> ptrs, bool histogram,
-                          bool units, uint32_t rss_id) {
+  void SubmitGradientPass(int64_t step, std::vector<uintptr_t> ptrs, bool histogram, bool units, uint32_t rss_id) {
     CheckLengths(plan_.ids.size(), {ptrs.size()});
-    Push([this, recorder = &recorder, step, ptrs = std::move(ptrs), histogram, units, rss_id] {
-      if (rss_id) recorder->LogScalar(rss_id, step, static_cast<double>(watch::ProcessRssBytes()));
+    Push([this, step, ptrs = std::move(ptrs), histogram, units, rss_id] {
+      if (rss_id) recorder_.LogScalar(rss_id, step, static_cast<double>(watch::ProcessRssBytes()));
       static const std::vector<uint64_t> kNoRows;
       static const std::vector<uint32_t> kNoUnits;
-      const Totals t = StatsManyNoGil(*recorder, step, plan_.ids, ptrs, plan_.numels, plan_.dtypes,
+      const Totals t = StatsManyNoGil(recorder_, step, plan_.ids, ptrs, plan_.numels, plan_.dtypes,
                                       units ? plan_.rows : kNoRows, units ? plan_.unit_ids : kNoUnits, histogram);
       std::lock_guard<std::mutex> lock(mu_);
       gradient_totals_ = t;
@@ -294,13 +297,37 @@ class StatsWorker {
   }
 
   // memcpy of each src[i] into dst[i] on this thread (weight snapshots, while the forward
-  // runs; WaitAll() before the sources change).
-  void SubmitCopies(std::vector<uintptr_t> dst, std::vector<uintptr_t> src, std::vector<uint64_t> bytes) {
+  // runs; WaitFor(the returned ticket) before the sources change).
+  uint64_t SubmitCopies(std::vector<uintptr_t> dst, std::vector<uintptr_t> src, std::vector<uint64_t> bytes) {
     CheckLengths(dst.size(), {src.size(), bytes.size()});
-    Push([dst = std::move(dst), src = std::move(src), bytes = std::move(bytes)] {
+    return Push([dst = std::move(dst), src = std::move(src), bytes = std::move(bytes)] {
       for (size_t i = 0; i < dst.size(); ++i) {
         std::memcpy(reinterpret_cast<void*>(dst[i]), reinterpret_cast<const void*>(src[i]), bytes[i]);
       }
+    });
+  }
+
+  // What the deferred weight/update pass needs of each parameter, given once (the
+  // snapshots' addresses among it): per pass only the weights' addresses cross.
+  void SetWeightPlan(std::vector<uint32_t> weight_ids, std::vector<uint32_t> update_ids,
+                     std::vector<uint32_t> ratio_ids, std::vector<uintptr_t> previous, std::vector<uint64_t> numels,
+                     const std::vector<int>& dtype_codes) {
+    CheckWeightUpdates(weight_ids, update_ids, ratio_ids, previous, previous, numels, dtype_codes);
+    WaitAll();  // a pass in flight reads the old plan
+    weight_plan_ = {std::move(weight_ids), std::move(update_ids), std::move(ratio_ids), std::move(previous),
+                    std::move(numels), DTypes(dtype_codes)};
+  }
+
+  // The whole weight/update pass (WeightUpdatesNoGil's records) over current (one address
+  // per planned parameter) on this thread, logged from here: it runs while the next
+  // forward and backward do, which read the weights and do not change them. WaitFor(the
+  // returned ticket) before the weights change.
+  uint64_t SubmitWeightPass(int64_t step, std::vector<uintptr_t> current, bool histogram) {
+    CheckLengths(weight_plan_.weight_ids.size(), {current.size()});
+    return Push([this, step, current = std::move(current), histogram] {
+      const WeightPlan& p = weight_plan_;
+      WeightUpdatesNoGil(recorder_, step, p.weight_ids, p.update_ids, p.ratio_ids, current, p.previous, p.numels,
+                         p.dtypes, histogram);
     });
   }
 
@@ -308,7 +335,7 @@ class StatsWorker {
   // once, both memory-bound: this thread takes the first half, the calling thread the rest;
   // a tensor across the boundary is read in two parts whose statistics are merged (one
   // large tensor, such as a CNN's first Linear, would otherwise leave one side idle).
-  void WeightUpdatePass(Recorder& recorder, int64_t step, const std::vector<uint32_t>& weight_ids,
+  void WeightUpdatePass(int64_t step, const std::vector<uint32_t>& weight_ids,
                         const std::vector<uint32_t>& update_ids, const std::vector<uint32_t>& ratio_ids,
                         const std::vector<uintptr_t>& current, const std::vector<uintptr_t>& previous,
                         const std::vector<uint64_t>& numels, const std::vector<int>& dtype_codes, bool histogram) {
@@ -357,7 +384,7 @@ class StatsWorker {
         MergeTensorStats(updates[part.tensor], part.update);
       }
     }
-    for (size_t i = 0; i < numels.size(); ++i) LogWeightUpdate(recorder, step, weight_ids[i], update_ids[i],
+    for (size_t i = 0; i < numels.size(); ++i) LogWeightUpdate(recorder_, step, weight_ids[i], update_ids[i],
                                                                ratio_ids[i], weights[i], updates[i]);
   }
 
@@ -443,6 +470,15 @@ class StatsWorker {
     done_cv_.wait(lock, [this] { return jobs_.empty() && !busy_; });
   }
 
+  // Waits until the pass with this ticket (Submit*'s result) and those before it are done,
+  // not for later ones (the optimizer step waits for the weights' passes, while the
+  // gradient pass submitted after them goes on beside the step).
+  void WaitFor(uint64_t ticket) {
+    py::gil_scoped_release release;
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [this, ticket] { return finished_ >= ticket; });
+  }
+
   // The totals of the last gradient pass: (sum of squares, nan, inf). Call after WaitAll().
   std::tuple<double, uint64_t, uint64_t> GradientTotals() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -451,7 +487,7 @@ class StatsWorker {
 
   // Waits for every pass, then logs the activation results (in submission order) whose
   // keep flag is set, and drops all.
-  void CommitActivations(Recorder& recorder, const std::vector<bool>& keep) {
+  void CommitActivations(const std::vector<bool>& keep) {
     WaitAll();
     std::vector<Activation> done;
     {
@@ -460,7 +496,7 @@ class StatsWorker {
     }
     CheckLengths(done.size(), {keep.size()});
     for (size_t i = 0; i < done.size(); ++i) {
-      if (keep[i]) recorder.LogTensorStats(done[i].id, done[i].step, done[i].stats);
+      if (keep[i]) recorder_.LogTensorStats(done[i].id, done[i].step, done[i].stats);
     }
   }
 
@@ -488,12 +524,23 @@ class StatsWorker {
     std::vector<uint32_t> unit_ids;
   };
 
-  void Push(std::function<void()> job) {
+  struct WeightPlan {
+    std::vector<uint32_t> weight_ids, update_ids, ratio_ids;
+    std::vector<uintptr_t> previous;
+    std::vector<uint64_t> numels;
+    std::vector<DType> dtypes;
+  };
+
+  // Queues a job; returns its ticket (jobs finish in ticket order).
+  uint64_t Push(std::function<void()> job) {
+    uint64_t ticket;
     {
       std::lock_guard<std::mutex> lock(mu_);
       jobs_.push_back(std::move(job));
+      ticket = ++submitted_;
     }
     cv_.notify_all();
+    return ticket;
   }
 
   void Loop() {
@@ -508,19 +555,23 @@ class StatsWorker {
       job();
       lock.lock();
       busy_ = false;
-      if (jobs_.empty()) done_cv_.notify_all();
+      ++finished_;
+      done_cv_.notify_all();
     }
   }
 
+  Recorder& recorder_;
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   std::deque<std::function<void()>> jobs_;
   std::vector<Activation> activations_;
   bool busy_ = false;
+  uint64_t submitted_ = 0, finished_ = 0;  // tickets
   bool stop_ = false;
   bool paused_ = false;
   Totals gradient_totals_;
   GradientPlan plan_;  // written only while no job runs (SetGradientPlan waits)
+  WeightPlan weight_plan_;  // likewise (SetWeightPlan waits)
   std::thread thread_;  // last: starts after the members it reads
 };
 
@@ -674,23 +725,28 @@ void RegisterWatch(py::module_& m) {
                                    py::is_method(recorder), py::arg("key"), py::arg("value")));
 
   py::class_<StatsWorker>(m, "StatsWorker")
-      .def(py::init<>())
+      .def(py::init<Recorder&>(), py::arg("recorder"), py::keep_alive<1, 2>())
       .def("set_gradient_plan", &StatsWorker::SetGradientPlan, py::arg("ids"), py::arg("numels"), py::arg("dtypes"),
            py::arg("rows"), py::arg("unit_ids"))
-      .def("submit_gradient_pass", &StatsWorker::SubmitGradientPass, py::arg("recorder"), py::arg("step"),
-           py::arg("ptrs"), py::arg("histogram"), py::arg("units"), py::arg("rss_id"), py::keep_alive<1, 2>())
+      .def("submit_gradient_pass", &StatsWorker::SubmitGradientPass, py::arg("step"), py::arg("ptrs"),
+           py::arg("histogram"), py::arg("units"), py::arg("rss_id"))
       .def("submit_copies", &StatsWorker::SubmitCopies, py::arg("dst"), py::arg("src"), py::arg("bytes"))
       .def("submit_activations", &StatsWorker::SubmitActivations, py::arg("step"), py::arg("ids"), py::arg("ptrs"),
            py::arg("numels"), py::arg("dtypes"), py::arg("outers"), py::arg("units"), py::arg("inners"),
            py::arg("kinds"), py::arg("histograms"), py::arg("sizes"), py::arg("strides"))
-      .def("weight_update_pass", &StatsWorker::WeightUpdatePass, py::arg("recorder"), py::arg("step"),
+      .def("set_weight_plan", &StatsWorker::SetWeightPlan, py::arg("weight_ids"), py::arg("update_ids"),
+           py::arg("ratio_ids"), py::arg("previous"), py::arg("numels"), py::arg("dtypes"))
+      .def("submit_weight_pass", &StatsWorker::SubmitWeightPass, py::arg("step"), py::arg("current"),
+           py::arg("histogram"))
+      .def("weight_update_pass", &StatsWorker::WeightUpdatePass, py::arg("step"),
            py::arg("weight_ids"), py::arg("update_ids"), py::arg("ratio_ids"), py::arg("current"),
            py::arg("previous"), py::arg("numels"), py::arg("dtypes"), py::arg("histogram"))
       .def("wait_all", &StatsWorker::WaitAll)
+      .def("wait_for", &StatsWorker::WaitFor, py::arg("ticket"))
       .def("pause", &StatsWorker::Pause)
       .def("resume", &StatsWorker::Resume)
       .def("gradient_totals", &StatsWorker::GradientTotals)
-      .def("commit_activations", &StatsWorker::CommitActivations, py::arg("recorder"), py::arg("keep"));
+      .def("commit_activations", &StatsWorker::CommitActivations, py::arg("keep"));
 
   py::class_<GradCollector>(m, "GradCollector")
       .def(py::init<size_t>(), py::arg("slots"))

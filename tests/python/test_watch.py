@@ -7,6 +7,7 @@ and compares the stored statistics with it.
 
 import json
 import math
+import sys
 import threading
 import time
 
@@ -175,6 +176,47 @@ def test_weights_updates_and_ratio_match_torch(tmp_path):
     assert updates[2]["exponent_counts"] == exponent_bins(spy.after[4]["2.weight"] - spy.before[4]["2.weight"])
 
 
+def test_a_steps_update_counts_the_loops_own_changes_up_to_the_next_training_forward(tmp_path):
+    """A step's weights and update are read at the next training forward, on the helper
+    thread (held here until the optimizer step has to wait for it, before the weights
+    change): a WGAN's clamp after step() is part of the update; weights swapped in for an
+    evaluation under no_grad (an EMA's) are not."""
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=2.0)
+    spy = Spy(model, opt)
+    run = ts.init(tmp_path, "clamp")
+    watcher = run.watch(model, opt, weights_every=1)
+    helper = watcher._helper()
+    seen = []  # what each training forward sees
+    data = batches(4)
+    for x, y in run.data(data):
+        seen.append(model[2].weight.detach().clone())
+        opt.zero_grad()
+        helper.pause()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        threading.Timer(0.2, helper.resume).start()
+        opt.step()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.clamp_(-0.15, 0.15)
+            trained = model[2].weight.clone()
+            model[2].weight.fill_(3.0)
+            model.eval()
+            model(x)
+            model.train()
+            model[2].weight.copy_(trained)
+    run.finish()
+    seen.append(model[2].weight.detach().clone())
+    assert any(float(after["2.weight"].abs().max()) > 0.15 for after in spy.after)  # the clamp mattered
+    view = ts.open_run(tmp_path / "clamp")
+    weights, updates = view.tensor_stats("weight/2.weight"), view.tensor_stats("update/2.weight")
+    assert [s["step"] for s in weights] == [s["step"] for s in updates] == [0, 1, 2, 3]
+    for i in range(4):
+        assert weights[i]["l2_norm"] == pytest.approx(float(seen[i + 1].double().norm()), rel=1e-6)
+        assert weights[i]["abs_max"] == pytest.approx(float(seen[i + 1].abs().max()))
+        assert updates[i]["l2_norm"] == pytest.approx(float((seen[i + 1] - seen[i]).double().norm()), rel=1e-5)
+
+
 def test_activation_dead_fraction_and_saturation(tmp_path):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16), torch.nn.Tanh(),
@@ -209,6 +251,24 @@ def test_activation_dead_fraction_and_saturation(tmp_path):
     lin = view.tensor_stats("act/2")[1]
     assert lin["l2_norm"] == pytest.approx(float(model[2](model[1](model[0](batches(2)[1][0]))).norm()), rel=1e-5)
     assert json.loads(view.meta["extra"]["module_order"]) == ["0", "1", "2", "3", "4", "5"]
+
+
+def test_the_helper_thread_takes_no_reference_per_step(tmp_path):
+    """The helper's passes log into the run's recorder: a reference taken per submitted
+    pass (pybind11's keep_alive on a method call) would never be dropped, a leak per step."""
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = ts.init(tmp_path, "refs")
+    run.watch(model, opt, weights_every=1)
+    counts = []
+    for x, y in run.data(batches(40)):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        counts.append(sys.getrefcount(run._recorder))
+    run.finish()
+    assert len(ts.open_run(tmp_path / "refs").tensor_stats("grad/0.weight")) == 40  # the helper's passes ran
+    assert counts[-1] == counts[4]
 
 
 def test_activations_outlive_a_late_helper_pass(tmp_path):
@@ -682,7 +742,8 @@ def test_a_parameter_replaced_by_one_of_another_size_is_read_at_its_new_size(tmp
     view = ts.open_run(tmp_path / "resized")
     grads, weights = view.tensor_stats("grad/scale"), view.tensor_stats("weight/scale")
     assert [s["numel"] for s in grads] == [4, 4, 4, 1, 1]
-    assert [s["numel"] for s in weights] == [4, 4, 4, 1, 1]
+    # A step's weights are read at the next training forward: step 2's after the replacement.
+    assert [s["numel"] for s in weights] == [4, 4, 1, 1, 1]
     assert [s["l2_norm"] for s in grads] == pytest.approx(norms, rel=1e-6)
     assert weights[-1]["mean"] == pytest.approx(float(model.scale))
 
