@@ -880,9 +880,10 @@ class Watcher:
                                               plan.rows if units else [], plan.unit_ids if units else [],
                                               histogram)
 
-    def _submit_gradients(self, step, histogram, units):
+    def _submit_gradients(self, step, histogram, units, scalar_ids, scalar_values):
         """Starts the CPU gradient pass on the helper thread, to overlap the optimizer step;
-        False when the gradients need the general path."""
+        the helper also logs the step's scalars (ids, values). False when the gradients need
+        the general path (then nothing is logged)."""
         plan = self._cpu_plan()
         keep = []
         ptrs = self._cpu_gradient_pointers(plan, keep) if plan is not None else None
@@ -896,7 +897,7 @@ class Watcher:
         if self.memory:  # read on the helper too (see _on_step_end)
             rss_id = self._id("mem/rss", "scalar")
             self._rss_step = step
-        worker.submit_gradient_pass(step, ptrs, histogram, units, rss_id)
+        worker.submit_gradient_pass(step, ptrs, histogram, units, scalar_ids, scalar_values, rss_id)
         self._in_flight = (step, keep)
         return True
 
@@ -910,15 +911,11 @@ class Watcher:
         """Waits for the overlapped gradient pass and logs the global norm."""
         if self._in_flight is None:
             return
-        step, _ = self._in_flight
         try:
-            self._worker.wait_all()
-            sumsq, nan, inf = self._worker.gradient_totals()
+            if self._worker.finish_gradient_pass(self._id("grad/global_norm", "scalar")):
+                self._act_force = True  # non-finite gradients
         finally:
             self._in_flight = None  # the gradients may go now
-        self.rec.log_scalar_ids([self._id("grad/global_norm", "scalar")], [_global_norm(sumsq, nan, inf)], step)
-        if nan or inf:
-            self._act_force = True
 
     def _cpu_plan(self):
         """What the CPU gradient pass needs of each parameter, computed once (None: not all on CPU).
@@ -991,20 +988,6 @@ class Watcher:
         due = self._due(self.every)
         nonfinite = False
         ids, values = [], []  # this step's scalars, logged in one call
-        if due or self.guard:
-            totals = self._hot_totals(step) if due else None
-            if totals is None:
-                histogram = bool(self.histograms_every) and self._due(self.histograms_every)
-                units = self._due(self.units_every)
-                if not (self._overlap and self._submit_gradients(step, histogram, units)):
-                    totals = self._gradient_stats(step, histogram, units, sync=self.guard)
-            if totals is not None:
-                sumsq, nan, inf = totals
-                ids.append(self._id("grad/global_norm", "scalar"))
-                values.append(_global_norm(sumsq, nan, inf))
-                nonfinite = bool(nan or inf)
-                if nonfinite:
-                    self._act_force = True
         if due:
             ids.append(self._id("train/grad_zeroed", "scalar"))
             values.append(1.0 if self._grads_were_zeroed() else 0.0)
@@ -1019,6 +1002,22 @@ class Watcher:
                     values.append(lr)
                 else:  # a tensor LR (capturable optimizers): run.log's deferred copy
                     self.run.log({tag: lr}, step=step)
+        if due or self.guard:
+            totals = self._hot_totals(step) if due else None
+            if totals is None:
+                histogram = bool(self.histograms_every) and self._due(self.histograms_every)
+                units = self._due(self.units_every)
+                if self._overlap and self._submit_gradients(step, histogram, units, ids, values):
+                    ids = None  # the helper logs them with its pass
+                else:
+                    totals = self._gradient_stats(step, histogram, units, sync=self.guard)
+            if totals is not None:
+                sumsq, nan, inf = totals
+                ids.append(self._id("grad/global_norm", "scalar"))
+                values.append(_global_norm(sumsq, nan, inf))
+                nonfinite = bool(nan or inf)
+                if nonfinite:
+                    self._act_force = True
         if ids:
             self.rec.log_scalar_ids(ids, values, step)
         return self.guard and nonfinite

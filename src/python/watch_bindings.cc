@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdint>
 #include <functional>
 #include <deque>
@@ -281,11 +282,16 @@ class StatsWorker {
   }
 
   // The gradient pass over ptrs (one per planned parameter, 0: no gradient); per-unit norms
-  // when units. rss_id (0: none) also logs the process's RSS at step from this thread: its
-  // read costs ~0.2 ms when cold, which the training thread then does not pay.
-  void SubmitGradientPass(int64_t step, std::vector<uintptr_t> ptrs, bool histogram, bool units, uint32_t rss_id) {
+  // when units. Also logged at step from this thread: the step's scalars (lr, grad_zeroed),
+  // and, when rss_id is not 0, the process's RSS: a recorder call or an RSS read costs the
+  // training thread ~0.1-0.2 ms when its code is cold, as it is at this point of a step.
+  void SubmitGradientPass(int64_t step, std::vector<uintptr_t> ptrs, bool histogram, bool units,
+                          std::vector<uint32_t> scalar_ids, std::vector<double> scalar_values, uint32_t rss_id) {
     CheckLengths(plan_.ids.size(), {ptrs.size()});
-    Push([this, step, ptrs = std::move(ptrs), histogram, units, rss_id] {
+    CheckLengths(scalar_ids.size(), {scalar_values.size()});
+    Push([this, step, ptrs = std::move(ptrs), histogram, units, scalar_ids = std::move(scalar_ids),
+          scalar_values = std::move(scalar_values), rss_id] {
+      for (size_t i = 0; i < scalar_ids.size(); ++i) recorder_.LogScalar(scalar_ids[i], step, scalar_values[i]);
       if (rss_id) recorder_.LogScalar(rss_id, step, static_cast<double>(watch::ProcessRssBytes()));
       static const std::vector<uint64_t> kNoRows;
       static const std::vector<uint32_t> kNoUnits;
@@ -293,7 +299,26 @@ class StatsWorker {
                                       units ? plan_.rows : kNoRows, units ? plan_.unit_ids : kNoUnits, histogram);
       std::lock_guard<std::mutex> lock(mu_);
       gradient_totals_ = t;
+      gradient_step_ = step;
     });
+  }
+
+  // Waits for every pass, then logs the global gradient norm of the last gradient pass as
+  // norm_id at its step (NaN if any value was NaN, else Inf if any was Inf); returns whether
+  // any gradient value was not finite.
+  bool FinishGradientPass(uint32_t norm_id) {
+    WaitAll();
+    Totals t;
+    int64_t step;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      t = gradient_totals_;
+      step = gradient_step_;
+    }
+    const double norm = t.nan ? std::nan("") : (t.inf ? std::numeric_limits<double>::infinity()
+                                                       : std::sqrt(t.sum_squares));
+    recorder_.LogScalar(norm_id, step, norm);
+    return t.nan || t.inf;
   }
 
   // memcpy of each src[i] into dst[i] on this thread (weight snapshots, while the forward
@@ -479,12 +504,6 @@ class StatsWorker {
     done_cv_.wait(lock, [this, ticket] { return finished_ >= ticket; });
   }
 
-  // The totals of the last gradient pass: (sum of squares, nan, inf). Call after WaitAll().
-  std::tuple<double, uint64_t, uint64_t> GradientTotals() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return {gradient_totals_.sum_squares, gradient_totals_.nan, gradient_totals_.inf};
-  }
-
   // Waits for every pass, then logs the activation results (in submission order) whose
   // keep flag is set, and drops all.
   void CommitActivations(const std::vector<bool>& keep) {
@@ -569,7 +588,8 @@ class StatsWorker {
   uint64_t submitted_ = 0, finished_ = 0;  // tickets
   bool stop_ = false;
   bool paused_ = false;
-  Totals gradient_totals_;
+  Totals gradient_totals_;  // of the last gradient pass, at gradient_step_
+  int64_t gradient_step_ = 0;
   GradientPlan plan_;  // written only while no job runs (SetGradientPlan waits)
   WeightPlan weight_plan_;  // likewise (SetWeightPlan waits)
   std::thread thread_;  // last: starts after the members it reads
@@ -729,7 +749,8 @@ void RegisterWatch(py::module_& m) {
       .def("set_gradient_plan", &StatsWorker::SetGradientPlan, py::arg("ids"), py::arg("numels"), py::arg("dtypes"),
            py::arg("rows"), py::arg("unit_ids"))
       .def("submit_gradient_pass", &StatsWorker::SubmitGradientPass, py::arg("step"), py::arg("ptrs"),
-           py::arg("histogram"), py::arg("units"), py::arg("rss_id"))
+           py::arg("histogram"), py::arg("units"), py::arg("scalar_ids"), py::arg("scalar_values"),
+           py::arg("rss_id"))
       .def("submit_copies", &StatsWorker::SubmitCopies, py::arg("dst"), py::arg("src"), py::arg("bytes"))
       .def("submit_activations", &StatsWorker::SubmitActivations, py::arg("step"), py::arg("ids"), py::arg("ptrs"),
            py::arg("numels"), py::arg("dtypes"), py::arg("outers"), py::arg("units"), py::arg("inners"),
@@ -745,7 +766,7 @@ void RegisterWatch(py::module_& m) {
       .def("wait_for", &StatsWorker::WaitFor, py::arg("ticket"))
       .def("pause", &StatsWorker::Pause)
       .def("resume", &StatsWorker::Resume)
-      .def("gradient_totals", &StatsWorker::GradientTotals)
+      .def("finish_gradient_pass", &StatsWorker::FinishGradientPass, py::arg("norm_id"))
       .def("commit_activations", &StatsWorker::CommitActivations, py::arg("keep"));
 
   py::class_<GradCollector>(m, "GradCollector")
