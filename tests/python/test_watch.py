@@ -482,6 +482,31 @@ def test_evaluation_after_the_step_stays_on_that_step(tmp_path):
     assert [s["step"] for s in view.tensor_stats("act/0")] == [0]  # activations every 20 steps
 
 
+@pytest.mark.parametrize("rows", [16, 40000])  # 128 values: read at once; 320 k: on the helper thread
+def test_input_statistics_count_non_finite_values(tmp_path, rows):
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    run = ts.init(tmp_path, "inputs")
+    run.watch(model, opt)
+    g = torch.Generator().manual_seed(5)
+    xs = [torch.randn(rows, 8, generator=g) for _ in range(3)]
+    xs[1][0, 0] = float("nan")
+    xs[1][rows - 1, 3] = float("-inf")
+    for x in xs:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+    run.finish()
+    inputs = ts.open_run(tmp_path / "inputs").tensor_stats("input/0")
+    assert [s["step"] for s in inputs] == [0, 1, 2]
+    assert [(s["nan"], s["inf"]) for s in inputs] == [(0, 0), (1, 1), (0, 0)]
+    for s, x in zip(inputs, xs):
+        finite = x[torch.isfinite(x)].double()
+        assert s["numel"] == x.numel()
+        assert s["l2_norm"] == pytest.approx(float(finite.norm()), rel=1e-6)
+        assert s["abs_max"] == pytest.approx(float(finite.abs().max()))
+
+
 def test_watch_does_not_change_the_training(tmp_path):
     plain_model = mlp()
     plain_opt = torch.optim.Adam(plain_model.parameters(), lr=1e-2)
