@@ -47,9 +47,10 @@ _PLAIN, _DEAD_UNITS, _TANH, _SIGMOID = 0, 1, 2, 3
 # benchmark sets time.thread_time to measure the training thread's CPU instead, which
 # other processes on a shared machine do not inflate.
 self_clock = time.perf_counter
-# A float input up to this many values is measured at once, in the forward's pre-hook: the
-# helper thread's round trip (the job's lists, waking it, the commit) costs ~0.4 ms of the
-# training thread's time when cold, the pass itself ~1.6 ns a value (dev VM).
+# Without the gradient pass on the helper to go with, a float input up to this many values
+# is measured at once, in the forward's pre-hook: a job of its own on the helper thread (the
+# job's lists, waking it, the commit) costs ~0.4 ms of the training thread's time when
+# cold, the pass itself ~1.6 ns a value (dev VM).
 _INLINE_INPUT = 1 << 18
 
 # Columns of the packed per-tensor statistics (device path).
@@ -325,6 +326,7 @@ class Watcher:
         self._act_captured = []     # this forward's tensors for the helper, with their layouts (_capture)
         self._act_in_flight = []    # (module name, output, its version) until committed
         self._act_in_place = set()  # modules whose output a later op changed in place: measured at once
+        self._inputs_held = []      # (series id, tag, input, its version, step) for the gradient pass's job
         self._act_pending = []      # device activation stats of this step
         self._module_order = []
         self._order_recorded = False
@@ -450,6 +452,9 @@ class Watcher:
             self._finish_gradients()
         except Exception as error:
             self.failures.report("gradients", error)
+        if self._inputs_held:
+            self._guarded("inputs", self._measure_held_inputs)()
+            self._inputs_held = []
         try:
             if "weights" not in self.failures.off:
                 self._submit_weight_pass()  # the last step's
@@ -576,6 +581,8 @@ class Watcher:
             self._act_step = None
         if self.inputs and self._due(self.every) and "inputs" not in self.failures.off:
             try:
+                if self._inputs_held:  # the last forward's, if no optimizer step took them
+                    self._measure_held_inputs()
                 self._log_inputs(args)
             except Exception as error:
                 self.failures.report("inputs", error)
@@ -677,19 +684,42 @@ class Watcher:
     def _log_input(self, name, tensor, step):
         if tensor.is_floating_point():
             tag = "input/" + name
-            numel = tensor.numel()
-            if numel <= _INLINE_INPUT and tensor.is_cpu and not self._force_device_path \
-                    and tensor.dtype in _DTYPE_CODES and tensor.layout is torch.strided and tensor.is_contiguous():
+            cpu = tensor.is_cpu and not self._force_device_path
+            plain = cpu and tensor.dtype in _DTYPE_CODES and tensor.layout is torch.strided and tensor.is_contiguous()
+            if plain and self._overlap and tag not in self._act_in_place:
+                # Measured by the helper thread in the gradient pass's job at the optimizer
+                # step (_submit_gradients), or at once if no such job takes it.
+                self._inputs_held.append((self._id(tag, "tensor_stats"), tag, tensor, tensor._version, step))
+            elif plain and tensor.numel() <= _INLINE_INPUT:
+                numel = tensor.numel()
                 self.rec.log_activation(self._id(tag, "tensor_stats"), step, tensor.data_ptr(), numel,
                                         _DTYPE_CODES[tensor.dtype], 1, numel, 1, _PLAIN, False)
-            elif self._cpu_activations and tensor.is_cpu and not self._force_device_path \
-                    and tag not in self._act_in_place:
+            elif self._cpu_activations and cpu and tag not in self._act_in_place:
                 self._capture(tag, tag, _PLAIN, tensor, step, False, flat=True)  # measured beside the forward
             else:
                 self._tensor_stats(step, [(tag, tensor.detach())], histogram=False)
         elif tensor.dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8) and tensor.numel() \
                 and not self._labels_from_data:
             self.log_label_range(tensor, step)
+
+    def _held_inputs(self):
+        """The held inputs, less those the forward changed in place (their values before it
+        are gone: not measured this step, and measured in the pre-hook from then on)."""
+        held, self._inputs_held = self._inputs_held, []
+        kept = []
+        for series, tag, tensor, version, step in held:
+            if tensor._version == version:
+                kept.append((series, tensor, step))
+            else:
+                self._act_in_place.add(tag)
+        return kept
+
+    def _measure_held_inputs(self):
+        """The held inputs, at once (no gradient pass on the helper thread took them)."""
+        for series, tensor, step in self._held_inputs():
+            numel = tensor.numel()
+            self.rec.log_activation(series, step, tensor.data_ptr(), numel, _DTYPE_CODES[tensor.dtype], 1, numel, 1,
+                                    _PLAIN, False)
 
     def log_label_range(self, tensor, step):
         code = _INT_CODES.get(tensor.dtype)
@@ -907,7 +937,17 @@ class Watcher:
         if self.memory:  # read on the helper too (see _on_step_end)
             rss_id = self._id("mem/rss", "scalar")
             self._rss_step = step
-        worker.submit_gradient_pass(step, ptrs, histogram, units, scalar_ids, scalar_values, rss_id)
+        input_ids, input_ptrs, input_numels, input_codes = [], [], [], []
+        if self._inputs_held and "inputs" not in self.failures.off \
+                and all(held[4] == step for held in self._inputs_held):  # this step's forward's
+            for series, tensor, _ in self._held_inputs():
+                input_ids.append(series)
+                input_ptrs.append(tensor.data_ptr())
+                input_numels.append(tensor.numel())
+                input_codes.append(_DTYPE_CODES[tensor.dtype])
+                keep.append(tensor)
+        worker.submit_gradient_pass(step, ptrs, histogram, units, scalar_ids, scalar_values, rss_id,
+                                    input_ids, input_ptrs, input_numels, input_codes)
         self._in_flight = (step, keep)
         return True
 
@@ -1030,6 +1070,9 @@ class Watcher:
                     self._act_force = True
         if ids:
             self.rec.log_scalar_ids(ids, values, step)
+        if self._inputs_held:  # no gradient pass on the helper took them
+            self._guarded("inputs", self._measure_held_inputs)()
+            self._inputs_held = []
         return self.guard and nonfinite
 
     def _weight_plan(self):
@@ -1127,7 +1170,7 @@ class Watcher:
         self._weights_due = None
         plan = self._weight_plan()
         current = self._cpu_weight_pointers(plan) if plan is not None else None
-        if current is None:  # the parameters changed since that step (moved, replaced)
+        if current is None:  # on an accelerator, or the parameters changed since (moved, replaced)
             self._weight_stats_now(step, histogram)
             return
         worker = self._helper()
@@ -1263,6 +1306,9 @@ class Watcher:
     def _on_step_end(self, step):
         self._end_backward()
         self._commit_activations()
+        if self._inputs_held:  # a step without an optimizer step
+            self._guarded("inputs", self._measure_held_inputs)()
+            self._inputs_held = []
         if self.optimizer is None and self._due(self.every):
             # No optimizer to wrap: the gradients of this step's backward, now.
             histogram = bool(self.histograms_every) and self._due(self.histograms_every)

@@ -282,15 +282,26 @@ class StatsWorker {
   }
 
   // The gradient pass over ptrs (one per planned parameter, 0: no gradient); per-unit norms
-  // when units. Also logged at step from this thread: the step's scalars (lr, grad_zeroed),
-  // and, when rss_id is not 0, the process's RSS: a recorder call or an RSS read costs the
-  // training thread ~0.1-0.2 ms when its code is cold, as it is at this point of a step.
+  // when units. Also done at step from this thread: the statistics of the model's float
+  // inputs (contiguous tensors: input_ids[i] over input_numels[i] values at input_ptrs[i]),
+  // the step's scalars (lr, grad_zeroed), and, when rss_id is not 0, the process's RSS: a
+  // recorder call, an RSS read or an input pass costs the training thread ~0.1-0.2 ms when
+  // its code is cold, as it is at this point of a step.
   void SubmitGradientPass(int64_t step, std::vector<uintptr_t> ptrs, bool histogram, bool units,
-                          std::vector<uint32_t> scalar_ids, std::vector<double> scalar_values, uint32_t rss_id) {
+                          std::vector<uint32_t> scalar_ids, std::vector<double> scalar_values, uint32_t rss_id,
+                          std::vector<uint32_t> input_ids, std::vector<uintptr_t> input_ptrs,
+                          std::vector<uint64_t> input_numels, const std::vector<int>& input_dtypes) {
     CheckLengths(plan_.ids.size(), {ptrs.size()});
     CheckLengths(scalar_ids.size(), {scalar_values.size()});
+    CheckLengths(input_ids.size(), {input_ptrs.size(), input_numels.size(), input_dtypes.size()});
     Push([this, step, ptrs = std::move(ptrs), histogram, units, scalar_ids = std::move(scalar_ids),
-          scalar_values = std::move(scalar_values), rss_id] {
+          scalar_values = std::move(scalar_values), rss_id, input_ids = std::move(input_ids),
+          input_ptrs = std::move(input_ptrs), input_numels = std::move(input_numels),
+          input_dtypes = DTypes(input_dtypes)] {
+      for (size_t i = 0; i < input_ids.size(); ++i) {
+        recorder_.LogTensorStats(input_ids[i], step, watch::StatsOf(reinterpret_cast<const void*>(input_ptrs[i]),
+                                                                    input_numels[i], input_dtypes[i], false));
+      }
       for (size_t i = 0; i < scalar_ids.size(); ++i) recorder_.LogScalar(scalar_ids[i], step, scalar_values[i]);
       if (rss_id) recorder_.LogScalar(rss_id, step, static_cast<double>(watch::ProcessRssBytes()));
       static const std::vector<uint64_t> kNoRows;
@@ -750,7 +761,8 @@ void RegisterWatch(py::module_& m) {
            py::arg("rows"), py::arg("unit_ids"))
       .def("submit_gradient_pass", &StatsWorker::SubmitGradientPass, py::arg("step"), py::arg("ptrs"),
            py::arg("histogram"), py::arg("units"), py::arg("scalar_ids"), py::arg("scalar_values"),
-           py::arg("rss_id"))
+           py::arg("rss_id"), py::arg("input_ids"), py::arg("input_ptrs"), py::arg("input_numels"),
+           py::arg("input_dtypes"))
       .def("submit_copies", &StatsWorker::SubmitCopies, py::arg("dst"), py::arg("src"), py::arg("bytes"))
       .def("submit_activations", &StatsWorker::SubmitActivations, py::arg("step"), py::arg("ids"), py::arg("ptrs"),
            py::arg("numels"), py::arg("dtypes"), py::arg("outers"), py::arg("units"), py::arg("inners"),

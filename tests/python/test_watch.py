@@ -482,12 +482,15 @@ def test_evaluation_after_the_step_stays_on_that_step(tmp_path):
     assert [s["step"] for s in view.tensor_stats("act/0")] == [0]  # activations every 20 steps
 
 
-@pytest.mark.parametrize("rows", [16, 40000])  # 128 values: read at once; 320 k: on the helper thread
-def test_input_statistics_count_non_finite_values(tmp_path, rows):
+# The three ways an input is measured: with the gradient pass on the helper thread (a
+# torch.optim optimizer); without it (guard mode), at once in the pre-hook when small, or
+# by a job of its own on the helper beside the forward when large.
+@pytest.mark.parametrize("rows, guard", [(16, False), (16, True), (40000, True)])
+def test_input_statistics_count_non_finite_values(tmp_path, rows, guard):
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     run = ts.init(tmp_path, "inputs")
-    run.watch(model, opt)
+    run.watch(model, opt, guard=guard)
     g = torch.Generator().manual_seed(5)
     xs = [torch.randn(rows, 8, generator=g) for _ in range(3)]
     xs[1][0, 0] = float("nan")
@@ -505,6 +508,36 @@ def test_input_statistics_count_non_finite_values(tmp_path, rows):
         assert s["numel"] == x.numel()
         assert s["l2_norm"] == pytest.approx(float(finite.norm()), rel=1e-6)
         assert s["abs_max"] == pytest.approx(float(finite.abs().max()))
+
+
+def test_an_input_the_forward_changes_in_place_is_measured_before_it(tmp_path):
+    """An input is measured at the optimizer step with the gradient pass; a forward that
+    changed it in place (version moved) has left no trace of its values: that step's
+    statistics are dropped, and from then on the input is measured in the pre-hook."""
+
+    class Doubling(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = mlp()
+
+        def forward(self, x):
+            return self.net(x.mul_(2.0))
+
+    model = Doubling()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = ts.init(tmp_path, "doubling")
+    run.watch(model, opt)
+    xs = [x for x, _ in batches(3)]
+    originals = [x.clone() for x in xs]
+    for x in xs:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+    run.finish()
+    inputs = ts.open_run(tmp_path / "doubling").tensor_stats("input/0")
+    assert [s["step"] for s in inputs] == [1, 2]
+    for s, x in zip(inputs, originals[1:]):
+        assert s["l2_norm"] == pytest.approx(float(x.double().norm()), rel=1e-6)
 
 
 def test_watch_does_not_change_the_training(tmp_path):
