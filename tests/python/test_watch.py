@@ -62,6 +62,14 @@ def train(run, model, optimizer, data, zero_grad=True, **watch_options):
     return spy, losses
 
 
+def steps_on_sum(model, optimizer, xs):
+    """One optimizer step per input, on the sum of the model's outputs (no targets)."""
+    for x in xs:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+
+
 def exponent_bins(t):
     t = t.detach().double().reshape(-1)
     t = t[torch.isfinite(t) & (t != 0)]
@@ -495,10 +503,7 @@ def test_input_statistics_count_non_finite_values(tmp_path, rows, guard):
     xs = [torch.randn(rows, 8, generator=g) for _ in range(3)]
     xs[1][0, 0] = float("nan")
     xs[1][rows - 1, 3] = float("-inf")
-    for x in xs:
-        opt.zero_grad()
-        model(x).sum().backward()
-        opt.step()
+    steps_on_sum(model, opt, xs)
     run.finish()
     inputs = ts.open_run(tmp_path / "inputs").tensor_stats("input/0")
     assert [s["step"] for s in inputs] == [0, 1, 2]
@@ -529,10 +534,7 @@ def test_an_input_the_forward_changes_in_place_is_measured_before_it(tmp_path):
     run.watch(model, opt)
     xs = [x for x, _ in batches(3)]
     originals = [x.clone() for x in xs]
-    for x in xs:
-        opt.zero_grad()
-        model(x).sum().backward()
-        opt.step()
+    steps_on_sum(model, opt, xs)
     run.finish()
     inputs = ts.open_run(tmp_path / "doubling").tensor_stats("input/0")
     assert [s["step"] for s in inputs] == [1, 2]
