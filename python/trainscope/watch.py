@@ -47,11 +47,6 @@ _PLAIN, _DEAD_UNITS, _TANH, _SIGMOID = 0, 1, 2, 3
 # benchmark sets time.thread_time to measure the training thread's CPU instead, which
 # other processes on a shared machine do not inflate.
 self_clock = time.perf_counter
-# Without the gradient pass on the helper to go with, a float input up to this many values
-# is measured at once, in the forward's pre-hook: a job of its own on the helper thread (the
-# job's lists, waking it, the commit) costs ~0.4 ms of the training thread's time when
-# cold, the pass itself ~1.6 ns a value (dev VM).
-_INLINE_INPUT = 1 << 18
 
 # Columns of the packed per-tensor statistics (device path).
 _NUMEL, _NAN, _INF, _ZEROS, _MIN, _MAX, _SUM, _SUMSQ = range(8)
@@ -690,10 +685,6 @@ class Watcher:
                 # Measured by the helper thread in the gradient pass's job at the optimizer
                 # step (_submit_gradients), or at once if no such job takes it.
                 self._inputs_held.append((self._id(tag, "tensor_stats"), tag, tensor, tensor._version, step))
-            elif plain and tensor.numel() <= _INLINE_INPUT:
-                numel = tensor.numel()
-                self.rec.log_activation(self._id(tag, "tensor_stats"), step, tensor.data_ptr(), numel,
-                                        _DTYPE_CODES[tensor.dtype], 1, numel, 1, _PLAIN, False)
             elif self._cpu_activations and cpu and tag not in self._act_in_place:
                 self._capture(tag, tag, _PLAIN, tensor, step, False, flat=True)  # measured beside the forward
             else:

@@ -490,9 +490,8 @@ def test_evaluation_after_the_step_stays_on_that_step(tmp_path):
     assert [s["step"] for s in view.tensor_stats("act/0")] == [0]  # activations every 20 steps
 
 
-# The three ways an input is measured: with the gradient pass on the helper thread (a
-# torch.optim optimizer); without it (guard mode), at once in the pre-hook when small, or
-# by a job of its own on the helper beside the forward when large.
+# An input is measured with the gradient pass on the helper thread (a torch.optim
+# optimizer), or without it (guard mode) by a job of its own on the helper beside the forward.
 @pytest.mark.parametrize("rows, guard", [(16, False), (16, True), (40000, True)])
 def test_input_statistics_count_non_finite_values(tmp_path, rows, guard):
     model = mlp()
