@@ -1,7 +1,10 @@
 // Reading a recorded run from Python: trainscope.open(path) wraps RunReader.
-// Arrays come back as numpy arrays; structured things (meta, findings, tensor stats) as
-// JSON text that the Python side parses (one conversion path, the same as the CLI's).
-#include <pybind11/numpy.h>
+// Arrays come back as bytearrays of packed native values that python/trainscope/reader.py
+// wraps with numpy.frombuffer: pybind11's numpy API reads NumPy's C structures, whose
+// layout changed in NumPy 2, and a module built with an older pybind11 then hands out
+// arrays with wrong strides and no error. The buffer protocol has one layout everywhere.
+// Structured things (meta, findings, tensor stats) come as JSON text that the Python side
+// parses (one conversion path, the same as the CLI's).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -52,47 +55,28 @@ class RunReader {
   py::dict Scalars(const std::string& tag, int64_t start, int64_t end) {
     std::vector<Point> points;
     Check(store_->ReadScalars(tag, start, end, &points));
-    py::array_t<int64_t> steps(points.size());
-    py::array_t<double> values(points.size()), wall_times(points.size());
-    auto s = steps.mutable_unchecked<1>();
-    auto v = values.mutable_unchecked<1>();
-    auto w = wall_times.mutable_unchecked<1>();
-    for (size_t i = 0; i < points.size(); ++i) {
-      s(i) = points[i].step;
-      v(i) = points[i].value;
-      w(i) = points[i].wall_time;
-    }
+    return ScalarColumns(points);
+  }
+
+  static py::dict ScalarColumns(const std::vector<Point>& points) {
     py::dict out;
-    out["step"] = steps;
-    out["value"] = values;
-    out["wall_time"] = wall_times;
+    out["step"] = Column<int64_t>(points, [](const Point& p) { return p.step; });
+    out["value"] = Column<double>(points, [](const Point& p) { return p.value; });
+    out["wall_time"] = Column<double>(points, [](const Point& p) { return p.wall_time; });
     return out;
   }
 
   py::dict Decimated(const std::string& tag, size_t buckets, int64_t start, int64_t end) {
-    std::vector<Bucket> out_buckets;
-    Check(store_->ReadDecimated(tag, buckets, start, end, &out_buckets));
-    const size_t n = out_buckets.size();
-    py::array_t<int64_t> step_begin(n), step_end(n), last_step(n), count(n);
-    py::array_t<double> min(n), max(n), last(n);
-    for (size_t i = 0; i < n; ++i) {
-      const Bucket& b = out_buckets[i];
-      step_begin.mutable_at(i) = b.step_begin;
-      step_end.mutable_at(i) = b.step_end;
-      last_step.mutable_at(i) = b.last_step;
-      count.mutable_at(i) = b.count;
-      min.mutable_at(i) = b.min;
-      max.mutable_at(i) = b.max;
-      last.mutable_at(i) = b.last;
-    }
+    std::vector<Bucket> b;
+    Check(store_->ReadDecimated(tag, buckets, start, end, &b));
     py::dict out;
-    out["step_begin"] = step_begin;
-    out["step_end"] = step_end;
-    out["last_step"] = last_step;
-    out["count"] = count;
-    out["min"] = min;
-    out["max"] = max;
-    out["last"] = last;
+    out["step_begin"] = Column<int64_t>(b, [](const Bucket& x) { return x.step_begin; });
+    out["step_end"] = Column<int64_t>(b, [](const Bucket& x) { return x.step_end; });
+    out["last_step"] = Column<int64_t>(b, [](const Bucket& x) { return x.last_step; });
+    out["count"] = Column<int64_t>(b, [](const Bucket& x) { return x.count; });
+    out["min"] = Column<double>(b, [](const Bucket& x) { return x.min; });
+    out["max"] = Column<double>(b, [](const Bucket& x) { return x.max; });
+    out["last"] = Column<double>(b, [](const Bucket& x) { return x.last; });
     return out;
   }
 
@@ -114,7 +98,7 @@ class RunReader {
     Check(store_->ReadVectors(tag, start, end, &points));
     py::list out;
     for (const auto& p : points) {
-      out.append(py::make_tuple(p.step, py::array_t<float>(p.values.size(), p.values.data())));
+      out.append(py::make_tuple(p.step, Packed(p.values.data(), p.values.size())));
     }
     return out;
   }
@@ -138,6 +122,19 @@ class RunReader {
   }
 
  private:
+  template <typename T>
+  static py::bytearray Packed(const T* values, size_t n) {
+    return py::bytearray(reinterpret_cast<const char*>(values), n * sizeof(T));
+  }
+
+  // One field of each row, packed as T: the bytes of a numpy array of that dtype.
+  template <typename T, typename Row, typename Field>
+  static py::bytearray Column(const std::vector<Row>& rows, Field field) {
+    std::vector<T> values(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) values[i] = static_cast<T>(field(rows[i]));
+    return Packed(values.data(), values.size());
+  }
+
   static void Check(const Status& s) {
     if (!s.ok()) throw py::value_error(s.message());
   }
@@ -160,6 +157,11 @@ void RegisterReader(py::module_& m) {
       .def("vectors", &RunReader::Vectors, py::arg("tag"), py::arg("start") = kFirst, py::arg("end") = kLast)
       .def("spans_json", &RunReader::SpansJson, py::arg("start") = kFirst, py::arg("end") = kLast)
       .def("findings_json", &RunReader::FindingsJson);
+  // Known points through the same packing as RunReader.scalars: reader.py checks them at
+  // import, so a build that would hand out wrong arrays refuses to load instead.
+  m.def("scalar_columns_probe", [] {
+    return RunReader::ScalarColumns({{0, 0.5, 4.0}, {1, 1.5, -1.0}, {10, 2.5, 1e300}, {1LL << 40, 3.5, -0.0}});
+  });
   // ts.diagnose(path): the same loading and doctor as `trainscope diagnose --json`.
   m.def(
       "diagnose_json",

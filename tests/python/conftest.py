@@ -1,4 +1,11 @@
-"""Shared fixtures: where the build is, and running Python snippets in a child process."""
+"""Shared fixtures: which trainscope is under test, and running Python snippets in a child process.
+
+Two ways to test (README, "Tests"):
+- the build (default): `build/python` first on sys.path and the CLI `build/trainscope`;
+- an installed package (TRAINSCOPE_TEST_INSTALLED=1, the torch-2 leg): `trainscope` as
+  the interpreter imports it (pip install .) and the `trainscope` command pip put beside
+  the interpreter. C++ test helpers (trainscope_server_gen) still come from the build.
+"""
 
 import os
 import pathlib
@@ -9,16 +16,38 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("TRAINSCOPE_BUILD_DIR", REPO / "build"))
-CLI = BUILD / "trainscope"
-PYTHONPATH = str(BUILD / "python")
+INSTALLED = os.environ.get("TRAINSCOPE_TEST_INSTALLED") == "1"
+PYTHON = sys.executable  # child processes run the interpreter under test
 
-if PYTHONPATH not in sys.path:
-    sys.path.insert(0, PYTHONPATH)
+if INSTALLED:
+    CLI = pathlib.Path(sys.executable).parent / "trainscope"
+    PYTHONPATH = None
+else:
+    CLI = BUILD / "trainscope"
+    PYTHONPATH = str(BUILD / "python")
+    if PYTHONPATH not in sys.path:
+        sys.path.insert(0, PYTHONPATH)
 
 
-def child_env():
+def pytest_report_header(config):
+    import trainscope
+    import numpy
+    try:
+        import torch
+        torch_version = torch.__version__
+    except ImportError:
+        torch_version = "none"
+    return f"trainscope under test: {os.path.dirname(trainscope.__file__)} (CLI {CLI}); torch {torch_version}, NumPy {numpy.__version__}"
+
+
+def child_env(*extra_paths):
+    """The environment for a child process that imports the trainscope under test."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = PYTHONPATH + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    paths = [p for p in (PYTHONPATH, *map(str, extra_paths)) if p]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
 
 

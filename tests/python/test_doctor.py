@@ -6,23 +6,20 @@ import math
 import os
 import random
 import subprocess
-import sys
 
 import pytest
 
+import conftest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("TRAINSCOPE_BUILD_DIR", os.path.join(ROOT, "build"))
-CLI = os.path.join(BUILD, "trainscope")
-PYTHON = "/usr/bin/python3"
-# The Python package: next to the CLI, else the default build's.
-PYBUILD = BUILD if os.path.isdir(os.path.join(BUILD, "python", "trainscope")) else os.path.join(ROOT, "build")
+CLI = str(conftest.CLI)
+PYTHON = conftest.PYTHON
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CLI), reason=f"{CLI} not built")
 
 
 def run_scenario(name, logdir):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.path.join(PYBUILD, "python"), os.path.join(ROOT, "scenarios")])
+    env = conftest.child_env(os.path.join(ROOT, "scenarios"))
     proc = subprocess.run([PYTHON, os.path.join(ROOT, "scenarios", name + ".py"), "--logdir", str(logdir)], env=env,
                           capture_output=True, text=True, timeout=300)
     run_dir = os.path.join(str(logdir), name)
@@ -128,7 +125,6 @@ def test_online_and_offline_doctor_agree_on_the_first_producer(runs):
     # offline diagnosis must name the same non-finite finding. The recorder hands samples
     # over in batches grouped by kind; judged sample by sample, a step closed before its
     # activations arrived and the online doctor said NONFINITE_LOSS for a NaN input.
-    sys.path.insert(0, os.path.join(PYBUILD, "python"))
     import trainscope as ts
     for name in ("fault_nan_input", "fault_sqrt_no_eps"):
         stored = [(f["code"], f["location"], f["step"]) for f in ts.open_run(runs[name]).findings()

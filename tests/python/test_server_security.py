@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-BUILD = Path(os.environ.get("TRAINSCOPE_BUILD_DIR", REPO / "build"))
-CLI = BUILD / "trainscope"
+from conftest import BUILD, CLI
+
 GEN = BUILD / "trainscope_server_gen"
 
 pytestmark = pytest.mark.skipif(not CLI.exists() or not GEN.exists(),
