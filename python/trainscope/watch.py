@@ -297,7 +297,13 @@ class Watcher:
         self.memory = memory
         self.inputs = inputs
         self.failures = _Failures()
-        self.params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+        # A torch.compile'd model (OptimizedModule) names its parameters "_orig_mod.<name>":
+        # the tags use the model's own names, as its eager twin's and its activations' do.
+        self.params = [(name, p) for name, p in getattr(model, "_orig_mod", model).named_parameters()
+                       if p.requires_grad]
+        self._optimizer_steps = 0   # real optimizer steps so far (a GradScaler skip is none)
+        self._amp_scale = None      # a fused optimizer's GradScaler scale while its gradients are still scaled
+        self._amp_skip = False      # a fused optimizer's step that its GradScaler skips (inf/NaN found)
         self._ids = {}
         self._snapshots = {}        # param name -> previous weights (w_{t-1})
         self._snapshot_step = None  # the step whose post-update weights the snapshots hold
@@ -402,8 +408,16 @@ class Watcher:
                 self._handles.append(p.register_hook(self._grad_hook(slot, p)))
         if self.optimizer is not None:
             self.clock.optimizer_owned = True
-            self._wrap(self.optimizer, "step", self._optimizer_step)
+            if not self.guard and hasattr(self.optimizer, "register_step_pre_hook"):
+                # torch 2.x: the optimizer's own step hooks. optimizer.step stays torch's, so
+                # LR schedulers, pickling and a torch.compile'd step see nothing of ours.
+                self._handles.append(self.optimizer.register_step_pre_hook(self._step_pre_hook))
+                self._handles.append(self.optimizer.register_step_post_hook(self._step_post_hook))
+            else:
+                # torch 1.13 has no step hooks; guard mode must be able to skip the step.
+                self._wrap(self.optimizer, "step", self._optimizer_step)
             self._wrap(self.optimizer, "zero_grad", self._zero_grad)
+            _watch_grad_scalers(self)
         self._wrap(self.model, "zero_grad", self._zero_grad)
         self._step_listener = self._guarded("step end", self._on_step_end)
         self.clock.listeners.append(self._step_listener)
@@ -458,6 +472,8 @@ class Watcher:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        if self.optimizer is not None:
+            _unwatch_grad_scalers(self)
         if self._step_listener in self.clock.listeners:
             self.clock.listeners.remove(self._step_listener)
         if self._data_listener in self.clock.data_listeners:
@@ -844,7 +860,54 @@ class Watcher:
             self._leave()
 
     def _optimizer_step_timed(self, original, *args, **kwargs):
+        """The wrapper around optimizer.step (torch 1.13, guard mode)."""
+        skip = self._step_begin()
+        result = None
+        if skip:
+            self.rec.log_scalar("guard/skipped_step", 1.0, self.clock.step)
+            print(f"trainscope: guard skipped optimizer step {self.clock.step}: non-finite gradients",
+                  file=sys.stderr)
+        else:
+            self._leave()  # the optimizer's own work is not trainscope's cost
+            try:
+                result = original(*args, **kwargs)
+            finally:
+                self._enter()
+                self._step_returned()
+            self._after_real_step()
+        self._close_step()
+        return result
+
+    def _step_pre_hook(self, optimizer, args, kwargs):
+        """optimizer.register_step_pre_hook (torch 2.x): what the wrapper does before the step."""
+        if self.closed:
+            return None
+        self._enter()
+        try:
+            self._step_begin()  # never True: guard mode wraps the step instead
+        finally:
+            self._leave()
+        return None
+
+    def _step_post_hook(self, optimizer, args, kwargs):
+        """optimizer.register_step_post_hook (torch 2.x): what the wrapper does after the step."""
+        if self.closed:
+            return
+        self._enter()
+        try:
+            self._step_returned()
+            self._after_real_step()
+            self._close_step()
+        finally:
+            self._leave()
+
+    def _step_begin(self):
+        """Before the real step: gradients, lr, the weights it will change; True when guard
+        mode skips the step."""
+        if self._in_flight is not None:  # the last step raised before its post-hook
+            self._guarded("gradients", self._finish_gradients)()
         self._end_backward()
+        self._amp_scale, self._amp_skip = _fused_amp_state(self.optimizer)
         skip = False
         try:
             self._commit_activations()
@@ -865,31 +928,31 @@ class Watcher:
                     self._snapshot_step = self.clock.step - 1
         except Exception as error:
             self.failures.report("weights", error)
-        result = None
-        if skip:
-            self.rec.log_scalar("guard/skipped_step", 1.0, self.clock.step)
-            print(f"trainscope: guard skipped optimizer step {self.clock.step}: non-finite gradients",
-                  file=sys.stderr)
-        else:
+        if not skip:
             self._wait_weights()  # the pass and the snapshots read the weights from before this update
             self.timer.start("optimizer")
-            self._leave()  # the optimizer's own work is not trainscope's cost
-            try:
-                result = original(*args, **kwargs)
-            finally:
-                self._enter()
-                self.timer.stop("optimizer")
-                try:
-                    self._finish_gradients()
-                except Exception as error:
-                    self.failures.report("gradients", error)
-            try:
-                if self.guard:
-                    self.rec.log_scalar("guard/skipped_step", 0.0, self.clock.step)
-                if "weights" not in self.failures.off:
-                    self._after_update()
-            except Exception as error:
-                self.failures.report("weights", error)
+        return skip
+
+    def _step_returned(self):
+        """Right after the real step, even one that raised: its time, the overlapped pass."""
+        self.timer.stop("optimizer")
+        self._optimizer_steps += 1
+        try:
+            self._finish_gradients()
+        except Exception as error:
+            self.failures.report("gradients", error)
+
+    def _after_real_step(self):
+        try:
+            if self.guard:
+                self.rec.log_scalar("guard/skipped_step", 0.0, self.clock.step)
+            if "weights" not in self.failures.off:
+                self._after_update()
+        except Exception as error:
+            self.failures.report("weights", error)
+
+    def _close_step(self):
+        """The optimizer step (or a GradScaler's skip of it) ends the training step."""
         try:
             if self._hot is not None:
                 self._hot.reset()
@@ -898,7 +961,45 @@ class Watcher:
             self.clock.end()
         except Exception as error:
             self.failures.report("step end", error)
+
+    # ---- torch.amp.GradScaler ----
+
+    def _scaler_step(self, original, scaler, optimizer, args, kwargs):
+        """GradScaler.step(optimizer) of the watched optimizer: records the loss scale its
+        gradients were multiplied by (amp/loss_scale) and whether it skipped the step
+        (amp/overflow_skip: 1 skipped, 0 not; what the doctor's FP16_OVERFLOW reads). A
+        skipped step still ends the training step: optimizer.step is not called then."""
+        scale = None
+        if scaler.is_enabled() and "amp" not in self.failures.off:
+            self._enter()
+            try:
+                found = getattr(scaler, "_scale", None)
+                # A copy: update() changes the scale in place, and on a device it is logged later.
+                scale = found.detach().clone() if isinstance(found, torch.Tensor) else None
+            except Exception as error:
+                self.failures.report("amp", error)
+            finally:
+                self._leave()
+        stepped_before = self._optimizer_steps
+        result = original(scaler, optimizer, *args, **kwargs)
+        if scale is not None:
+            self._guarded("amp", self._after_scaler_step)(scaler, optimizer, scale, stepped_before)
         return result
+
+    def _after_scaler_step(self, scaler, optimizer, scale, stepped_before):
+        stepped = self._optimizer_steps != stepped_before
+        state = getattr(scaler, "_per_optimizer_states", {}).get(id(optimizer)) or {}
+        found_inf = list(state.get("found_inf_per_device", {}).values())
+        if found_inf:  # 0-d tensors where they were computed: no sync (a device's go with run.log's copies)
+            skipped = found_inf[0].to(torch.float32) if len(found_inf) == 1 else \
+                sum(f.to(scale.device, torch.float32) for f in found_inf)
+            skipped = (skipped > 0).to(torch.float32)
+        else:
+            skipped = 0.0 if stepped else 1.0
+        step = self.clock.step
+        self.run.log({"amp/loss_scale": scale, "amp/overflow_skip": skipped}, step=step)
+        if not stepped:  # no optimizer.step, no hook: the step ends here
+            self._close_step()
 
     def _gradient_stats(self, step, histogram, units, sync=False):
         """Logs the statistics of every gradient; returns (sum of squares, nan, inf) or None."""
@@ -1043,7 +1144,19 @@ class Watcher:
                     values.append(lr)
                 else:  # a tensor LR (capturable optimizers): run.log's deferred copy
                     self.run.log({tag: lr}, step=step)
-        if due or self.guard:
+        if self._amp_skip:
+            pass  # a fused step its GradScaler skips: no update's gradients, as when optimizer.step is not called
+        elif due and self._amp_scale is not None:
+            # A fused optimizer's GradScaler left the gradients scaled (the step unscales
+            # them itself): the statistics are of unscaled copies.
+            histogram = bool(self.histograms_every) and self._due(self.histograms_every)
+            inverse = 1.0 / self._amp_scale.double()
+            scaled = [("grad/" + n, (g.double() * inverse).to(g.dtype)) for n, g in self._grads()]
+            totals = self._tensor_stats(step, scaled, histogram=histogram, units=self._due(self.units_every))
+            if totals is not None:
+                ids.append(self._id("grad/global_norm", "scalar"))
+                values.append(_global_norm(*totals))
+        elif due or self.guard:
             totals = self._hot_totals(step) if due else None
             if totals is None:
                 histogram = bool(self.histograms_every) and self._due(self.histograms_every)
@@ -1366,6 +1479,68 @@ class Watcher:
         self._census_types.add("torch.nn.parameter.Parameter")
         for name in self._census_types:
             self.rec.log_scalar("census/" + name, float(named.get(name, 0)), step)
+
+
+def _fused_amp_state(optimizer):
+    """(scale, skipped) when a GradScaler steps a fused optimizer (torch 2.x optimizers with
+    `_step_supports_amp_scaling`): it calls optimizer.step with the gradients still scaled
+    (unless unscale_ ran), `optimizer.grad_scale` and `optimizer.found_inf` set, and the
+    step unscales and skips itself. (None, False) otherwise."""
+    found_inf = getattr(optimizer, "found_inf", None)
+    if not isinstance(found_inf, torch.Tensor):
+        return None, False
+    scale = getattr(optimizer, "grad_scale", None)
+    skipped = bool(found_inf.item())  # a sync on a device, as GradScaler's unfused path makes each step
+    return (scale if isinstance(scale, torch.Tensor) else None), skipped
+
+
+# GradScaler.step is wrapped on its class while a watched optimizer exists: the user calls
+# scaler.step(optimizer) on a scaler watch() was never told about. Unwatched optimizers go
+# straight through.
+_scaler_watchers = {}   # id(optimizer) -> Watcher
+_scaler_originals = []  # (class, its own step) while patched
+
+
+def _grad_scaler_classes():
+    """torch's GradScaler classes that define step themselves (torch.amp's in 2.x, which
+    torch.cuda.amp's subclasses; torch.cuda.amp's in 1.13)."""
+    found = []
+    for owner in (getattr(torch, "amp", None), getattr(torch.cuda, "amp", None), getattr(torch.cpu, "amp", None)):
+        cls = getattr(owner, "GradScaler", None)
+        if isinstance(cls, type) and "step" in cls.__dict__ and cls not in found:
+            found.append(cls)
+    return found
+
+
+def _watch_grad_scalers(watcher):
+    _scaler_watchers[id(watcher.optimizer)] = watcher
+    if _scaler_originals:
+        return
+    for cls in _grad_scaler_classes():
+        original = cls.__dict__["step"]
+        cls.step = _scaler_step_of(original)
+        _scaler_originals.append((cls, original))
+
+
+def _scaler_step_of(original):
+    def step(scaler, optimizer, *args, **kwargs):
+        watcher = _scaler_watchers.get(id(optimizer))
+        if watcher is None or watcher.closed or watcher.optimizer is not optimizer:
+            return original(scaler, optimizer, *args, **kwargs)
+        return watcher._scaler_step(original, scaler, optimizer, args, kwargs)
+
+    step.__wrapped__ = original
+    step.__doc__ = original.__doc__
+    return step
+
+
+def _unwatch_grad_scalers(watcher):
+    if _scaler_watchers.get(id(watcher.optimizer)) is watcher:
+        del _scaler_watchers[id(watcher.optimizer)]
+    if not _scaler_watchers:
+        for cls, original in _scaler_originals:
+            cls.step = original
+        _scaler_originals.clear()
 
 
 def _global_norm(sum_squares, nan, inf):

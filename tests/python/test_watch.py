@@ -767,7 +767,7 @@ def test_compiled_model_keeps_step_level_statistics(tmp_path, capfd):
     assert "activation statistics are off" in capfd.readouterr().err
     tags = {s["tag"] for s in ts.open_run(tmp_path / "compiled").series()}
     assert not any(t.startswith("act/") for t in tags)
-    assert {"grad/_orig_mod.0.weight", "time/forward", "time/backward", "opt/lr"} <= tags
+    assert {"grad/0.weight", "time/forward", "time/backward", "opt/lr"} <= tags  # the model's own names
 
 
 def test_a_parameter_replaced_by_one_of_another_size_is_read_at_its_new_size(tmp_path):
@@ -920,6 +920,8 @@ def test_gradients_from_inside_backward_equal_param_grad(tmp_path):
         assert [s["step"] for s in a_all] == [s["step"] for s in b_all] == [0, 1, 2, 3]
         for a, b in zip(a_all, b_all):
             a.pop("wall_time"), b.pop("wall_time")
+            # pytest 9's approx refuses a list inside a dict: the histograms are compared apart.
+            assert a.pop("exponent_counts") == b.pop("exponent_counts"), tag
             assert a == pytest.approx(b, rel=1e-12), tag
     np.testing.assert_array_equal(hot.scalars("grad/global_norm")["value"], cold.scalars("grad/global_norm")["value"])
     for (sa, ua), (sb, ub) in zip(hot.vectors("grad_units/0.weight"), cold.vectors("grad_units/0.weight")):
