@@ -1,0 +1,557 @@
+#include "doctor/ranks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "doctor/detector.h"
+#include "doctor/knowledge.h"
+#include "doctor/roles.h"
+
+namespace trainscope::doctor {
+
+namespace {
+
+using json = nlohmann::json;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// One rank's points of one series: the last finite value at each step.
+struct RankSeries {
+  int rank = 0;
+  std::map<int64_t, double> values;
+};
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return kNaN;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + mid, v.end());
+  const double upper = v[mid];
+  if (v.size() % 2) return upper;
+  return (*std::max_element(v.begin(), v.begin() + mid) + upper) / 2;
+}
+
+// How far apart two levels are, as ln(larger / smaller) for values of one sign: the effect
+// size, the same for 0.02 vs 0.04 as for 2 vs 4. Values of opposite signs or a zero are far
+// apart in proportion to the smaller magnitude (log1p of the difference over it).
+double Distance(double a, double b) {
+  const double d = std::fabs(a - b);
+  if (d == 0) return 0;
+  const double smaller = std::min(std::fabs(a), std::fabs(b));
+  if (smaller == 0) return kInf;
+  return std::log1p(d / smaller);
+}
+
+std::string RoleTag(const RunData& data, Role role) {
+  RoleResolver roles;
+  auto it = data.meta.find("roles");
+  if (it != data.meta.end()) roles.SetExplicit(it->second);
+  for (const ScalarSeries& s : data.scalars) roles.See(s.tag);
+  return roles.Get(role);
+}
+
+// The series `tag` of every rank that has it (non-finite points are left to each rank's own
+// non-finite detectors).
+std::vector<RankSeries> Collect(const std::vector<RankRun>& ranks, const std::string& tag) {
+  std::vector<RankSeries> out;
+  for (const RankRun& r : ranks) {
+    const ScalarSeries* s = r.data ? r.data->FindScalar(tag) : nullptr;
+    if (!s) continue;
+    RankSeries series{r.rank, {}};
+    for (size_t i = 0; i < s->steps.size(); ++i) {
+      if (std::isfinite(s->values[i])) series.values[s->steps[i]] = s->values[i];
+    }
+    if (!series.values.empty()) out.push_back(std::move(series));
+  }
+  return out;
+}
+
+// Steps where at least two ranks have a point, in order.
+std::vector<int64_t> SharedSteps(const std::vector<RankSeries>& series) {
+  std::map<int64_t, int> count;
+  for (const RankSeries& s : series) {
+    for (const auto& [step, v] : s.values) ++count[step];
+  }
+  std::vector<int64_t> steps;
+  for (const auto& [step, n] : count) {
+    if (n >= 2) steps.push_back(step);
+  }
+  return steps;
+}
+
+// A stretch of consecutive windows (or steps) in which one rank is out the same way.
+struct Stretch {
+  size_t begin = 0, end = 0;  // [begin, end) in windows / shared steps
+  int direction = 0;          // +1 above the others, -1 below
+  size_t compared = 0;        // windows / steps in which the rank was compared at all
+  size_t length() const { return end - begin; }
+};
+
+// The longest run of equal non-zero directions (0 breaks a run; so does a window in which
+// the rank was not compared, marked by `compared[i] == false`).
+Stretch LongestStretch(const std::vector<int>& direction, const std::vector<bool>& compared) {
+  Stretch best, current;
+  for (size_t i = 0; i < direction.size(); ++i) {
+    if (compared[i]) ++best.compared;
+    if (direction[i] != 0 && i > 0 && current.direction == direction[i] && current.end == i) {
+      current.end = i + 1;
+    } else if (direction[i] != 0) {
+      current = {i, i + 1, direction[i], 0};
+    }
+    if (current.direction != 0 && current.length() > best.length()) {
+      const size_t n = best.compared;
+      best = current;
+      best.compared = n;
+    }
+  }
+  return best;
+}
+
+struct Window {
+  int64_t first_step = 0, last_step = 0;
+  std::vector<double> level, se;  // per rank index; NaN where the rank has too few points
+};
+
+// Cuts the shared steps into windows and computes each rank's level there: the mean (or the
+// median) of its points with the standard error of that estimate.
+std::vector<Window> MakeWindows(const std::vector<RankSeries>& series, const std::vector<int64_t>& steps,
+                                size_t window_steps, bool use_median) {
+  std::vector<Window> windows;
+  for (size_t begin = 0; begin + window_steps <= steps.size() || (begin == 0 && !steps.empty());
+       begin += window_steps) {
+    const size_t end = std::min(steps.size(), begin + window_steps);
+    // A short tail joins the previous window's statistics only if it is at least half a window.
+    if (end - begin < std::max<size_t>(2, window_steps / 2) && begin > 0) break;
+    Window w;
+    w.first_step = steps[begin];
+    w.last_step = steps[end - 1];
+    for (const RankSeries& s : series) {
+      std::vector<double> points;
+      for (auto it = s.values.lower_bound(w.first_step); it != s.values.end() && it->first <= w.last_step; ++it) {
+        points.push_back(it->second);
+      }
+      double level = kNaN, se = kNaN;
+      if (points.size() >= std::max<size_t>(2, (end - begin) / 2)) {
+        double sum = 0;
+        for (double v : points) sum += v;
+        const double mean = sum / points.size();
+        double ss = 0;
+        for (double v : points) ss += (v - mean) * (v - mean);
+        const double sd = std::sqrt(ss / (points.size() - 1));
+        // The median's standard error is ~1.25x the mean's (normal noise).
+        level = use_median ? Median(points) : mean;
+        se = (use_median ? 1.2533 : 1.0) * sd / std::sqrt(static_cast<double>(points.size()));
+      }
+      w.level.push_back(level);
+      w.se.push_back(se);
+    }
+    windows.push_back(std::move(w));
+    if (end == steps.size()) break;
+  }
+  return windows;
+}
+
+struct LevelRule {
+  double ratio = 2;
+  double z = 4;
+  double min_difference = 0;  // absolute, in the series' unit
+  bool only_above = false;    // STRAGGLER: slower only
+  bool use_median = false;
+};
+
+// For each rank index: +1 / -1 / 0 per window, against the median of the other ranks.
+struct LevelComparison {
+  std::vector<std::vector<int>> direction;
+  std::vector<std::vector<bool>> compared;
+  std::vector<std::vector<double>> reference;
+};
+
+LevelComparison CompareLevels(const std::vector<Window>& windows, size_t n_ranks, const LevelRule& rule) {
+  LevelComparison c;
+  c.direction.assign(n_ranks, std::vector<int>(windows.size(), 0));
+  c.compared.assign(n_ranks, std::vector<bool>(windows.size(), false));
+  c.reference.assign(n_ranks, std::vector<double>(windows.size(), kNaN));
+  const double min_distance = std::log(rule.ratio);
+  for (size_t w = 0; w < windows.size(); ++w) {
+    for (size_t r = 0; r < n_ranks; ++r) {
+      const double level = windows[w].level[r];
+      if (std::isnan(level)) continue;
+      std::vector<double> others, others_se;
+      for (size_t q = 0; q < n_ranks; ++q) {
+        if (q != r && !std::isnan(windows[w].level[q])) {
+          others.push_back(windows[w].level[q]);
+          others_se.push_back(windows[w].se[q]);
+        }
+      }
+      if (others.empty()) continue;
+      const double ref = Median(others);
+      const double ref_se = Median(others_se);
+      c.compared[r][w] = true;
+      c.reference[r][w] = ref;
+      const double difference = level - ref;
+      const double noise = rule.z * std::sqrt(windows[w].se[r] * windows[w].se[r] + ref_se * ref_se);
+      if (Distance(level, ref) >= min_distance && std::fabs(difference) > noise &&
+          std::fabs(difference) >= rule.min_difference && (!rule.only_above || difference > 0)) {
+        c.direction[r][w] = difference > 0 ? 1 : -1;
+      }
+    }
+  }
+  return c;
+}
+
+bool IsSustained(const Stretch& s, size_t min_length, double min_share) {
+  return s.direction != 0 && s.length() >= min_length &&
+         static_cast<double>(s.length()) >= min_share * static_cast<double>(s.compared);
+}
+
+// With 2 ranks (or a split), which rank moved at `onset` against its own preceding levels:
+// the index whose distance from its own level before is larger than every other's by at
+// least ln(ratio); -1 when none does or there is nothing before.
+int MovedAgainstOwnHistory(const std::vector<std::vector<double>>& levels, size_t onset, double ratio,
+                           std::vector<double>* moves) {
+  moves->assign(levels.size(), kNaN);
+  if (onset == 0) return -1;
+  for (size_t r = 0; r < levels.size(); ++r) {
+    auto mean_of = [&](size_t from, size_t to) {
+      double sum = 0;
+      int n = 0;
+      for (size_t i = from; i < to && i < levels[r].size(); ++i) {
+        if (!std::isnan(levels[r][i])) sum += levels[r][i], ++n;
+      }
+      return n ? sum / n : kNaN;
+    };
+    const double before = mean_of(onset >= 2 ? onset - 2 : 0, onset);
+    const double after = mean_of(onset, onset + 2);
+    if (!std::isnan(before) && !std::isnan(after)) (*moves)[r] = Distance(after, before);
+  }
+  int best = -1;
+  for (size_t r = 0; r < moves->size(); ++r) {
+    if (std::isnan((*moves)[r])) return -1;
+    if (best < 0 || (*moves)[r] > (*moves)[best]) best = static_cast<int>(r);
+  }
+  for (size_t r = 0; r < moves->size(); ++r) {
+    if (static_cast<int>(r) != best && (*moves)[best] - (*moves)[r] < std::log(ratio)) return -1;
+  }
+  return best;
+}
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    out += (i == 0 ? "" : i + 1 == ranks.size() ? " and " : ", ") + std::to_string(ranks[i]);
+  }
+  return out;
+}
+
+json RankLevels(const std::vector<RankSeries>& series, const std::vector<Window>& windows, size_t begin, size_t end) {
+  json levels = json::object();
+  for (size_t r = 0; r < series.size(); ++r) {
+    std::vector<double> v;
+    for (size_t w = begin; w < end; ++w) {
+      if (!std::isnan(windows[w].level[r])) v.push_back(windows[w].level[r]);
+    }
+    levels[std::to_string(series[r].rank)] = Num(Median(v));
+  }
+  return levels;
+}
+
+void FillActions(RankFinding* f) {
+  RankCauses(&f->finding.causes);
+  f->finding.actions = KnowledgeBase::Builtin().ActionsFor(f->finding);
+}
+
+// What the level rule says about one series: findings for the ranks out for a sustained
+// stretch. `what` names the quantity in summaries ("loss", "gradient norm").
+std::vector<RankFinding> JudgeLevels(const std::vector<RankSeries>& series, const std::string& tag,
+                                     const std::string& code, const std::string& what, const LevelRule& rule,
+                                     const RankOptions& options) {
+  std::vector<RankFinding> out;
+  if (series.size() < 2) return out;
+  const std::vector<int64_t> steps = SharedSteps(series);
+  const size_t window_steps = options.window_steps > 0
+                                  ? static_cast<size_t>(options.window_steps)
+                                  : std::clamp<size_t>(steps.size() / 20, 5, 50);
+  if (steps.size() < window_steps * static_cast<size_t>(options.min_windows)) return out;
+  const std::vector<Window> windows = MakeWindows(series, steps, window_steps, rule.use_median);
+  const LevelComparison c = CompareLevels(windows, series.size(), rule);
+
+  std::vector<size_t> flagged;
+  std::vector<Stretch> stretches(series.size());
+  for (size_t r = 0; r < series.size(); ++r) {
+    stretches[r] = LongestStretch(c.direction[r], c.compared[r]);
+    if (IsSustained(stretches[r], options.min_windows, options.min_stretch_share)) flagged.push_back(r);
+  }
+  if (flagged.empty()) return out;
+
+  std::vector<std::vector<double>> levels(series.size());
+  for (size_t r = 0; r < series.size(); ++r) {
+    for (const Window& w : windows) levels[r].push_back(w.level[r]);
+  }
+  auto make = [&](int named_index, const std::vector<int>& ranks, const Stretch& s, const std::string& reference) {
+    RankFinding f;
+    f.rank = named_index >= 0 ? series[named_index].rank : -1;
+    f.ranks = ranks;
+    Finding& finding = f.finding;
+    finding.code = code;
+    finding.severity = Severity::kWarning;
+    finding.step = windows[s.begin].first_step;
+    finding.last_step = windows[s.end - 1].last_step;
+    finding.location = tag;
+    json evidence = {{"rank", f.rank >= 0 ? json(f.rank) : json(nullptr)},
+                     {"ranks", ranks},
+                     {"tag", tag},
+                     {"rule", rule.use_median ? "window medians" : "window means"},
+                     {"reference", reference},
+                     {"window_steps", window_steps},
+                     {"windows_out", s.length()},
+                     {"windows_compared", s.compared},
+                     {"level_ratio", rule.ratio},
+                     {"rank_levels", RankLevels(series, windows, s.begin, s.end)}};
+    if (named_index >= 0) {
+      std::vector<double> ratios;
+      for (size_t w = s.begin; w < s.end; ++w) {
+        if (c.reference[named_index][w] != 0) ratios.push_back(windows[w].level[named_index] / c.reference[named_index][w]);
+      }
+      const double ratio = Median(ratios);
+      evidence["ratio_to_others"] = Num(ratio);
+      finding.summary = "rank " + std::to_string(f.rank) + "'s " + what + " is " + FormatNumber(ratio, 3) +
+                        "x the other ranks' over steps " + std::to_string(finding.step) + "-" +
+                        std::to_string(finding.last_step) + " (" + std::to_string(s.length()) + " windows of " +
+                        std::to_string(window_steps) + " steps" +
+                        (reference == "own history" ? "; with 2 ranks, named because its own level moved there" : "") +
+                        ")";
+    } else {
+      finding.summary = "ranks " + RankList(ranks) + " disagree on the " + what + " over steps " +
+                        std::to_string(finding.step) + "-" + std::to_string(finding.last_step) + " (" +
+                        std::to_string(s.length()) + " windows of " + std::to_string(window_steps) + " steps)" +
+                        (ranks.size() == 2 && series.size() == 2
+                             ? "; with 2 ranks neither is the majority and neither moved against its own history: "
+                               "compare both"
+                             : ": the ranks split into groups, none is the odd one out");
+    }
+    finding.evidence_json = evidence.dump();
+    return f;
+  };
+
+  // 3+ ranks and a minority out: each is the odd one out against the others' median.
+  // Slower-only rules are directional: of 2 ranks only the slower can be out, so it is named.
+  if ((series.size() >= 3 && flagged.size() * 2 < series.size()) ||
+      (rule.only_above && flagged.size() < series.size())) {
+    for (size_t r : flagged) out.push_back(make(static_cast<int>(r), {series[r].rank}, stretches[r], "median of the other ranks"));
+    return out;
+  }
+  // 2 ranks, or a split: the rank that moved against its own history at the onset, if one did.
+  size_t first = flagged.front();
+  for (size_t r : flagged) {
+    if (stretches[r].begin < stretches[first].begin) first = r;
+  }
+  std::vector<double> moves;
+  const int moved = MovedAgainstOwnHistory(levels, stretches[first].begin, rule.ratio, &moves);
+  std::vector<int> ranks;
+  for (size_t r : flagged) ranks.push_back(series[r].rank);
+  std::sort(ranks.begin(), ranks.end());
+  if (moved >= 0 && std::find(flagged.begin(), flagged.end(), static_cast<size_t>(moved)) != flagged.end()) {
+    RankFinding f = make(moved, {series[moved].rank}, stretches[moved], "own history");
+    json evidence = json::parse(f.finding.evidence_json);
+    json own = json::object();
+    for (size_t r = 0; r < series.size(); ++r) own[std::to_string(series[r].rank)] = Num(moves[r]);
+    evidence["moved_at_onset"] = own;  // ln(after / before) of each rank's own level
+    f.finding.evidence_json = evidence.dump();
+    out.push_back(std::move(f));
+    return out;
+  }
+  out.push_back(make(-1, ranks, stretches[first], "none"));
+  return out;
+}
+
+// The exact rule for a series equal across ranks by construction. Returns true when the
+// series is replicated (then the level rule is not needed for it).
+bool JudgeReplicated(const std::vector<RankSeries>& series, const std::string& tag, const RankOptions& options,
+                     std::vector<RankFinding>* out) {
+  if (series.size() < 2) return false;
+  const std::vector<int64_t> steps = SharedSteps(series);
+  if (steps.size() < 10) return false;
+  const size_t n = series.size();
+  auto same = [&](double a, double b) {
+    return std::fabs(a - b) <= options.replicated_tolerance * std::max(std::fabs(a), std::fabs(b));
+  };
+  // Per step: the value most ranks share (a majority of at least 2), and who departs from it.
+  std::vector<std::vector<int>> departs(n, std::vector<int>(steps.size(), 0));
+  std::vector<std::vector<bool>> compared(n, std::vector<bool>(steps.size(), false));
+  std::vector<std::vector<double>> values(n, std::vector<double>(steps.size(), kNaN));
+  size_t agreeing_steps = 0, leading_agreement = 0;
+  bool leading = true;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    std::vector<size_t> present;
+    for (size_t r = 0; r < n; ++r) {
+      auto it = series[r].values.find(steps[i]);
+      if (it != series[r].values.end()) present.push_back(r), values[r][i] = it->second;
+    }
+    size_t best_count = 0;
+    double best_value = kNaN;
+    for (size_t a : present) {
+      size_t count = 0;
+      for (size_t b : present) count += same(values[a][i], values[b][i]);
+      if (count > best_count) best_count = count, best_value = values[a][i];
+    }
+    const bool majority = best_count >= 2 && best_count * 2 > present.size();
+    agreeing_steps += best_count >= 2;
+    leading = leading && best_count == present.size();
+    leading_agreement += leading;
+    for (size_t r : present) {
+      compared[r][i] = true;
+      if (majority) {
+        const double v = values[r][i];
+        if (std::fabs(v - best_value) > options.departure_tolerance * std::max(std::fabs(v), std::fabs(best_value))) {
+          departs[r][i] = 1;
+        }
+      } else if (present.size() == 2) {
+        departs[r][i] = 1;  // two ranks apart: both depart; who is the odd one is decided below
+      }
+    }
+  }
+  const bool replicated = static_cast<double>(agreeing_steps) >= options.replicated_share * steps.size() ||
+                          leading_agreement >= 10;
+  if (!replicated) return false;
+
+  std::vector<size_t> flagged;
+  std::vector<Stretch> stretches(n);
+  for (size_t r = 0; r < n; ++r) {
+    stretches[r] = LongestStretch(departs[r], compared[r]);
+    if (IsSustained(stretches[r], options.min_departure_steps, options.min_departure_share)) flagged.push_back(r);
+  }
+  if (flagged.empty()) return true;
+
+  auto make = [&](int index, const std::vector<int>& ranks, const Stretch& s, const std::string& reference) {
+    RankFinding f;
+    f.rank = index >= 0 ? series[index].rank : -1;
+    f.ranks = ranks;
+    Finding& finding = f.finding;
+    finding.code = "RANK_DIVERGENCE";
+    finding.step = steps[s.begin];
+    finding.last_step = steps[s.end - 1];
+    finding.location = tag;
+    json levels = json::object();
+    for (size_t r = 0; r < n; ++r) {
+      std::vector<double> v;
+      for (size_t i = s.begin; i < s.end; ++i) {
+        if (!std::isnan(values[r][i])) v.push_back(values[r][i]);
+      }
+      levels[std::to_string(series[r].rank)] = Num(Median(v));
+    }
+    json evidence = {{"rank", f.rank >= 0 ? json(f.rank) : json(nullptr)},
+                     {"ranks", ranks},
+                     {"tag", tag},
+                     {"rule", "equal across ranks by construction (all-reduced)"},
+                     {"reference", reference},
+                     {"steps_apart", s.length()},
+                     {"steps_compared", s.compared},
+                     {"rank_levels", levels}};
+    const std::string range = std::to_string(finding.step) + "-" + std::to_string(finding.last_step);
+    if (f.rank >= 0) {
+      finding.summary = "rank " + std::to_string(f.rank) + "'s " + tag +
+                        " leaves the value the other ranks share (all-reduced gradients are equal on every rank) at " +
+                        std::to_string(s.length()) + " steps in a row, " + range;
+    } else {
+      finding.summary = "ranks " + RankList(ranks) + " stop agreeing on " + tag + " (equal on every rank when "
+                        "gradients are all-reduced) at steps " + range +
+                        "; with 2 ranks neither is the majority and neither moved against its own history";
+    }
+    finding.evidence_json = evidence.dump();
+    RaiseCause(&finding.causes, "rank_desync", 0.7);
+    FillActions(&f);
+    return f;
+  };
+
+  if (n >= 3) {
+    for (size_t r : flagged) out->push_back(make(static_cast<int>(r), {series[r].rank}, stretches[r], "the value the other ranks share"));
+    return true;
+  }
+  // 2 ranks: the one whose value moved against its own preceding steps when they parted.
+  const size_t onset = std::min(stretches[0].begin, stretches[1].begin);
+  const size_t span = std::clamp<size_t>(steps.size() / 20, 5, 50);
+  std::vector<std::vector<double>> levels(2);
+  // Levels over blocks of `span` steps ending at the onset and starting at it.
+  for (size_t r = 0; r < 2; ++r) {
+    auto mean_of = [&](size_t from, size_t to) {
+      double sum = 0;
+      int count = 0;
+      for (size_t i = from; i < to && i < steps.size(); ++i) {
+        if (!std::isnan(values[r][i])) sum += values[r][i], ++count;
+      }
+      return count ? sum / count : kNaN;
+    };
+    levels[r] = {mean_of(onset >= span ? onset - span : 0, onset), mean_of(onset, onset + span)};
+  }
+  std::vector<double> moves;
+  const int moved = onset > 0 ? MovedAgainstOwnHistory(levels, 1, 2.0, &moves) : -1;
+  std::vector<int> ranks = {series[0].rank, series[1].rank};
+  std::sort(ranks.begin(), ranks.end());
+  if (moved >= 0) {
+    out->push_back(make(moved, {series[moved].rank}, stretches[moved], "own history"));
+  } else {
+    out->push_back(make(-1, ranks, stretches[0].length() >= stretches[1].length() ? stretches[0] : stretches[1], "none"));
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<RankFinding> CompareRanks(const std::vector<RankRun>& ranks, const RankOptions& options) {
+  std::vector<RankFinding> out;
+  if (ranks.size() < 2) return out;
+  const RunData* first = nullptr;
+  for (const RankRun& r : ranks) {
+    if (r.data && !first) first = r.data;
+  }
+  if (!first) return out;
+  // Each rank's tags are the same program's: rank 0's role map names them for all.
+  const std::string loss_tag = RoleTag(*first, Role::kLoss);
+  const std::string grad_tag = RoleTag(*first, Role::kGradNorm);
+
+  std::vector<RankFinding> grad_findings;
+  if (!grad_tag.empty()) {
+    const std::vector<RankSeries> grad = Collect(ranks, grad_tag);
+    if (!JudgeReplicated(grad, grad_tag, options, &grad_findings)) {
+      LevelRule rule{options.level_ratio, options.z};
+      grad_findings = JudgeLevels(grad, grad_tag, "RANK_DIVERGENCE", "gradient norm", rule, options);
+      for (RankFinding& f : grad_findings) {
+        RaiseCause(&f.finding.causes, "rank_desync", 0.5);
+        RaiseCause(&f.finding.causes, "rank_data_shard", 0.3);
+        FillActions(&f);
+      }
+    }
+  }
+  if (!loss_tag.empty()) {
+    LevelRule rule{options.level_ratio, options.z};
+    for (RankFinding& f : JudgeLevels(Collect(ranks, loss_tag), loss_tag, "RANK_DIVERGENCE", "loss", rule, options)) {
+      // The gradient norm tells the two causes apart: shared (same model, different data)
+      // or parted on the same rank too (the model copies left each other).
+      bool grads_parted = false;
+      for (const RankFinding& g : grad_findings) {
+        grads_parted = grads_parted || g.rank == f.rank || g.rank < 0 || f.rank < 0;
+      }
+      RaiseCause(&f.finding.causes, "rank_data_shard", grads_parted ? 0.3 : 0.6);
+      RaiseCause(&f.finding.causes, "rank_desync", grads_parted ? 0.6 : 0.2);
+      FillActions(&f);
+      out.push_back(std::move(f));
+    }
+  }
+  for (RankFinding& f : grad_findings) out.push_back(std::move(f));
+
+  // Stragglers: phases each rank spends on its own (its data wait, its forward). Backward
+  // and the step include waiting in the all-reduce for the slowest rank, equal for all.
+  LevelRule slow{options.straggler_ratio, options.z, options.straggler_min_seconds, true, true};
+  for (const char* phase : {"time/data", "time/forward"}) {
+    for (RankFinding& f : JudgeLevels(Collect(ranks, phase), phase, "STRAGGLER", std::string(phase) + " time", slow, options)) {
+      if (f.rank < 0) continue;  // slower is directional: a rank is named or nothing is said
+      RaiseCause(&f.finding.causes, std::string(phase) == "time/data" ? "slow_dataloader" : "host_contention", 0.4);
+      FillActions(&f);
+      out.push_back(std::move(f));
+    }
+  }
+  return out;
+}
+
+}  // namespace trainscope::doctor
