@@ -411,8 +411,9 @@ class Watcher:
             if not self.guard and hasattr(self.optimizer, "register_step_pre_hook"):
                 # torch 2.x: the optimizer's own step hooks. optimizer.step stays torch's, so
                 # LR schedulers, pickling and a torch.compile'd step see nothing of ours.
-                self._handles.append(self.optimizer.register_step_pre_hook(self._step_pre_hook))
-                self._handles.append(self.optimizer.register_step_post_hook(self._step_post_hook))
+                pre, post = _outside_graphs(self._step_pre_hook), _outside_graphs(self._step_post_hook)
+                self._handles.append(self.optimizer.register_step_pre_hook(pre))
+                self._handles.append(self.optimizer.register_step_post_hook(post))
             else:
                 # torch 1.13 has no step hooks; guard mode must be able to skip the step.
                 self._wrap(self.optimizer, "step", self._optimizer_step)
@@ -1479,6 +1480,16 @@ class Watcher:
         self._census_types.add("torch.nn.parameter.Parameter")
         for name in self._census_types:
             self.rec.log_scalar("census/" + name, float(named.get(name, 0)), step)
+
+
+def _outside_graphs(hook):
+    """hook, run eagerly even inside a torch.compile'd optimizer step (torch._dynamo.disable):
+    traced, its calls into _core would each break the graph and make a graph of their own
+    (9 graphs for one Adam step, measured). Only when dynamo is loaded already (something
+    was compiled): importing it costs ~1 s, and without it nothing compiles the step."""
+    dynamo = sys.modules.get("torch._dynamo")
+    disable = getattr(dynamo, "disable", None)
+    return disable(hook) if disable is not None else hook
 
 
 def _fused_amp_state(optimizer):
