@@ -5,7 +5,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 export TRAINSCOPE_BUILD_DIR := $(abspath $(BUILD))
 
-.PHONY: all setup build test test-cpp test-python test-e2e test-fuzz demo bench bench-doctor clean
+.PHONY: all setup build test test-cpp test-python test-e2e test-fuzz test-torch2 demo bench bench-doctor clean
 
 all: build
 
@@ -33,6 +33,15 @@ test-e2e:
 
 test-fuzz:
 	@if [ -x fuzz/run.sh ]; then fuzz/run.sh; else echo "test-fuzz: no fuzz targets yet"; fi
+
+# The second leg: the package as a user installs it (pip install .) into a cached venv with
+# PyPI's torch 2.x and NumPy 2 (scripts/torch2-requirements.txt), and the whole Python suite
+# against it. Needs the build for the C++ test helpers the suite starts.
+test-torch2: build
+	@venv=$$(bash scripts/torch2-venv.sh) && \
+	$$venv/bin/python -m pip install -q --no-build-isolation --no-deps --force-reinstall \
+	  --config-settings=build-dir=$(abspath $(BUILD))-torch2 . && \
+	TRAINSCOPE_TEST_INSTALLED=1 $$venv/bin/python -m pytest -q tests/python
 
 demo: build
 	$(BUILD)/trainscope demo --logdir runs
