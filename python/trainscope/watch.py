@@ -2,8 +2,9 @@
 
 Where the numbers come from (docs/watch.md says more):
 
-- Gradients: in a wrapper around optimizer.step(), before the real step (so guard mode can
-  skip it). Weights and updates (w_t - w_{t-1}): after it. Without an optimizer, both at the
+- Gradients: before the real optimizer step, in its step pre-hook (torch 2.x), or in a
+  wrapper around optimizer.step() (torch 1.13, and guard mode, which must be able to skip
+  it). Weights and updates (w_t - w_{t-1}): after it. Without an optimizer, both at the
   end of each step (run.step() exit, or the next batch of run.data()).
 - Activations: forward hooks on every module but the root and pure containers.
 - On CPU the C++ core reads each tensor's memory in place (data_ptr, numel, dtype) and
@@ -304,6 +305,7 @@ class Watcher:
         self._optimizer_steps = 0   # real optimizer steps so far (a GradScaler skip is none)
         self._amp_scale = None      # a fused optimizer's GradScaler scale while its gradients are still scaled
         self._amp_skip = False      # a fused optimizer's step that its GradScaler skips (inf/NaN found)
+        self._scaler_stepping = False  # inside GradScaler.step of this optimizer
         self._ids = {}
         self._snapshots = {}        # param name -> previous weights (w_{t-1})
         self._snapshot_step = None  # the step whose post-update weights the snapshots hold
@@ -839,7 +841,8 @@ class Watcher:
 
     def _hot_totals(self, step):
         """Logs the in-backward statistics if they are param.grad's; returns totals or None."""
-        if self._hot is None or self._hot_bad or self._force_device_path or not self._grads_were_zeroed():
+        if self._hot is None or self._hot_bad or self._force_device_path or self._scaler_stepping \
+                or not self._grads_were_zeroed():
             return None
         for count, (_, p) in zip(self._hot.seen(), self.params):
             if count > 1 or (count == 0 and p.grad is not None):
@@ -982,7 +985,12 @@ class Watcher:
             finally:
                 self._leave()
         stepped_before = self._optimizer_steps
-        result = original(scaler, optimizer, *args, **kwargs)
+        # The gradients measured inside backward were scaled; unscale_ changed them in place.
+        self._scaler_stepping = True
+        try:
+            result = original(scaler, optimizer, *args, **kwargs)
+        finally:
+            self._scaler_stepping = False
         if scale is not None:
             self._guarded("amp", self._after_scaler_step)(scaler, optimizer, scale, stepped_before)
         return result

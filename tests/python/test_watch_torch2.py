@@ -144,7 +144,7 @@ def test_guard_mode_still_wraps_the_step(tmp_path):
 
 # ---- autocast (bfloat16 on CPU) with GradScaler ----
 
-def amp_training(run, steps, inject_from=None, fused=False, init_scale=2.0 ** 16):
+def amp_training(run, steps, inject_from=None, fused=False, init_scale=2.0 ** 16, **watch_options):
     """bfloat16 autocast with a GradScaler; from step inject_from on, one gradient value is
     made infinite in backward (a layer whose gradients overflow), so the scaler skips.
     Returns torch's own view: per step (scale, skipped, unscaled gradients or None)."""
@@ -160,7 +160,7 @@ def amp_training(run, steps, inject_from=None, fused=False, init_scale=2.0 ** 16
         return grad
 
     model[0].weight.register_hook(overflow)
-    run.watch(model, opt, histograms_every=0)
+    run.watch(model, opt, histograms_every=0, **watch_options)
     truth = []
     for step, (x, y) in enumerate(run.data(batches(steps))):
         state["step"] = step
@@ -182,10 +182,13 @@ def amp_training(run, steps, inject_from=None, fused=False, init_scale=2.0 ** 16
 
 
 @pytest.mark.skipif(not CPU_GRAD_SCALER, reason="torch.amp.GradScaler('cpu') is torch 2.x")
-@pytest.mark.parametrize("fused", [False, True], ids=["adam", "fused_adam"])
-def test_grad_scaler_loss_scale_and_skips_are_recorded(tmp_path, fused):
+@pytest.mark.parametrize("fused, hot", [(False, False), (True, False), (False, True)],
+                         ids=["adam", "fused_adam", "in_backward"])
+def test_grad_scaler_loss_scale_and_skips_are_recorded(tmp_path, fused, hot):
+    # in_backward: statistics taken inside backward are of scaled gradients (unscale_
+    # changes them in place later): param.grad is read at the step instead.
     run = ts.init(tmp_path, "amp")
-    truth = amp_training(run, 8, inject_from=3, fused=fused)
+    truth = amp_training(run, 8, inject_from=3, fused=fused, hot_gradients=hot)
     assert [skipped for _, skipped, _ in truth] == [False] * 3 + [True] * 5
     view = ts.open_run(tmp_path / "amp")
     # Every scaler.step is a training step, skipped or not.
