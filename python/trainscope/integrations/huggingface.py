@@ -102,6 +102,7 @@ class TrainscopeCallback(TrainerCallback):
         self.watcher = None
         self._recording = False
         self._lr_from_watch = False
+        self._epoch_step = None   # the step of the last train/epoch point
         self._failures = _FailureReporter("TrainscopeCallback")
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
@@ -124,6 +125,7 @@ class TrainscopeCallback(TrainerCallback):
         self._recording = True
         self.watcher = None
         self._lr_from_watch = False
+        self._epoch_step = None
         # The optimizer step that makes the Trainer's global_step g is trainscope's step g, so
         # a Trainer log (made at global_step) lands on the last step it describes, beside
         # run.watch()'s numbers of that step. Ts.init() starts at 0; a resumed Trainer later.
@@ -149,6 +151,10 @@ class TrainscopeCallback(TrainerCallback):
             for key, value in logs.items():
                 if key == "learning_rate" and self._lr_from_watch:
                     continue
+                if key == "epoch":  # in every Trainer log (train, eval, the final one): one point per step
+                    if state.global_step == self._epoch_step:
+                        continue
+                    self._epoch_step = state.global_step
                 value = _loggable(value)
                 if value is not None:
                     values[trainscope_tag(key)] = value

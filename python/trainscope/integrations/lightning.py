@@ -9,6 +9,7 @@ says what is recorded and why.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -57,6 +58,7 @@ class TrainscopeLogger(Logger):
         self.extra_config = dict(config or {})
         self.init_options = init_options
         self._hyperparams = {}
+        self._epoch_step = None   # the step of the last train/epoch point
         self._run = None
         self._finished = False
         self._failures = _FailureReporter("TrainscopeLogger")
@@ -88,21 +90,28 @@ class TrainscopeLogger(Logger):
     @property
     def experiment(self):
         """The trainscope Run (started on first use; None if it could not start: reported)."""
-        if self._run is None or self._finished:
+        if self._run is None and "run start" not in self._failures.off:
             self._start()
         return self._run
 
     def log_hyperparams(self, params, *args, **kwargs):
         params = vars(params) if hasattr(params, "__dict__") and not isinstance(params, dict) else dict(params or {})
-        if self._run is not None:
-            if params and params != self._hyperparams:
-                self._failures.report("log_hyperparams", RuntimeError(
-                    "the run had already started, so its config is kept; hyperparameters logged later are not stored"))
-            return
         self._hyperparams.update(params)
-        self._start()
+        if self._run is None:
+            self._start()
+            return
+        # Lightning touches `experiment` at setup, before it logs the hyperparameters: they
+        # become the config of the run that already started.
+        try:
+            config = {**self._hyperparams, **self.extra_config}
+            self._run._recorder.set_meta("config", json.dumps(config, default=str))
+            self._run.config = config
+        except Exception as error:
+            self._failures.report("log_hyperparams", error)
 
     def log_metrics(self, metrics, step=None):
+        if self._finished:  # trainer.test() after trainer.fit(): the same run goes on
+            self._start()
         run = self.experiment
         if run is None or "log_metrics" in self._failures.off:
             return
@@ -110,8 +119,14 @@ class TrainscopeLogger(Logger):
             values = {}
             for key, value in metrics.items():
                 value = _loggable(value)
-                if value is not None:
-                    values["train/epoch" if key == "epoch" else key] = value
+                if value is None:
+                    continue
+                if key == "epoch":  # Lightning adds it to every log call: one point per step
+                    if step is not None and step == self._epoch_step:
+                        continue
+                    self._epoch_step = step
+                    key = "train/epoch"
+                values[key] = value
             run.log(values, step=step)
         except Exception as error:
             self._failures.report("log_metrics", error)
@@ -133,7 +148,7 @@ class TrainscopeLogger(Logger):
     def _start(self):
         """Starts the run, or continues it after finalize() (trainer.test() after trainer.fit())."""
         resume = self._run is not None
-        config = {**{k: v for k, v in self._hyperparams.items()}, **self.extra_config}
+        config = {**self._hyperparams, **self.extra_config}
         try:
             self._run = ts.init(self.logdir, self.name, config, resume=resume, **self.init_options)
             self._finished = False
