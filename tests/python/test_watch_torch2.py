@@ -204,6 +204,8 @@ def test_grad_scaler_loss_scale_and_skips_are_recorded(tmp_path, fused, hot):
         for s in stats:
             assert_matches(s, truth[s["step"]][2][param])
     assert [step for step, _ in scalars(view, "grad/global_norm")] == stepped
+    # finish() gave torch's GradScaler its own step back.
+    assert not hasattr(torch.amp.GradScaler.step, "__wrapped__")
 
 
 @pytest.mark.skipif(not CPU_GRAD_SCALER, reason="torch.amp.GradScaler('cpu') is torch 2.x")
