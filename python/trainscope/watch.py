@@ -346,6 +346,7 @@ class Watcher:
         # Gradients measured inside backward while in cache (see _grad_hook); CPU only.
         self._hot = None
         self._hot_bad = False
+        self._hot_versions = {}  # slot -> param.grad's version right after backward gave it this gradient
         self.hot_steps = 0  # optimizer steps whose gradient statistics came from inside backward
         if hot_gradients == "auto":
             # A hook per parameter costs ~10 us of Python in backward; reading a gradient
@@ -408,6 +409,8 @@ class Watcher:
                                   for n, p in self.params]
             for slot, (_, p) in enumerate(self.params):
                 self._handles.append(p.register_hook(self._grad_hook(slot, p)))
+                if hasattr(p, "register_post_accumulate_grad_hook"):  # torch >= 2.1
+                    self._handles.append(p.register_post_accumulate_grad_hook(self._grad_accumulated(slot)))
         if self.optimizer is not None:
             self.clock.optimizer_owned = True
             if not self.guard and hasattr(self.optimizer, "register_step_pre_hook"):
@@ -830,6 +833,11 @@ class Watcher:
                 histogram = bool(self.histograms_every) and self._due(self.histograms_every)
                 self._hot.add(slot, grad.data_ptr(), grad.numel(), code, histogram,
                               rows if self._due(self.units_every) else 0)
+                # param.grad's version once this gradient is in it (torch 1.13: accumulated
+                # in place into a zeroed one, or the gradient itself); torch 2.1+ reads it
+                # after accumulation (_grad_accumulated) instead.
+                existing = param.grad
+                self._hot_versions[slot] = grad._version if existing is None else existing._version + 1
             except Exception as error:
                 self._hot_bad = True
                 self.failures.report("gradients", error)
@@ -839,14 +847,23 @@ class Watcher:
 
         return hook
 
+    def _grad_accumulated(self, slot):
+        def hook(param):
+            if self._hot is not None and param.grad is not None:
+                self._hot_versions[slot] = param.grad._version
+        return hook
+
     def _hot_totals(self, step):
         """Logs the in-backward statistics if they are param.grad's; returns totals or None."""
         if self._hot is None or self._hot_bad or self._force_device_path or self._scaler_stepping \
                 or not self._grads_were_zeroed():
             return None
-        for count, (_, p) in zip(self._hot.seen(), self.params):
+        versions = self._hot_versions
+        for slot, (count, (_, p)) in enumerate(zip(self._hot.seen(), self.params)):
             if count > 1 or (count == 0 and p.grad is not None):
                 return None  # accumulated over several backwards, or a gradient we did not see
+            if count == 1 and (p.grad is None or p.grad._version != versions.get(slot)):
+                return None  # changed in place since backward (clip_grad_norm_, unscale_): read it now
         self.hot_steps += 1
         return self._hot.log(self.rec, step, self._hot_ids, self._hot_unit_ids)
 
@@ -960,6 +977,7 @@ class Watcher:
         try:
             if self._hot is not None:
                 self._hot.reset()
+                self._hot_versions.clear()
                 self._hot_bad = False
             self._mark_grads()
             self.clock.end()

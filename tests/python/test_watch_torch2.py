@@ -96,6 +96,31 @@ def test_foreach_and_fused_optimizers_record_torchs_numbers(tmp_path, name, opti
     assert [v for _, v in scalars(view, "opt/lr")] == [options["lr"]] * 4
 
 
+@pytest.mark.parametrize("clip", [False, True])
+def test_gradients_from_inside_backward_are_not_used_once_changed_in_place(tmp_path, clip):
+    """hot_gradients measures each gradient in backward; clip_grad_norm_ then scales
+    param.grad in place: the step must record the clipped gradients (read again), and the
+    in-backward ones only when nothing changed them (both torches)."""
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = ts.init(tmp_path, "hot")
+    watcher = run.watch(model, opt, hot_gradients=True)
+    grads = []
+    for x, y in run.data(batches(3)):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01)
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+        opt.step()
+    run.finish()
+    assert watcher.hot_steps == (0 if clip else 3)
+    view = ts.open_run(tmp_path / "hot")
+    for param in ("0.weight", "2.bias"):
+        for s, step in zip(view.tensor_stats("grad/" + param), grads):
+            assert_matches(s, step[param])
+
+
 @needs_torch2
 def test_step_hooks_leave_optimizer_step_untouched(tmp_path):
     """torch 2.x: watch() uses the optimizer's step hooks; optimizer.step stays torch's
