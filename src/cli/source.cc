@@ -22,7 +22,10 @@ Status LoadStore(const std::string& path, LoadedRun* run) {
   if (!s.ok()) return s;
   run->source = path;
   run->format = "trainscope";
-  return ReadRun(*store, &run->data);
+  s = ReadRun(*store, &run->data);
+  // A damaged store is read around its damage: say what was skipped.
+  if (s.ok() && store->damage().count()) fmt::print(stderr, "warning: {}: {}\n", path, store->damage().Summary());
+  return s;
 }
 
 bool StartsWithSqliteHeader(const std::string& path) {

@@ -1,5 +1,6 @@
 // Status: the outcome of an operation that can fail. Errors are values, never surprises:
-// a Status carries a message that names the file, the place and what was expected.
+// a Status carries a kind, which callers branch on (the server maps it to an HTTP code),
+// and a message that names the file, the place and what was expected, which people read.
 #pragma once
 
 #include <string>
@@ -7,18 +8,54 @@
 
 namespace trainscope {
 
+enum class StatusCode : int {
+  kOk = 0,
+  kNotFound,         // the file, run, series or key asked for is not there
+  kCorruption,       // the data is there but damaged or not in the expected form
+  kInvalidArgument,  // the caller asked for something malformed or impossible
+  kIOError,          // the system failed us: disk full, permission, a failing write
+  kError,            // not yet classified: Status::Error's callers; treated as an internal error
+};
+
+// "NotFound", "Corruption", ...: for logs and JSON.
+inline const char* StatusCodeName(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "OK";
+    case StatusCode::kNotFound: return "NotFound";
+    case StatusCode::kCorruption: return "Corruption";
+    case StatusCode::kInvalidArgument: return "InvalidArgument";
+    case StatusCode::kIOError: return "IOError";
+    case StatusCode::kError: return "Error";
+  }
+  return "Error";
+}
+
 class Status {
  public:
   Status() = default;  // OK
   static Status Ok() { return Status(); }
-  static Status Error(std::string message) { return Status(std::move(message)); }
+  static Status NotFound(std::string message) { return Status(StatusCode::kNotFound, std::move(message)); }
+  static Status Corruption(std::string message) { return Status(StatusCode::kCorruption, std::move(message)); }
+  static Status InvalidArgument(std::string message) {
+    return Status(StatusCode::kInvalidArgument, std::move(message));
+  }
+  static Status IOError(std::string message) { return Status(StatusCode::kIOError, std::move(message)); }
+  // An error of no particular kind. Kept so older call sites compile; new code names a kind.
+  static Status Error(std::string message) { return Status(StatusCode::kError, std::move(message)); }
+  // The same kind with a new message, e.g. context prepended: s.WithMessage(path + ": " + s.message()).
+  Status WithMessage(std::string message) const { return Status(code_, std::move(message)); }
 
-  bool ok() const { return !failed_; }
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  bool IsNotFound() const { return code_ == StatusCode::kNotFound; }
+  bool IsCorruption() const { return code_ == StatusCode::kCorruption; }
+  bool IsInvalidArgument() const { return code_ == StatusCode::kInvalidArgument; }
+  bool IsIOError() const { return code_ == StatusCode::kIOError; }
   const std::string& message() const { return message_; }
 
  private:
-  explicit Status(std::string message) : failed_(true), message_(std::move(message)) {}
-  bool failed_ = false;
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  StatusCode code_ = StatusCode::kOk;
   std::string message_;
 };
 

@@ -15,7 +15,8 @@ namespace {
 constexpr size_t kMapThreshold = 1 << 20;  // below this a read() is as cheap as a mapping
 
 Status Errno(const std::string& path, const char* what) {
-  return Status::Error(path + ": " + what + ": " + std::strerror(errno));
+  std::string message = path + ": " + what + ": " + std::strerror(errno);
+  return errno == ENOENT ? Status::NotFound(std::move(message)) : Status::IOError(std::move(message));
 }
 // Reads until `size` bytes or the end of the file (a file still being written may be
 // shorter than it was); false, with errno set, on a read error.
@@ -44,7 +45,7 @@ Status MappedFile::Open(const std::string& path, std::unique_ptr<MappedFile>* fi
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return Status::Error(path + ": not a regular file");
+    return Status::InvalidArgument(path + ": not a regular file");
   }
   std::unique_ptr<MappedFile> f(new MappedFile);
   f->path_ = path;

@@ -82,8 +82,8 @@ struct Tensor {
 };
 
 // Appends the elements of a repeated scalar field, packed or not.
-template <class Decode>
-bool AppendRepeated(const Reader& r, wire::WireType element_type, std::vector<double>* out, Decode decode) {
+template <class T, class Decode>
+bool AppendRepeated(const Reader& r, wire::WireType element_type, std::vector<T>* out, Decode decode) {
   if (r.type() == wire::kLengthDelimited) {
     const std::string_view b = r.bytes();
     if (element_type == wire::kFixed32) {
@@ -163,6 +163,9 @@ bool DecodeTensor(std::string_view bytes, Tensor* t) {
   Reader r(bytes);
   std::string_view content;
   bool has_content = false;
+  // half_val's raw 16-bit patterns, kept apart from the values of the other fields: only the
+  // dtype (which may come later on the wire) says how to read them.
+  std::vector<uint16_t> half_bits;
   while (r.Next()) {
     switch (r.field()) {
       case tensor_f::kDtype:
@@ -192,10 +195,9 @@ bool DecodeTensor(std::string_view bytes, Tensor* t) {
           return false;
         break;
       case tensor_f::kHalfVal:
-        // half_val holds the raw 16-bit patterns of DT_HALF and DT_BFLOAT16 as int32; the
-        // dtype (which may come later on the wire) says how to read them, so keep raw.
-        if (!AppendRepeated(r, wire::kVarint, &t->values,
-                            [](uint64_t v) { return static_cast<double>(static_cast<uint16_t>(v)); }))
+        // half_val holds the raw 16-bit patterns of DT_HALF and DT_BFLOAT16 as int32 (the
+        // low 16 bits are the pattern).
+        if (!AppendRepeated(r, wire::kVarint, &half_bits, [](uint64_t v) { return static_cast<uint16_t>(v); }))
           return false;
         break;
       case tensor_f::kStringVal:
@@ -233,10 +235,11 @@ bool DecodeTensor(std::string_view bytes, Tensor* t) {
       }
     }
   } else if (t->dtype == kDtHalf || t->dtype == kDtBfloat16) {
-    for (double& v : t->values) {
-      const auto raw = static_cast<uint16_t>(v);
-      v = t->dtype == kDtHalf ? HalfToFloat(raw) : Bfloat16ToFloat(raw);
-    }
+    // Values another field put beside them (a damaged record) are values, not patterns:
+    // they stay as they are; a NaN among them stays a NaN.
+    for (uint16_t raw : half_bits) t->values.push_back(t->dtype == kDtHalf ? HalfToFloat(raw) : Bfloat16ToFloat(raw));
+  } else if (!half_bits.empty()) {
+    return false;  // 16-bit patterns under a dtype that is not 16-bit: nothing to read them as
   } else if (t->dtype != kDtFloat && t->dtype != kDtDouble && t->dtype != kDtInt32 && t->dtype != kDtInt64 &&
              t->dtype != kDtBool) {
     t->numeric = false;
@@ -672,7 +675,7 @@ Status ReadTfEventsBuffer(std::string_view data, const std::string& name, uint64
     }
     if (result == TfRecordScanner::kCorrupt) {
       stats->bytes += at - stats->resume_offset;
-      return Status::Error(name + ": " + scanner.error());
+      return Status::Corruption(name + ": " + scanner.error());
     }
     if (result == TfRecordScanner::kBadRecord) {
       ++stats->damaged;
@@ -701,7 +704,7 @@ Status ReadTfEventsFile(const std::string& path, uint64_t offset, SampleSink* si
   Status s = MappedFile::Open(path, &file);
   if (!s.ok()) return s;
   if (offset > file->size()) {
-    return Status::Error(path + ": resume offset " + std::to_string(offset) + " is past the end of the file (" +
+    return Status::InvalidArgument(path + ": resume offset " + std::to_string(offset) + " is past the end of the file (" +
                          std::to_string(file->size()) + " bytes)");
   }
   TfEventsOptions opts = options;
@@ -721,7 +724,7 @@ Status FindTfEventsRuns(const std::string& path, std::vector<TfEventsRun>* runs)
     runs->push_back(std::move(run));
     return Status::Ok();
   }
-  if (!fs::is_directory(path, ec)) return Status::Error(path + ": no such file or directory");
+  if (!fs::is_directory(path, ec)) return Status::NotFound(path + ": no such file or directory");
   std::map<std::string, TfEventsRun> by_dir;
   auto add = [&](const fs::path& file) {
     const std::string dir = file.parent_path().string();
@@ -734,7 +737,7 @@ Status FindTfEventsRuns(const std::string& path, std::vector<TfEventsRun>* runs)
     run.files.push_back(file.string());
   };
   fs::recursive_directory_iterator it(path, fs::directory_options::skip_permission_denied, ec), end;
-  if (ec) return Status::Error(path + ": cannot list: " + ec.message());
+  if (ec) return Status::IOError(path + ": cannot list: " + ec.message());
   size_t visited = 0;
   for (; it != end; it.increment(ec)) {
     if (ec) break;

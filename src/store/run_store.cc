@@ -107,13 +107,73 @@ std::string EncodeHistogram(const TensorStats& s) {
   return blob;
 }
 
-void DecodeHistogram(const unsigned char* blob, int bytes, TensorStats* s) {
-  if (bytes < 1) return;
+// Reads a histogram written by EncodeHistogram. A blob of another shape (cut short, or
+// reaching past the last bin) leaves the stats without a histogram and says why: a part of
+// the counts would misstate every fraction computed from them.
+std::string DecodeHistogram(const unsigned char* blob, int bytes, TensorStats* s) {
+  constexpr int kBin = static_cast<int>(sizeof(uint64_t));
+  if (bytes < 1 || (bytes - 1) % kBin != 0) {
+    return "histogram of " + std::to_string(bytes) + " bytes, expected 1 + 8 x bins (cut short?)";
+  }
   const int first = blob[0];
-  const int count = (bytes - 1) / static_cast<int>(sizeof(uint64_t));
+  const int count = (bytes - 1) / kBin;
+  if (first + count > TensorStats::kExponentBins) {
+    return "histogram of " + std::to_string(count) + " bins from bin " + std::to_string(first) + ", expected at most " +
+           std::to_string(TensorStats::kExponentBins) + " bins in all";
+  }
   s->has_histogram = true;
-  for (int i = 0; i < count && first + i < TensorStats::kExponentBins; ++i) {
-    s->exponent_counts[first + i] = LoadUnaligned<uint64_t>(blob + 1 + i * sizeof(uint64_t));
+  for (int i = 0; i < count; ++i) s->exponent_counts[first + i] = LoadUnaligned<uint64_t>(blob + 1 + i * kBin);
+  return {};
+}
+
+// Binds a statement's parameters from ?1 on and keeps the first failure (a blob over
+// SQLite's length limit, out of memory): a step must not run with a parameter unbound.
+class Binder {
+ public:
+  explicit Binder(sqlite3_stmt* stmt) : stmt_(stmt) {}
+  Binder& Int(int64_t v) { return Keep(sqlite3_bind_int64(stmt_, ++index_, v)); }
+  Binder& Real(double v) { return Keep(sqlite3_bind_double(stmt_, ++index_, v)); }  // NaN binds NULL
+  Binder& Text(std::string_view v) {
+    return Keep(sqlite3_bind_text64(stmt_, ++index_, v.data(), v.size(), SQLITE_STATIC, SQLITE_UTF8));
+  }
+  // An empty blob stays a blob (a null pointer would bind NULL and break NOT NULL columns).
+  Binder& Blob(const void* data, size_t bytes) {
+    if (bytes == 0) return Keep(sqlite3_bind_zeroblob(stmt_, ++index_, 0));
+    return Keep(sqlite3_bind_blob64(stmt_, ++index_, data, bytes, SQLITE_STATIC));
+  }
+  Binder& Null() { return Keep(sqlite3_bind_null(stmt_, ++index_)); }
+  int rc() const { return rc_; }
+
+ private:
+  Binder& Keep(int rc) {
+    if (rc_ == SQLITE_OK) rc_ = rc;
+    return *this;
+  }
+  sqlite3_stmt* stmt_;
+  int index_ = 0;
+  int rc_ = SQLITE_OK;
+};
+
+// Damage in the file (as opposed to a busy lock, a failing disk or a full one): a read
+// skips what it cannot read and goes on.
+bool IsDamage(int rc) {
+  const int primary = rc & 0xff;
+  return primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB || primary == SQLITE_FORMAT;
+}
+
+Status StatusFromSqlite(int rc, std::string message) {
+  switch (rc & 0xff) {
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+    case SQLITE_FORMAT: return Status::Corruption(std::move(message));
+    case SQLITE_CONSTRAINT:
+    case SQLITE_TOOBIG:
+    case SQLITE_RANGE:
+    case SQLITE_MISMATCH: return Status::InvalidArgument(std::move(message));
+    case SQLITE_ERROR:
+    case SQLITE_MISUSE:
+    case SQLITE_INTERNAL: return Status::Error(std::move(message));
+    default: return Status::IOError(std::move(message));  // IOERR, FULL, READONLY, BUSY, NOMEM, CANTOPEN, ...
   }
 }
 
@@ -123,17 +183,33 @@ double ColumnDouble(sqlite3_stmt* stmt, int column) {
   return sqlite3_column_double(stmt, column);
 }
 
-void BindDouble(sqlite3_stmt* stmt, int index, double v) {
-  if (std::isnan(v)) sqlite3_bind_null(stmt, index);
-  else sqlite3_bind_double(stmt, index, v);
-}
-
 std::string ColumnText(sqlite3_stmt* stmt, int column) {
   const unsigned char* text = sqlite3_column_text(stmt, column);
   return text ? std::string(reinterpret_cast<const char*>(text), sqlite3_column_bytes(stmt, column)) : std::string();
 }
 
 }  // namespace
+
+std::string DescribeDamage(const DamagedRecord& r) {
+  std::string text;
+  if (!r.series.empty()) text += "series '" + r.series + "': ";
+  text += r.table;
+  if (r.rowid != 0) text += " row " + std::to_string(r.rowid);
+  return text + ": " + r.what;
+}
+
+void DamageLog::Damaged(const DamagedRecord& record) {
+  ++count_;
+  if (records_.size() < kMaxKept) records_.push_back(record);
+}
+
+std::string DamageLog::Summary(size_t at_most) const {
+  if (count_ == 0) return {};
+  std::string text = std::to_string(count_) + (count_ == 1 ? " damaged record" : " damaged records") + " skipped (";
+  for (size_t i = 0; i < records_.size() && i < at_most; ++i) text += (i ? "; " : "") + DescribeDamage(records_[i]);
+  if (static_cast<size_t>(count_) > at_most) text += "; ...";
+  return text + ")";
+}
 
 const char* SeriesKindName(SeriesKind kind) {
   switch (kind) {
@@ -167,15 +243,40 @@ RunStore::~RunStore() {
 }
 
 Status RunStore::SqlError(const char* what) {
-  return Status::Error(db_path_ + ": " + what + ": " + (db_ ? sqlite3_errmsg(db_) : "cannot open"));
+  if (!db_) return Status::IOError(db_path_ + ": " + what + ": cannot open");
+  return SqlError(what, sqlite3_extended_errcode(db_));
+}
+
+Status RunStore::SqlError(const char* what, int rc) {
+  // The connection's message belongs to its last failure, which may not be rc's.
+  const char* detail = db_ && sqlite3_extended_errcode(db_) == rc ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+  return StatusFromSqlite(rc, db_path_ + ": " + what + ": " + detail);
+}
+
+Status RunStore::StepDone(sqlite3_stmt* stmt, int bind_rc, const char* what) {
+  // sqlite3_reset repeats the step's error code, which is checked here already.
+  if (bind_rc != SQLITE_OK) {
+    sqlite3_reset(stmt);
+    return SqlError(what, bind_rc);
+  }
+  const int rc = sqlite3_step(stmt);
+  sqlite3_reset(stmt);
+  if (rc != SQLITE_DONE) return SqlError(what, rc);
+  return Status::Ok();
+}
+
+void RunStore::ReportDamage(DamagedRecord record) {
+  damage_.Damaged(record);
+  if (reporter_) reporter_->Damaged(record);
 }
 
 Status RunStore::Exec(const char* sql) {
   char* error = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &error) != SQLITE_OK) {
-    std::string message = db_path_ + ": " + (error ? error : "SQL error");
+  const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &error);
+  if (rc != SQLITE_OK) {
+    std::string message = db_path_ + ": " + (error ? error : sqlite3_errstr(rc));
     sqlite3_free(error);
-    return Status::Error(message);
+    return StatusFromSqlite(rc, std::move(message));
   }
   return Status::Ok();
 }
@@ -188,16 +289,30 @@ Status RunStore::Prepare(const char* sql, sqlite3_stmt** stmt) {
   return Status::Ok();
 }
 
+Status RunStore::LimitFileSize(int64_t max_bytes) {
+  Statement page_size;
+  if (sqlite3_prepare_v2(db_, "PRAGMA page_size", -1, page_size.out(), nullptr) != SQLITE_OK ||
+      sqlite3_step(page_size.get()) != SQLITE_ROW) {
+    return SqlError("read page size");
+  }
+  const int64_t pages = std::max<int64_t>(1, max_bytes / std::max<int64_t>(1, sqlite3_column_int64(page_size.get(), 0)));
+  return Exec(("PRAGMA max_page_count=" + std::to_string(pages)).c_str());
+}
+
 Status RunStore::OpenDb(const std::string& db_path, bool read_only, std::unique_ptr<RunStore>* out) {
   std::unique_ptr<RunStore> store(new RunStore());
   store->db_path_ = db_path;
   store->read_only_ = read_only;
   const int flags = read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-  if (sqlite3_open_v2(db_path.c_str(), &store->db_, flags | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
-    return store->SqlError("cannot open store");
+  const int rc = sqlite3_open_v2(db_path.c_str(), &store->db_, flags | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    // Even a failed open hands back a connection (for its message), closed with the store.
+    return store->db_ ? store->SqlError("cannot open store", rc)
+                      : Status::IOError(db_path + ": cannot open store: " + sqlite3_errstr(rc));
   }
-  sqlite3_busy_timeout(store->db_, 5000);
-  sqlite3_extended_result_codes(store->db_, 1);
+  if (sqlite3_busy_timeout(store->db_, 5000) != SQLITE_OK || sqlite3_extended_result_codes(store->db_, 1) != SQLITE_OK) {
+    return store->SqlError("configure connection");
+  }
   *out = std::move(store);
   return Status::Ok();
 }
@@ -205,9 +320,9 @@ Status RunStore::OpenDb(const std::string& db_path, bool read_only, std::unique_
 Status RunStore::Create(const std::string& run_dir, const RunMeta& meta, std::unique_ptr<RunStore>* out) {
   std::error_code ec;
   fs::create_directories(run_dir, ec);
-  if (ec) return Status::Error(run_dir + ": cannot create run directory: " + ec.message());
+  if (ec) return Status::IOError(run_dir + ": cannot create run directory: " + ec.message());
   const std::string db_path = (fs::path(run_dir) / kStoreFileName).string();
-  if (fs::exists(db_path, ec)) return Status::Error(db_path + ": a run store already exists here");
+  if (fs::exists(db_path, ec)) return Status::InvalidArgument(db_path + ": a run store already exists here");
   std::unique_ptr<RunStore> store;
   Status s = OpenDb(db_path, /*read_only=*/false, &store);
   if (!s.ok()) return s;
@@ -241,31 +356,46 @@ Status RunStore::CreateSchema(const RunMeta& meta) {
 Status RunStore::OpenForWrite(const std::string& run_dir, std::unique_ptr<RunStore>* out) {
   const std::string db_path = ResolveDbPath(run_dir);
   std::error_code ec;
-  if (!fs::exists(db_path, ec)) return Status::Error(db_path + ": no run store here");
+  if (!fs::exists(db_path, ec)) return Status::NotFound(db_path + ": no run store here");
   std::unique_ptr<RunStore> store;
   Status s = OpenDb(db_path, /*read_only=*/false, &store);
   if (!s.ok()) return s;
   s = store->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
-  if (!s.ok()) return Status::Error(db_path + ": not a trainscope store: " + s.message());
+  if (!s.ok()) return s.WithMessage(db_path + ": not a trainscope store: " + s.message());
   s = store->CheckSchema();
   if (!s.ok()) return s;
   *out = std::move(store);
   return Status::Ok();
 }
 
-Status RunStore::OpenReadOnly(const std::string& path, std::unique_ptr<RunStore>* out) {
+Status RunStore::OpenReadOnly(const std::string& path, std::unique_ptr<RunStore>* out, DamageReporter* reporter) {
   const std::string db_path = ResolveDbPath(path);
   std::error_code ec;
   if (!fs::exists(db_path, ec)) {
-    return Status::Error(db_path + ": no such file (expected a run directory holding " +
-                         std::string(kStoreFileName) + ")");
+    return Status::NotFound(db_path + ": no such file (expected a run directory holding " +
+                            std::string(kStoreFileName) + ")");
   }
   std::unique_ptr<RunStore> store;
   Status s = OpenDb(db_path, /*read_only=*/true, &store);
   if (!s.ok()) return s;
-  // Readers map the file: a decimation scan then reads pages without copying them.
-  store->Exec("PRAGMA mmap_size=1073741824");
+  store->reporter_ = reporter;
+  // Readers map the file: a decimation scan then reads pages without copying them. An
+  // optimisation only: without it pages are read by read(2), so its failure is no error.
+  (void)store->Exec("PRAGMA mmap_size=1073741824");
   s = store->CheckSchema();
+  if (s.IsCorruption()) {
+    // A file cut short (a copy that stopped, a full disk) is refused whole by SQLite when its
+    // header counts more pages than the file has. writable_schema lets it read the pages
+    // that are there; the connection is read-only, so nothing can be written through it.
+    Status relaxed = store->Exec("PRAGMA writable_schema=ON");
+    if (relaxed.ok()) relaxed = store->CheckSchema();
+    if (!relaxed.ok()) return s;
+    const auto bytes = fs::file_size(db_path, ec);
+    store->ReportDamage({"", "file", 0,
+                         s.message() + " (" + (ec ? std::string("size unknown") : std::to_string(bytes) + " bytes") +
+                             "): read as far as the pages that are there"});
+    s = relaxed;
+  }
   if (!s.ok()) return s;
   *out = std::move(store);
   return Status::Ok();
@@ -273,19 +403,26 @@ Status RunStore::OpenReadOnly(const std::string& path, std::unique_ptr<RunStore>
 
 Status RunStore::CheckSchema() {
   Statement stmt;
-  if (sqlite3_prepare_v2(db_, "PRAGMA user_version", -1, stmt.out(), nullptr) != SQLITE_OK ||
-      sqlite3_step(stmt.get()) != SQLITE_ROW) {
-    return Status::Error(db_path_ + ": not a trainscope store: " + sqlite3_errmsg(db_));
-  }
+  int rc = sqlite3_prepare_v2(db_, "PRAGMA user_version", -1, stmt.out(), nullptr);
+  if (rc == SQLITE_OK) rc = sqlite3_step(stmt.get());
+  if (rc != SQLITE_ROW) return SqlError("not a trainscope store", rc);
   const int version = sqlite3_column_int(stmt.get(), 0);
   if (version != kSchemaVersion) {
-    return Status::Error(db_path_ + ": not a trainscope store: schema version " + std::to_string(version) +
-                         ", expected " + std::to_string(kSchemaVersion));
+    return Status::Corruption(db_path_ + ": not a trainscope store: schema version " + std::to_string(version) +
+                              ", expected " + std::to_string(kSchemaVersion));
   }
+  // The tables are there (the schema is on page 1); damage inside them is met, reported
+  // and skipped by the reads.
   Statement check;
-  if (sqlite3_prepare_v2(db_, "SELECT count(*) FROM series", -1, check.out(), nullptr) != SQLITE_OK ||
-      sqlite3_step(check.get()) != SQLITE_ROW) {
-    return Status::Error(db_path_ + ": damaged trainscope store: " + sqlite3_errmsg(db_));
+  rc = sqlite3_prepare_v2(db_,
+                          "SELECT count(*) FROM sqlite_schema WHERE type='table' AND name IN "
+                          "('meta', 'series', 'scalar_chunk', 'tensor_stats', 'vector', 'span', 'finding')",
+                          -1, check.out(), nullptr);
+  if (rc == SQLITE_OK) rc = sqlite3_step(check.get());
+  if (rc != SQLITE_ROW) return SqlError("damaged trainscope store", rc);
+  if (sqlite3_column_int(check.get(), 0) != 7) {
+    return Status::Corruption(db_path_ + ": damaged trainscope store: expected the tables meta, series, "
+                              "scalar_chunk, tensor_stats, vector, span and finding");
   }
   return Status::Ok();
 }
@@ -295,26 +432,27 @@ Status RunStore::EnsureSeries(std::string_view tag, SeriesKind kind, int64_t* id
   auto it = series_cache_.find(key);
   if (it == series_cache_.end()) {
     Statement select;
-    sqlite3_prepare_v2(db_, "SELECT id, kind FROM series WHERE tag=?", -1, select.out(), nullptr);
-    sqlite3_bind_text(select.get(), 1, key.data(), static_cast<int>(key.size()), SQLITE_STATIC);
-    int rc = sqlite3_step(select.get());
+    int rc = sqlite3_prepare_v2(db_, "SELECT id, kind FROM series WHERE tag=?", -1, select.out(), nullptr);
+    if (rc == SQLITE_OK) rc = Binder(select.get()).Text(key).rc();
+    if (rc == SQLITE_OK) rc = sqlite3_step(select.get());
     if (rc == SQLITE_ROW) {
       it = series_cache_.emplace(key, std::make_pair(sqlite3_column_int64(select.get(), 0),
                                                      static_cast<SeriesKind>(sqlite3_column_int(select.get(), 1))))
                .first;
     } else if (rc == SQLITE_DONE) {
       Statement insert;
-      sqlite3_prepare_v2(db_, "INSERT INTO series(tag, kind) VALUES(?, ?)", -1, insert.out(), nullptr);
-      sqlite3_bind_text(insert.get(), 1, key.data(), static_cast<int>(key.size()), SQLITE_STATIC);
-      sqlite3_bind_int(insert.get(), 2, static_cast<int>(kind));
-      if (sqlite3_step(insert.get()) != SQLITE_DONE) return SqlError("add series");
+      if (sqlite3_prepare_v2(db_, "INSERT INTO series(tag, kind) VALUES(?, ?)", -1, insert.out(), nullptr) != SQLITE_OK) {
+        return SqlError("add series");
+      }
+      Status s = StepDone(insert.get(), Binder(insert.get()).Text(key).Int(static_cast<int>(kind)).rc(), "add series");
+      if (!s.ok()) return s;
       it = series_cache_.emplace(key, std::make_pair(sqlite3_last_insert_rowid(db_), kind)).first;
     } else {
-      return SqlError("look up series");
+      return SqlError("look up series", rc);
     }
   }
   if (it->second.second != kind) {
-    return Status::Error(db_path_ + ": series '" + key + "' holds " + SeriesKindName(it->second.second) +
+    return Status::InvalidArgument(db_path_ + ": series '" + key + "' holds " + SeriesKindName(it->second.second) +
                          " data, cannot add " + SeriesKindName(kind) + " data to it");
   }
   *id = it->second.first;
@@ -335,18 +473,18 @@ Status RunStore::InsertChunkRow(int64_t series_id, const OpenChunk& c, size_t be
                        &insert_chunk_);
     if (!s.ok()) return s;
   }
-  sqlite3_stmt* stmt = insert_chunk_;
-  sqlite3_bind_int64(stmt, 1, series_id);
-  sqlite3_bind_int64(stmt, 2, static_cast<int64_t>(n));
-  sqlite3_bind_int64(stmt, 3, *min_it);
-  sqlite3_bind_int64(stmt, 4, *max_it);
-  sqlite3_bind_int64(stmt, 5, c.steps.back());
-  BindDouble(stmt, 6, c.values.back());
-  sqlite3_bind_double(stmt, 7, c.base_time);
-  sqlite3_bind_blob(stmt, 8, blob.data(), static_cast<int>(blob.size()), SQLITE_STATIC);
-  const int rc = sqlite3_step(stmt);
-  sqlite3_reset(stmt);
-  if (rc != SQLITE_DONE) return SqlError("write scalar chunk");
+  const int bind_rc = Binder(insert_chunk_)
+                          .Int(series_id)
+                          .Int(static_cast<int64_t>(n))
+                          .Int(*min_it)
+                          .Int(*max_it)
+                          .Int(c.steps.back())
+                          .Real(c.values.back())
+                          .Real(c.base_time)
+                          .Blob(blob.data(), blob.size())
+                          .rc();
+  Status s = StepDone(insert_chunk_, bind_rc, "write scalar chunk");
+  if (!s.ok()) return s;
   *rowid = sqlite3_last_insert_rowid(db_);
   return Status::Ok();
 }
@@ -363,10 +501,8 @@ Status RunStore::WriteFullChunk(int64_t series_id, OpenChunk* c) {
       if (!s.ok()) return s;
     }
     for (int64_t row : c->partial_rows) {
-      sqlite3_bind_int64(delete_chunk_, 1, row);
-      const int rc = sqlite3_step(delete_chunk_);
-      sqlite3_reset(delete_chunk_);
-      if (rc != SQLITE_DONE) return SqlError("replace partial chunks");
+      s = StepDone(delete_chunk_, Binder(delete_chunk_).Int(row).rc(), "replace partial chunks");
+      if (!s.ok()) return s;
     }
   }
   const int64_t last_step = c->last_step;
@@ -426,24 +562,30 @@ Status RunStore::UpdateFindings(const std::vector<Finding>& findings) {
     if (!s.ok()) break;
     const std::string causes_text = CausesToJson(f.causes).dump();
     const std::string actions_text = json(f.actions).dump();
-    sqlite3_bind_text(update, 1, SeverityName(f.severity), -1, SQLITE_STATIC);
-    sqlite3_bind_int64(update, 2, f.last_step);
-    sqlite3_bind_text(update, 3, f.summary.c_str(), -1, SQLITE_STATIC);
-    sqlite3_bind_text(update, 4, f.evidence_json.c_str(), -1, SQLITE_STATIC);
-    sqlite3_bind_text(update, 5, causes_text.c_str(), -1, SQLITE_STATIC);
-    sqlite3_bind_text(update, 6, actions_text.c_str(), -1, SQLITE_STATIC);
-    sqlite3_bind_text(update, 7, f.code.c_str(), -1, SQLITE_STATIC);
-    sqlite3_bind_text(update, 8, f.location.c_str(), -1, SQLITE_STATIC);
-    sqlite3_bind_int64(update, 9, f.step);
-    const int rc = sqlite3_step(update);
-    sqlite3_reset(update);
-    if (rc != SQLITE_DONE) s = SqlError("update finding");
+    const int bind_rc = Binder(update)
+                            .Text(SeverityName(f.severity))
+                            .Int(f.last_step)
+                            .Text(f.summary)
+                            .Text(f.evidence_json)
+                            .Text(causes_text)
+                            .Text(actions_text)
+                            .Text(f.code)
+                            .Text(f.location)
+                            .Int(f.step)
+                            .rc();
+    s = StepDone(update, bind_rc, "update finding");
   }
   if (!s.ok()) {
-    Exec("ROLLBACK");
+    Rollback();
     return s;
   }
   return Exec("COMMIT");
+}
+
+// After a failed step SQLite may have rolled the transaction back itself (a full disk,
+// an I/O error); then there is none left to end, and that is the state we want.
+void RunStore::Rollback() {
+  if (!sqlite3_get_autocommit(db_)) (void)Exec("ROLLBACK");
 }
 
 Status RunStore::Write(const WriteBatch& batch) {
@@ -459,30 +601,29 @@ Status RunStore::Write(const WriteBatch& batch) {
       if (!s.ok()) break;
     }
     const TensorStats& t = r.stats;
-    sqlite3_bind_int64(insert_stats_, 1, r.series_id);
-    sqlite3_bind_int64(insert_stats_, 2, r.step);
-    sqlite3_bind_double(insert_stats_, 3, r.wall_time);
-    sqlite3_bind_int64(insert_stats_, 4, static_cast<int64_t>(t.numel));
-    sqlite3_bind_int64(insert_stats_, 5, static_cast<int64_t>(t.nan));
-    sqlite3_bind_int64(insert_stats_, 6, static_cast<int64_t>(t.inf));
-    sqlite3_bind_int64(insert_stats_, 7, static_cast<int64_t>(t.zeros));
-    BindDouble(insert_stats_, 8, t.min);
-    BindDouble(insert_stats_, 9, t.max);
-    BindDouble(insert_stats_, 10, t.sum);
-    BindDouble(insert_stats_, 11, t.sum_squares);
-    BindDouble(insert_stats_, 12, t.abs_max);
-    BindDouble(insert_stats_, 13, t.dead_fraction);
-    BindDouble(insert_stats_, 14, t.saturated_fraction);
+    Binder bind(insert_stats_);
+    bind.Int(r.series_id)
+        .Int(r.step)
+        .Real(r.wall_time)
+        .Int(static_cast<int64_t>(t.numel))
+        .Int(static_cast<int64_t>(t.nan))
+        .Int(static_cast<int64_t>(t.inf))
+        .Int(static_cast<int64_t>(t.zeros))
+        .Real(t.min)
+        .Real(t.max)
+        .Real(t.sum)
+        .Real(t.sum_squares)
+        .Real(t.abs_max)
+        .Real(t.dead_fraction)
+        .Real(t.saturated_fraction);
     std::string histogram;
     if (t.has_histogram) {
       histogram = EncodeHistogram(t);
-      sqlite3_bind_blob(insert_stats_, 15, histogram.data(), static_cast<int>(histogram.size()), SQLITE_STATIC);
+      bind.Blob(histogram.data(), histogram.size());
     } else {
-      sqlite3_bind_null(insert_stats_, 15);
+      bind.Null();
     }
-    const int rc = sqlite3_step(insert_stats_);
-    sqlite3_reset(insert_stats_);
-    if (rc != SQLITE_DONE) s = SqlError("write tensor stats");
+    s = StepDone(insert_stats_, bind.rc(), "write tensor stats");
   }
   for (const auto& v : batch.vectors) {
     if (!s.ok()) break;
@@ -490,14 +631,13 @@ Status RunStore::Write(const WriteBatch& batch) {
       s = Prepare("INSERT INTO vector VALUES(?1, ?2, ?3, ?4)", &insert_vector_);
       if (!s.ok()) break;
     }
-    sqlite3_bind_int64(insert_vector_, 1, v.series_id);
-    sqlite3_bind_int64(insert_vector_, 2, v.step);
-    sqlite3_bind_double(insert_vector_, 3, v.wall_time);
-    sqlite3_bind_blob(insert_vector_, 4, v.values.data(), static_cast<int>(v.values.size() * sizeof(float)),
-                      SQLITE_STATIC);
-    const int rc = sqlite3_step(insert_vector_);
-    sqlite3_reset(insert_vector_);
-    if (rc != SQLITE_DONE) s = SqlError("write vector");
+    const int bind_rc = Binder(insert_vector_)
+                            .Int(v.series_id)
+                            .Int(v.step)
+                            .Real(v.wall_time)
+                            .Blob(v.values.data(), v.values.size() * sizeof(float))
+                            .rc();
+    s = StepDone(insert_vector_, bind_rc, "write vector");
   }
   for (const auto& span : batch.spans) {
     if (!s.ok()) break;
@@ -505,13 +645,9 @@ Status RunStore::Write(const WriteBatch& batch) {
       s = Prepare("INSERT INTO span VALUES(?1, ?2, ?3, ?4)", &insert_span_);
       if (!s.ok()) break;
     }
-    sqlite3_bind_int64(insert_span_, 1, span.step);
-    sqlite3_bind_text(insert_span_, 2, span.phase.data(), static_cast<int>(span.phase.size()), SQLITE_STATIC);
-    sqlite3_bind_double(insert_span_, 3, span.start);
-    sqlite3_bind_double(insert_span_, 4, span.duration);
-    const int rc = sqlite3_step(insert_span_);
-    sqlite3_reset(insert_span_);
-    if (rc != SQLITE_DONE) s = SqlError("write span");
+    const int bind_rc =
+        Binder(insert_span_).Int(span.step).Text(span.phase).Real(span.start).Real(span.duration).rc();
+    s = StepDone(insert_span_, bind_rc, "write span");
   }
   for (const auto& f : batch.findings) {
     if (!s.ok()) break;
@@ -523,23 +659,23 @@ Status RunStore::Write(const WriteBatch& batch) {
     }
     const std::string causes_text = CausesToJson(f.causes).dump();
     const std::string actions_text = json(f.actions).dump();
-    sqlite3_bind_text(insert_finding_, 1, f.code.c_str(), -1, SQLITE_STATIC);
-    sqlite3_bind_text(insert_finding_, 2, SeverityName(f.severity), -1, SQLITE_STATIC);
-    sqlite3_bind_int64(insert_finding_, 3, f.step);
-    sqlite3_bind_int64(insert_finding_, 4, f.last_step);
-    sqlite3_bind_text(insert_finding_, 5, f.location.c_str(), -1, SQLITE_STATIC);
-    sqlite3_bind_text(insert_finding_, 6, f.summary.c_str(), -1, SQLITE_STATIC);
-    sqlite3_bind_text(insert_finding_, 7, f.evidence_json.c_str(), -1, SQLITE_STATIC);
-    sqlite3_bind_text(insert_finding_, 8, causes_text.c_str(), -1, SQLITE_STATIC);
-    sqlite3_bind_text(insert_finding_, 9, actions_text.c_str(), -1, SQLITE_STATIC);
-    const int rc = sqlite3_step(insert_finding_);
-    sqlite3_reset(insert_finding_);
-    if (rc != SQLITE_DONE) s = SqlError("write finding");
+    const int bind_rc = Binder(insert_finding_)
+                            .Text(f.code)
+                            .Text(SeverityName(f.severity))
+                            .Int(f.step)
+                            .Int(f.last_step)
+                            .Text(f.location)
+                            .Text(f.summary)
+                            .Text(f.evidence_json)
+                            .Text(causes_text)
+                            .Text(actions_text)
+                            .rc();
+    s = StepDone(insert_finding_, bind_rc, "write finding");
   }
   if (s.ok()) s = SetMetaValue("heartbeat", fmt_double(Now()));
   if (s.ok() && backward_steps_ != backward_before) s = SetMetaValue("backward_steps", std::to_string(backward_steps_));
   if (!s.ok()) {
-    Exec("ROLLBACK");
+    Rollback();
     // Buffered chunks may hold points of the failed batch; start clean so they are not
     // written twice.
     open_chunks_.clear();
@@ -550,12 +686,11 @@ Status RunStore::Write(const WriteBatch& batch) {
 
 Status RunStore::SetMetaValue(const std::string& key, const std::string& value) {
   Statement stmt;
-  sqlite3_prepare_v2(db_, "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-                     -1, stmt.out(), nullptr);
-  sqlite3_bind_text(stmt.get(), 1, key.c_str(), -1, SQLITE_STATIC);
-  sqlite3_bind_text(stmt.get(), 2, value.c_str(), -1, SQLITE_STATIC);
-  if (sqlite3_step(stmt.get()) != SQLITE_DONE) return SqlError("write run metadata");
-  return Status::Ok();
+  if (sqlite3_prepare_v2(db_, "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                         -1, stmt.out(), nullptr) != SQLITE_OK) {
+    return SqlError("write run metadata");
+  }
+  return StepDone(stmt.get(), Binder(stmt.get()).Text(key).Text(value).rc(), "write run metadata");
 }
 
 Status RunStore::SetMeta(const RunMeta& meta) {
@@ -591,11 +726,13 @@ Status RunStore::Close(const std::string& status, const std::string& exit_reason
   if (s.ok()) s = SetMetaValue("end_time", fmt_double(Now()));
   if (s.ok()) s = SetMetaValue("heartbeat", fmt_double(Now()));
   if (!s.ok()) {
-    Exec("ROLLBACK");
+    Rollback();
     return s;
   }
   s = Exec("COMMIT");
-  if (s.ok()) Exec("PRAGMA wal_checkpoint(TRUNCATE)");
+  // Folding the WAL into the file is tidiness (one file to copy): the run is committed
+  // either way, and a reader busy on the WAL may well keep it from happening now.
+  if (s.ok()) (void)Exec("PRAGMA wal_checkpoint(TRUNCATE)");
   return s;
 }
 
@@ -626,7 +763,12 @@ Status RunStore::ReadMeta(RunMeta* meta) {
     else if (key == "backward_steps") to_int(&meta->backward_steps);
     else meta->extra[key] = value;
   }
-  if (rc != SQLITE_DONE) return SqlError("read run metadata");
+  if (IsDamage(rc)) {
+    // The keys read before the damage are kept; the rest take their defaults.
+    ReportDamage({"", "meta", 0, std::string("the metadata stop at damage: ") + sqlite3_errmsg(db_)});
+    return Status::Ok();
+  }
+  if (rc != SQLITE_DONE) return SqlError("read run metadata", rc);
   return Status::Ok();
 }
 
@@ -640,48 +782,173 @@ std::string RunStore::EffectiveStatus(const RunMeta& meta) {
   return "running";
 }
 
+
+// How one read finds its rows. Every query binds ?1 the series id, ?2 the lowest step and
+// ?3 the highest, as far as it has parameters; `one` binds ?4, a rowid. Each query's
+// first two columns are the rowid and the order key (rows come in key, rowid order).
+struct RunStore::ReadPlan {
+  const char* table;
+  const char* scan;           // every row of the read, with the columns `row` reads from column 2
+  const char* list_by_index;  // rowid and key of the same rows from a covering index (may be null) ...
+  const char* list_by_table;  // ... and from the table itself, for rows a damaged index lost
+  const char* one;            // as scan, for the one row ?4 (no row if it is outside the read)
+};
+
+// The fast path is one scan. When it stops at damage, the rows it had not reached are
+// listed again (index and table, so one damaged page in either loses nothing) and read one
+// by one: a damaged row is reported with its rowid and skipped, and every row before and
+// after it is kept. `row` returns an empty string when it took the row, else what is wrong
+// with it (the row is then reported and skipped).
+template <class Row>
+Status RunStore::ReadRows(const ReadPlan& plan, const std::string& series, int64_t series_id, int64_t lo, int64_t hi,
+                          Row&& row) {
+  auto bind = [&](sqlite3_stmt* stmt, int64_t rowid) {
+    const int64_t values[] = {series_id, lo, hi, rowid};
+    const int count = std::min(sqlite3_bind_parameter_count(stmt), 4);
+    for (int i = 0; i < count; ++i) {
+      const int rc = sqlite3_bind_int64(stmt, i + 1, values[i]);
+      if (rc != SQLITE_OK) return rc;
+    }
+    return SQLITE_OK;
+  };
+  auto take = [&](sqlite3_stmt* stmt) {
+    const int64_t rowid = sqlite3_column_int64(stmt, 0);
+    std::string problem = row(stmt, rowid);
+    if (!problem.empty()) ReportDamage({series, plan.table, rowid, std::move(problem)});
+  };
+  const std::string what = std::string("read ") + plan.table;
+  Statement scan;
+  int rc = sqlite3_prepare_v2(db_, plan.scan, -1, scan.out(), nullptr);
+  if (rc == SQLITE_OK) rc = bind(scan.get(), 0);
+  if (rc != SQLITE_OK) return SqlError(what.c_str(), rc);
+  bool any = false;
+  std::pair<int64_t, int64_t> last{0, 0};  // (key, rowid) of the last row the scan read
+  while ((rc = sqlite3_step(scan.get())) == SQLITE_ROW) {
+    take(scan.get());
+    any = true;
+    last = {sqlite3_column_int64(scan.get(), 1), sqlite3_column_int64(scan.get(), 0)};
+  }
+  if (rc == SQLITE_DONE) return Status::Ok();
+  if (!IsDamage(rc)) return SqlError(what.c_str(), rc);  // a lock or a failing disk: not for skipping
+  const std::string scan_error = sqlite3_errmsg(db_);
+
+  std::vector<std::pair<int64_t, int64_t>> rest;  // (key, rowid) of the rows after `last`
+  bool listed = false;  // whether one listing went through to its end
+  for (const char* list : {plan.list_by_index, plan.list_by_table}) {
+    if (!list) continue;
+    Statement stmt;
+    rc = sqlite3_prepare_v2(db_, list, -1, stmt.out(), nullptr);
+    if (rc == SQLITE_OK) rc = bind(stmt.get(), 0);
+    if (rc != SQLITE_OK) continue;  // e.g. the index itself is gone from a damaged schema: the other listing
+    while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
+      const std::pair<int64_t, int64_t> at{sqlite3_column_int64(stmt.get(), 1), sqlite3_column_int64(stmt.get(), 0)};
+      if (!any || at > last) rest.push_back(at);
+    }
+    if (rc == SQLITE_DONE) listed = true;
+    else if (!IsDamage(rc)) return SqlError(what.c_str(), rc);
+  }
+  std::sort(rest.begin(), rest.end());
+  rest.erase(std::unique(rest.begin(), rest.end()), rest.end());
+
+  Statement one;
+  rc = sqlite3_prepare_v2(db_, plan.one, -1, one.out(), nullptr);
+  if (rc != SQLITE_OK) return SqlError(what.c_str(), rc);
+  bool pinned = false;  // whether the damage was found in a row of its own
+  for (const auto& [key, rowid] : rest) {
+    rc = bind(one.get(), rowid);
+    if (rc != SQLITE_OK) return SqlError(what.c_str(), rc);
+    rc = sqlite3_step(one.get());
+    if (rc == SQLITE_ROW) {
+      take(one.get());
+    } else if (IsDamage(rc)) {
+      ReportDamage({series, plan.table, rowid, std::string("unreadable row: ") + sqlite3_errmsg(db_)});
+      pinned = true;
+    } else if (rc != SQLITE_DONE) {
+      return SqlError(what.c_str(), rc);
+    }
+    sqlite3_reset(one.get());  // repeats the step's code, handled above
+  }
+  if (!pinned) {
+    // The damage sat in a page no row of this read lives in (an index, a table's inner
+    // page): say so, with what the second listing could and could not find.
+    ReportDamage({series, plan.table, 0,
+                  "a scan stopped at damage (" + scan_error + "); " + std::to_string(rest.size()) +
+                      " rows after it read one by one" + (listed ? "" : ", rows past the damage may be missing")});
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+constexpr int64_t kChunkPointBytes = sizeof(int64_t) + sizeof(double) + sizeof(float);
+
+// Scalar chunks in append (rowid) order; the range test on min/max step is in the scan, the
+// listings come from the series index alone (it holds the rowid), so they read no table page.
+const char* const kChunkColumns = "id, id, count, base_time, data, min_step, max_step";
+
+}  // namespace
+
 Status RunStore::ListSeries(std::vector<SeriesInfo>* out) {
   out->clear();
-  Statement stmt;
-  const char* sql = R"sql(
-    SELECT s.id, s.tag, s.kind,
-      CASE s.kind WHEN 0 THEN (SELECT coalesce(sum(count), 0) FROM scalar_chunk WHERE series_id = s.id)
-                  WHEN 1 THEN (SELECT count(*) FROM tensor_stats WHERE series_id = s.id)
-                  WHEN 3 THEN (SELECT count(*) FROM vector WHERE series_id = s.id) ELSE 0 END,
-      CASE s.kind WHEN 0 THEN (SELECT min(min_step) FROM scalar_chunk WHERE series_id = s.id)
-                  WHEN 1 THEN (SELECT min(step) FROM tensor_stats WHERE series_id = s.id)
-                  WHEN 3 THEN (SELECT min(step) FROM vector WHERE series_id = s.id) END,
-      CASE s.kind WHEN 0 THEN (SELECT max(max_step) FROM scalar_chunk WHERE series_id = s.id)
-                  WHEN 1 THEN (SELECT max(step) FROM tensor_stats WHERE series_id = s.id)
-                  WHEN 3 THEN (SELECT max(step) FROM vector WHERE series_id = s.id) END,
-      CASE s.kind WHEN 0 THEN (SELECT last_value FROM scalar_chunk WHERE series_id = s.id ORDER BY id DESC LIMIT 1)
-                  WHEN 1 THEN (SELECT sqrt(sum_squares) FROM tensor_stats WHERE series_id = s.id
-                               ORDER BY rowid DESC LIMIT 1) END
-    FROM series s ORDER BY s.tag)sql";
-  if (sqlite3_prepare_v2(db_, sql, -1, stmt.out(), nullptr) != SQLITE_OK) return SqlError("list series");
-  int rc;
-  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
+  static const ReadPlan kSeries{"series", "SELECT id, id, tag, kind FROM series ORDER BY id", nullptr,
+                                "SELECT id, id FROM series ORDER BY id", "SELECT id, id, tag, kind FROM series WHERE id=?4"};
+  Status s = ReadRows(kSeries, "", 0, 0, 0, [&](sqlite3_stmt* r, int64_t) -> std::string {
+    const int kind = sqlite3_column_int(r, 3);
+    if (kind < 0 || kind > static_cast<int>(SeriesKind::kVector)) {
+      return "series '" + ColumnText(r, 2) + "' of kind " + std::to_string(kind) + ", expected 0-3";
+    }
     SeriesInfo info;
-    info.id = sqlite3_column_int64(stmt.get(), 0);
-    info.tag = ColumnText(stmt.get(), 1);
-    info.kind = static_cast<SeriesKind>(sqlite3_column_int(stmt.get(), 2));
-    info.points = sqlite3_column_int64(stmt.get(), 3);
-    info.first_step = sqlite3_column_int64(stmt.get(), 4);
-    info.last_step = sqlite3_column_int64(stmt.get(), 5);
-    info.last_value = ColumnDouble(stmt.get(), 6);
+    info.id = sqlite3_column_int64(r, 0);
+    info.tag = ColumnText(r, 2);
+    info.kind = static_cast<SeriesKind>(kind);
     out->push_back(std::move(info));
+    return {};
+  });
+  if (!s.ok()) return s;
+  // Each series summarised on its own: damage in one series' rows costs only its summary.
+  const char* const kSummary[] = {
+      "SELECT coalesce(sum(count), 0), min(min_step), max(max_step), (SELECT last_value FROM scalar_chunk "
+      "WHERE series_id = ?1 ORDER BY id DESC LIMIT 1) FROM scalar_chunk WHERE series_id = ?1",
+      "SELECT count(*), min(step), max(step), (SELECT sqrt(sum_squares) FROM tensor_stats WHERE series_id = ?1 "
+      "ORDER BY rowid DESC LIMIT 1) FROM tensor_stats WHERE series_id = ?1",
+      nullptr,  // spans belong to no series
+      "SELECT count(*), min(step), max(step), NULL FROM vector WHERE series_id = ?1",
+  };
+  Statement summaries[4];
+  for (SeriesInfo& info : *out) {
+    const int k = static_cast<int>(info.kind);
+    info.last_value = std::numeric_limits<double>::quiet_NaN();  // a series with no last value
+    if (!kSummary[k]) continue;
+    Statement& stmt = summaries[k];
+    int rc = stmt.get() ? SQLITE_OK : sqlite3_prepare_v2(db_, kSummary[k], -1, stmt.out(), nullptr);
+    if (rc != SQLITE_OK) return SqlError("list series", rc);
+    rc = sqlite3_bind_int64(stmt.get(), 1, info.id);
+    if (rc != SQLITE_OK) return SqlError("list series", rc);
+    rc = sqlite3_step(stmt.get());
+    if (rc == SQLITE_ROW) {
+      info.points = sqlite3_column_int64(stmt.get(), 0);
+      info.first_step = sqlite3_column_int64(stmt.get(), 1);
+      info.last_step = sqlite3_column_int64(stmt.get(), 2);
+      info.last_value = ColumnDouble(stmt.get(), 3);
+    } else if (IsDamage(rc)) {
+      ReportDamage({info.tag, SeriesKindName(info.kind), 0,
+                    std::string("cannot count the series' points: ") + sqlite3_errmsg(db_)});
+    } else {
+      return SqlError("list series", rc);
+    }
+    sqlite3_reset(stmt.get());  // repeats the step's code, handled above
   }
-  if (rc != SQLITE_DONE) return SqlError("list series");
+  std::sort(out->begin(), out->end(), [](const SeriesInfo& a, const SeriesInfo& b) { return a.tag < b.tag; });
   return Status::Ok();
 }
 
 Status RunStore::FindSeries(std::string_view tag, SeriesInfo* info) {
   Statement stmt;
-  sqlite3_prepare_v2(db_, "SELECT id, kind FROM series WHERE tag=?", -1, stmt.out(), nullptr);
-  sqlite3_bind_text(stmt.get(), 1, tag.data(), static_cast<int>(tag.size()), SQLITE_STATIC);
-  const int rc = sqlite3_step(stmt.get());
-  if (rc == SQLITE_DONE) return Status::Error(db_path_ + ": no series '" + std::string(tag) + "'");
-  if (rc != SQLITE_ROW) return SqlError("look up series");
+  int rc = sqlite3_prepare_v2(db_, "SELECT id, kind FROM series WHERE tag=?", -1, stmt.out(), nullptr);
+  if (rc == SQLITE_OK) rc = Binder(stmt.get()).Text(tag).rc();
+  if (rc == SQLITE_OK) rc = sqlite3_step(stmt.get());
+  if (rc == SQLITE_DONE) return Status::NotFound(db_path_ + ": no series '" + std::string(tag) + "'");
+  if (rc != SQLITE_ROW) return SqlError("look up series", rc);
   info->id = sqlite3_column_int64(stmt.get(), 0);
   info->tag = std::string(tag);
   info->kind = static_cast<SeriesKind>(sqlite3_column_int(stmt.get(), 1));
@@ -690,80 +957,85 @@ Status RunStore::FindSeries(std::string_view tag, SeriesInfo* info) {
 
 namespace {
 
-// Walks the chunks of one scalar series overlapping [lo, hi], in append order, calling
-// visit(steps, values, offsets, n, base_time) on each chunk's raw arrays.
+// Checks one scalar_chunk row of kChunkColumns and hands its arrays to
+// visit(steps, values, offsets, n, base_time). Returns what is wrong with a damaged row.
 template <class Visit>
-int ForEachChunk(sqlite3* db, int64_t series_id, int64_t lo, int64_t hi, Visit&& visit) {
-  sqlite3_stmt* stmt = nullptr;
-  int rc = sqlite3_prepare_v2(db,
-                              "SELECT count, base_time, data FROM scalar_chunk "
-                              "WHERE series_id=? AND max_step>=? AND min_step<=? ORDER BY id",
-                              -1, &stmt, nullptr);
-  if (rc != SQLITE_OK) return rc;
-  sqlite3_bind_int64(stmt, 1, series_id);
-  sqlite3_bind_int64(stmt, 2, lo);
-  sqlite3_bind_int64(stmt, 3, hi);
-  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-    const int64_t n = sqlite3_column_int64(stmt, 0);
-    const double base_time = sqlite3_column_double(stmt, 1);
-    const auto* data = static_cast<const unsigned char*>(sqlite3_column_blob(stmt, 2));
-    const int bytes = sqlite3_column_bytes(stmt, 2);
-    if (n < 0 || bytes != n * static_cast<int64_t>(sizeof(int64_t) + sizeof(double) + sizeof(float))) {
-      rc = SQLITE_CORRUPT;
-      break;
-    }
-    visit(data, data + n * sizeof(int64_t), data + n * (sizeof(int64_t) + sizeof(double)), n, base_time);
+std::string VisitChunk(sqlite3_stmt* r, Visit& visit) {
+  const int64_t n = sqlite3_column_int64(r, 2);
+  const double base_time = sqlite3_column_double(r, 3);
+  const auto* data = static_cast<const unsigned char*>(sqlite3_column_blob(r, 4));
+  const int64_t bytes = sqlite3_column_bytes(r, 4);
+  if (n < 0 || n > RunStore::kChunkPoints || bytes != n * kChunkPointBytes || (n > 0 && !data)) {
+    return "chunk of " + std::to_string(n) + " points holds " + std::to_string(bytes) + " bytes, expected " +
+           std::to_string(kChunkPointBytes) + " per point and at most " + std::to_string(RunStore::kChunkPoints) +
+           " points";
   }
-  sqlite3_finalize(stmt);
-  return rc == SQLITE_DONE ? SQLITE_OK : rc;
+  if (n > 0) visit(data, data + n * sizeof(int64_t), data + n * (sizeof(int64_t) + sizeof(double)), n, base_time);
+  return {};
+}
+
+std::string WrongKind(const std::string& db_path, std::string_view tag, SeriesKind kind, const char* expected) {
+  return db_path + ": series '" + std::string(tag) + "' is " + SeriesKindName(kind) + ", not " + expected;
 }
 
 }  // namespace
+
+template <class Visit>
+Status RunStore::ForEachChunk(const SeriesInfo& info, int64_t lo, int64_t hi, Visit&& visit) {
+  static const std::string scan = std::string("SELECT ") + kChunkColumns +
+                                  " FROM scalar_chunk WHERE series_id=?1 AND max_step>=?2 AND min_step<=?3 ORDER BY id";
+  static const std::string one = std::string("SELECT ") + kChunkColumns +
+                                 " FROM scalar_chunk WHERE id=?4 AND series_id=?1 AND max_step>=?2 AND min_step<=?3";
+  static const ReadPlan kChunks{"scalar_chunk", scan.c_str(),
+                                "SELECT id, id FROM scalar_chunk INDEXED BY scalar_chunk_by_series WHERE series_id=?1",
+                                "SELECT id, id FROM scalar_chunk NOT INDEXED WHERE series_id=?1", one.c_str()};
+  return ReadRows(kChunks, info.tag, info.id, lo, hi,
+                  [&](sqlite3_stmt* r, int64_t) { return VisitChunk(r, visit); });
+}
 
 Status RunStore::ReadScalars(std::string_view tag, int64_t step_min, int64_t step_max, std::vector<Point>* out) {
   out->clear();
   SeriesInfo info;
   Status s = FindSeries(tag, &info);
   if (!s.ok()) return s;
-  if (info.kind != SeriesKind::kScalar) {
-    return Status::Error(db_path_ + ": series '" + std::string(tag) + "' is " + SeriesKindName(info.kind) +
-                         ", not scalar");
-  }
-  const int rc = ForEachChunk(db_, info.id, step_min, step_max,
-                              [&](const unsigned char* steps, const unsigned char* values,
-                                  const unsigned char* offsets, int64_t n, double base_time) {
-                                for (int64_t i = 0; i < n; ++i) {
-                                  const int64_t step = LoadUnaligned<int64_t>(steps + i * 8);
-                                  if (step < step_min || step > step_max) continue;
-                                  out->push_back({step, base_time + LoadUnaligned<float>(offsets + i * 4),
-                                                  LoadUnaligned<double>(values + i * 8)});
-                                }
-                              });
-  if (rc != SQLITE_OK) return Status::Error(db_path_ + ": read series '" + std::string(tag) + "': " + sqlite3_errstr(rc));
-  return Status::Ok();
+  if (info.kind != SeriesKind::kScalar) return Status::InvalidArgument(WrongKind(db_path_, tag, info.kind, "scalar"));
+  return ForEachChunk(info, step_min, step_max,
+                      [&](const unsigned char* steps, const unsigned char* values, const unsigned char* offsets,
+                          int64_t n, double base_time) {
+                        for (int64_t i = 0; i < n; ++i) {
+                          const int64_t step = LoadUnaligned<int64_t>(steps + i * 8);
+                          if (step < step_min || step > step_max) continue;
+                          out->push_back({step, base_time + LoadUnaligned<float>(offsets + i * 4),
+                                          LoadUnaligned<double>(values + i * 8)});
+                        }
+                      });
 }
 
 Status RunStore::ReadDecimated(std::string_view tag, size_t buckets, int64_t step_min, int64_t step_max,
                                std::vector<Bucket>* out) {
   out->clear();
-  if (buckets == 0) return Status::Error("decimation needs at least one bucket");
+  if (buckets == 0) return Status::InvalidArgument("decimation needs at least one bucket");
   SeriesInfo info;
   Status s = FindSeries(tag, &info);
   if (!s.ok()) return s;
-  if (info.kind != SeriesKind::kScalar) {
-    return Status::Error(db_path_ + ": series '" + std::string(tag) + "' is " + SeriesKindName(info.kind) +
-                         ", not scalar");
-  }
+  if (info.kind != SeriesKind::kScalar) return Status::InvalidArgument(WrongKind(db_path_, tag, info.kind, "scalar"));
   // Narrow the requested range to the steps the series has, so buckets span real data.
   {
     Statement range;
-    sqlite3_prepare_v2(db_, "SELECT min(min_step), max(max_step) FROM scalar_chunk WHERE series_id=?", -1,
-                       range.out(), nullptr);
-    sqlite3_bind_int64(range.get(), 1, info.id);
-    if (sqlite3_step(range.get()) != SQLITE_ROW) return SqlError("read series range");
-    if (sqlite3_column_type(range.get(), 0) == SQLITE_NULL) return Status::Ok();  // no points
-    step_min = std::max<int64_t>(step_min, sqlite3_column_int64(range.get(), 0));
-    step_max = std::min<int64_t>(step_max, sqlite3_column_int64(range.get(), 1));
+    int rc = sqlite3_prepare_v2(db_, "SELECT min(min_step), max(max_step) FROM scalar_chunk WHERE series_id=?", -1,
+                                range.out(), nullptr);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_int64(range.get(), 1, info.id);
+    if (rc == SQLITE_OK) rc = sqlite3_step(range.get());
+    if (rc == SQLITE_ROW) {
+      if (sqlite3_column_type(range.get(), 0) == SQLITE_NULL) return Status::Ok();  // no points
+      step_min = std::max<int64_t>(step_min, sqlite3_column_int64(range.get(), 0));
+      step_max = std::min<int64_t>(step_max, sqlite3_column_int64(range.get(), 1));
+    } else if (IsDamage(rc)) {
+      // The range cannot be narrowed; bucket the range asked for, over the rows that read.
+      // The chunk read below meets the same damage and reports it.
+    } else {
+      return SqlError("read series range", rc);
+    }
   }
   if (step_min > step_max) return Status::Ok();
   // Bucket width in steps, rounded up so `buckets` buckets cover the range. Computed in
@@ -778,27 +1050,27 @@ Status RunStore::ReadDecimated(std::string_view tag, size_t buckets, int64_t ste
                     static_cast<int64_t>(static_cast<uint64_t>(step_min) + (b + 1) * width),
                     0, kInf, -kInf, 0, 0, 0, 0};
   }
-  const int rc = ForEachChunk(db_, info.id, step_min, step_max,
-                              [&](const unsigned char* steps, const unsigned char* values,
-                                  const unsigned char* offsets, int64_t n, double base_time) {
-                                for (int64_t i = 0; i < n; ++i) {
-                                  const int64_t step = LoadUnaligned<int64_t>(steps + i * 8);
-                                  if (step < step_min || step > step_max) continue;
-                                  const double v = LoadUnaligned<double>(values + i * 8);
-                                  Bucket& b = all[(static_cast<uint64_t>(step) - static_cast<uint64_t>(step_min)) / width];
-                                  ++b.count;
-                                  if (std::isfinite(v)) {
-                                    b.min = std::min(b.min, v);
-                                    b.max = std::max(b.max, v);
-                                  } else {
-                                    ++b.nonfinite;
-                                  }
-                                  b.last = v;
-                                  b.last_step = step;
-                                  b.last_wall_time = base_time + LoadUnaligned<float>(offsets + i * 4);
-                                }
-                              });
-  if (rc != SQLITE_OK) return Status::Error(db_path_ + ": read series '" + std::string(tag) + "': " + sqlite3_errstr(rc));
+  s = ForEachChunk(info, step_min, step_max,
+                   [&](const unsigned char* steps, const unsigned char* values, const unsigned char* offsets,
+                       int64_t n, double base_time) {
+                     for (int64_t i = 0; i < n; ++i) {
+                       const int64_t step = LoadUnaligned<int64_t>(steps + i * 8);
+                       if (step < step_min || step > step_max) continue;
+                       const double v = LoadUnaligned<double>(values + i * 8);
+                       Bucket& b = all[(static_cast<uint64_t>(step) - static_cast<uint64_t>(step_min)) / width];
+                       ++b.count;
+                       if (std::isfinite(v)) {
+                         b.min = std::min(b.min, v);
+                         b.max = std::max(b.max, v);
+                       } else {
+                         ++b.nonfinite;
+                       }
+                       b.last = v;
+                       b.last_step = step;
+                       b.last_wall_time = base_time + LoadUnaligned<float>(offsets + i * 4);
+                     }
+                   });
+  if (!s.ok()) return s;
   for (Bucket& b : all) {
     if (b.count == 0) continue;
     if (b.count == b.nonfinite) b.min = b.max = std::numeric_limits<double>::quiet_NaN();
@@ -813,40 +1085,40 @@ Status RunStore::ReadTensorStats(std::string_view tag, int64_t step_min, int64_t
   SeriesInfo info;
   Status s = FindSeries(tag, &info);
   if (!s.ok()) return s;
-  Statement stmt;
-  sqlite3_prepare_v2(db_,
-                     "SELECT step, wall_time, numel, nan, inf, zeros, min, max, sum, sum_squares, abs_max, "
-                     "dead_fraction, saturated_fraction, histogram FROM tensor_stats "
-                     "WHERE series_id=? AND step BETWEEN ? AND ? ORDER BY step, rowid",
-                     -1, stmt.out(), nullptr);
-  sqlite3_bind_int64(stmt.get(), 1, info.id);
-  sqlite3_bind_int64(stmt.get(), 2, step_min);
-  sqlite3_bind_int64(stmt.get(), 3, step_max);
-  int rc;
-  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
+#define TS_STATS_COLUMNS                                                                                  \
+  "rowid, step, step, wall_time, numel, nan, inf, zeros, min, max, sum, sum_squares, abs_max, dead_fraction, " \
+  "saturated_fraction, histogram FROM tensor_stats "
+  static const ReadPlan kStats{
+      "tensor_stats",
+      "SELECT " TS_STATS_COLUMNS "WHERE series_id=?1 AND step BETWEEN ?2 AND ?3 ORDER BY step, rowid",
+      "SELECT rowid, step FROM tensor_stats INDEXED BY tensor_stats_by_series WHERE series_id=?1 AND step BETWEEN ?2 AND ?3",
+      "SELECT rowid, step FROM tensor_stats NOT INDEXED WHERE series_id=?1 AND step BETWEEN ?2 AND ?3",
+      "SELECT " TS_STATS_COLUMNS "WHERE rowid=?4 AND series_id=?1 AND step BETWEEN ?2 AND ?3"};
+#undef TS_STATS_COLUMNS
+  return ReadRows(kStats, info.tag, info.id, step_min, step_max, [&](sqlite3_stmt* r, int64_t rowid) -> std::string {
     TensorStatsPoint p;
-    sqlite3_stmt* r = stmt.get();
-    p.step = sqlite3_column_int64(r, 0);
-    p.wall_time = sqlite3_column_double(r, 1);
-    p.stats.numel = sqlite3_column_int64(r, 2);
-    p.stats.nan = sqlite3_column_int64(r, 3);
-    p.stats.inf = sqlite3_column_int64(r, 4);
-    p.stats.zeros = sqlite3_column_int64(r, 5);
-    p.stats.min = ColumnDouble(r, 6);
-    p.stats.max = ColumnDouble(r, 7);
-    p.stats.sum = ColumnDouble(r, 8);
-    p.stats.sum_squares = ColumnDouble(r, 9);
-    p.stats.abs_max = ColumnDouble(r, 10);
-    p.stats.dead_fraction = ColumnDouble(r, 11);
-    p.stats.saturated_fraction = ColumnDouble(r, 12);
-    if (sqlite3_column_type(r, 13) == SQLITE_BLOB) {
-      DecodeHistogram(static_cast<const unsigned char*>(sqlite3_column_blob(r, 13)), sqlite3_column_bytes(r, 13),
-                      &p.stats);
+    p.step = sqlite3_column_int64(r, 2);
+    p.wall_time = sqlite3_column_double(r, 3);
+    p.stats.numel = sqlite3_column_int64(r, 4);
+    p.stats.nan = sqlite3_column_int64(r, 5);
+    p.stats.inf = sqlite3_column_int64(r, 6);
+    p.stats.zeros = sqlite3_column_int64(r, 7);
+    p.stats.min = ColumnDouble(r, 8);
+    p.stats.max = ColumnDouble(r, 9);
+    p.stats.sum = ColumnDouble(r, 10);
+    p.stats.sum_squares = ColumnDouble(r, 11);
+    p.stats.abs_max = ColumnDouble(r, 12);
+    p.stats.dead_fraction = ColumnDouble(r, 13);
+    p.stats.saturated_fraction = ColumnDouble(r, 14);
+    if (sqlite3_column_type(r, 15) == SQLITE_BLOB) {
+      // The statistics stand without their histogram: keep the row, report the histogram.
+      std::string problem = DecodeHistogram(static_cast<const unsigned char*>(sqlite3_column_blob(r, 15)),
+                                            sqlite3_column_bytes(r, 15), &p.stats);
+      if (!problem.empty()) ReportDamage({info.tag, "tensor_stats", rowid, problem + "; the row is kept without it"});
     }
     out->push_back(p);
-  }
-  if (rc != SQLITE_DONE) return SqlError("read tensor stats");
-  return Status::Ok();
+    return {};
+  });
 }
 
 Status RunStore::ReadVectors(std::string_view tag, int64_t step_min, int64_t step_max, std::vector<VectorPoint>* out) {
@@ -854,87 +1126,88 @@ Status RunStore::ReadVectors(std::string_view tag, int64_t step_min, int64_t ste
   SeriesInfo info;
   Status s = FindSeries(tag, &info);
   if (!s.ok()) return s;
-  Statement stmt;
-  sqlite3_prepare_v2(db_,
-                     "SELECT step, wall_time, data FROM vector WHERE series_id=? AND step BETWEEN ? AND ? "
-                     "ORDER BY step, rowid",
-                     -1, stmt.out(), nullptr);
-  sqlite3_bind_int64(stmt.get(), 1, info.id);
-  sqlite3_bind_int64(stmt.get(), 2, step_min);
-  sqlite3_bind_int64(stmt.get(), 3, step_max);
-  int rc;
-  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
+  static const ReadPlan kVectors{
+      "vector",
+      "SELECT rowid, step, step, wall_time, data FROM vector WHERE series_id=?1 AND step BETWEEN ?2 AND ?3 "
+      "ORDER BY step, rowid",
+      "SELECT rowid, step FROM vector INDEXED BY vector_by_series WHERE series_id=?1 AND step BETWEEN ?2 AND ?3",
+      "SELECT rowid, step FROM vector NOT INDEXED WHERE series_id=?1 AND step BETWEEN ?2 AND ?3",
+      "SELECT rowid, step, step, wall_time, data FROM vector WHERE rowid=?4 AND series_id=?1 AND step BETWEEN ?2 AND ?3"};
+  return ReadRows(kVectors, info.tag, info.id, step_min, step_max, [&](sqlite3_stmt* r, int64_t) -> std::string {
+    const int bytes = sqlite3_column_bytes(r, 4);
+    const void* data = sqlite3_column_blob(r, 4);
+    if (bytes % static_cast<int>(sizeof(float)) != 0 || (bytes > 0 && !data)) {
+      return "vector of " + std::to_string(bytes) + " bytes, expected a whole number of float32 values";
+    }
     VectorPoint p;
-    p.step = sqlite3_column_int64(stmt.get(), 0);
-    p.wall_time = sqlite3_column_double(stmt.get(), 1);
-    const int bytes = sqlite3_column_bytes(stmt.get(), 2);
+    p.step = sqlite3_column_int64(r, 2);
+    p.wall_time = sqlite3_column_double(r, 3);
     p.values.resize(bytes / sizeof(float));
-    if (bytes) std::memcpy(p.values.data(), sqlite3_column_blob(stmt.get(), 2), p.values.size() * sizeof(float));
+    if (bytes) std::memcpy(p.values.data(), data, p.values.size() * sizeof(float));
     out->push_back(std::move(p));
-  }
-  if (rc != SQLITE_DONE) return SqlError("read vectors");
-  return Status::Ok();
+    return {};
+  });
 }
 
 Status RunStore::ReadSpans(int64_t step_min, int64_t step_max, std::vector<Span>* out) {
   out->clear();
-  Statement stmt;
-  sqlite3_prepare_v2(db_, "SELECT step, phase, start, duration FROM span WHERE step BETWEEN ? AND ? ORDER BY step, rowid",
-                     -1, stmt.out(), nullptr);
-  sqlite3_bind_int64(stmt.get(), 1, step_min);
-  sqlite3_bind_int64(stmt.get(), 2, step_max);
-  int rc;
-  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
-    out->push_back({sqlite3_column_int64(stmt.get(), 0), ColumnText(stmt.get(), 1),
-                    sqlite3_column_double(stmt.get(), 2), sqlite3_column_double(stmt.get(), 3)});
-  }
-  if (rc != SQLITE_DONE) return SqlError("read spans");
-  return Status::Ok();
+  static const ReadPlan kSpans{
+      "span", "SELECT rowid, step, step, phase, start, duration FROM span WHERE step BETWEEN ?2 AND ?3 ORDER BY step, rowid",
+      "SELECT rowid, step FROM span INDEXED BY span_by_step WHERE step BETWEEN ?2 AND ?3",
+      "SELECT rowid, step FROM span NOT INDEXED WHERE step BETWEEN ?2 AND ?3",
+      "SELECT rowid, step, step, phase, start, duration FROM span WHERE rowid=?4 AND step BETWEEN ?2 AND ?3"};
+  return ReadRows(kSpans, "", 0, step_min, step_max, [&](sqlite3_stmt* r, int64_t) -> std::string {
+    out->push_back({sqlite3_column_int64(r, 2), ColumnText(r, 3), sqlite3_column_double(r, 4),
+                    sqlite3_column_double(r, 5)});
+    return {};
+  });
 }
 
 Status RunStore::ReadFindings(std::vector<Finding>* out) {
   out->clear();
-  Statement stmt;
-  sqlite3_prepare_v2(db_,
-                     "SELECT code, severity, step, last_step, location, summary, evidence, causes, actions "
-                     "FROM finding ORDER BY id",
-                     -1, stmt.out(), nullptr);
-  int rc;
-  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
+  static const ReadPlan kFindings{
+      "finding",
+      "SELECT id, id, code, severity, step, last_step, location, summary, evidence, causes, actions FROM finding ORDER BY id",
+      nullptr, "SELECT id, id FROM finding ORDER BY id",
+      "SELECT id, id, code, severity, step, last_step, location, summary, evidence, causes, actions FROM finding "
+      "WHERE id=?4"};
+  return ReadRows(kFindings, "", 0, 0, 0, [&](sqlite3_stmt* r, int64_t rowid) -> std::string {
     Finding f;
-    sqlite3_stmt* r = stmt.get();
-    f.code = ColumnText(r, 0);
-    ParseSeverity(ColumnText(r, 1), &f.severity);
-    f.step = sqlite3_column_int64(r, 2);
-    f.last_step = sqlite3_column_int64(r, 3);
-    f.location = ColumnText(r, 4);
-    f.summary = ColumnText(r, 5);
-    f.evidence_json = ColumnText(r, 6);
-    const json causes = json::parse(ColumnText(r, 7), nullptr, /*allow_exceptions=*/false);
+    f.code = ColumnText(r, 2);
+    if (!ParseSeverity(ColumnText(r, 3), &f.severity)) {
+      ReportDamage({"", "finding", rowid,
+                    "severity '" + ColumnText(r, 3) + "', expected info, warning or critical; the finding is kept"});
+    }
+    f.step = sqlite3_column_int64(r, 4);
+    f.last_step = sqlite3_column_int64(r, 5);
+    f.location = ColumnText(r, 6);
+    f.summary = ColumnText(r, 7);
+    f.evidence_json = ColumnText(r, 8);
+    const json causes = json::parse(ColumnText(r, 9), nullptr, /*allow_exceptions=*/false);
     if (causes.is_array()) {
       for (const auto& c : causes) {
         if (c.is_object()) f.causes.push_back({c.value("id", ""), c.value("confidence", 0.0)});
       }
     }
-    const json actions = json::parse(ColumnText(r, 8), nullptr, false);
+    const json actions = json::parse(ColumnText(r, 10), nullptr, false);
     if (actions.is_array()) {
       for (const auto& a : actions) {
         if (a.is_string()) f.actions.push_back(a.get<std::string>());
       }
     }
     out->push_back(std::move(f));
-  }
-  if (rc != SQLITE_DONE) return SqlError("read findings");
-  return Status::Ok();
+    return {};
+  });
 }
 
 Status RunStore::MaxStep(int64_t* step) {
   Statement stmt;
-  sqlite3_prepare_v2(db_,
-                     "SELECT max(coalesce((SELECT max(max_step) FROM scalar_chunk), 0), "
-                     "coalesce((SELECT max(step) FROM tensor_stats), 0))",
-                     -1, stmt.out(), nullptr);
-  if (sqlite3_step(stmt.get()) != SQLITE_ROW) return SqlError("read max step");
+  int rc = sqlite3_prepare_v2(db_,
+                              "SELECT max(coalesce((SELECT max(max_step) FROM scalar_chunk), 0), "
+                              "coalesce((SELECT max(step) FROM tensor_stats), 0))",
+                              -1, stmt.out(), nullptr);
+  if (rc == SQLITE_OK) rc = sqlite3_step(stmt.get());
+  if (rc != SQLITE_ROW) return SqlError("read max step", rc);
   *step = sqlite3_column_int64(stmt.get(), 0);
   return Status::Ok();
 }
@@ -942,9 +1215,9 @@ Status RunStore::MaxStep(int64_t* step) {
 Status ListRuns(const std::string& logdir, std::vector<RunEntry>* runs) {
   runs->clear();
   std::error_code ec;
-  if (!fs::is_directory(logdir, ec)) return Status::Error(logdir + ": not a directory (expected a logdir of runs)");
+  if (!fs::is_directory(logdir, ec)) return Status::NotFound(logdir + ": not a directory (expected a logdir of runs)");
   fs::recursive_directory_iterator it(logdir, fs::directory_options::skip_permission_denied, ec);
-  if (ec) return Status::Error(logdir + ": cannot list: " + ec.message());
+  if (ec) return Status::IOError(logdir + ": cannot list: " + ec.message());
   for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (ec) break;
     if (it->is_regular_file(ec) && it->path().filename() == kStoreFileName) {

@@ -11,6 +11,11 @@
 // become one full row that replaces the small ones. So a series logged one point a
 // second still reads back as few rows, and every point is written at most twice.
 //
+// A damaged file is read as far as it can be: a record that cannot be read (a corrupt page,
+// a blob of the wrong size, a cut histogram) is skipped and reported with its series and
+// rowid, and the rest is read. Writes fail whole: a failing write rolls back to the last
+// commit.
+//
 // A store is not thread-safe: one RunStore object per thread.
 #pragma once
 
@@ -97,6 +102,37 @@ struct RunMeta {
   std::map<std::string, std::string> extra;  // any other key
 };
 
+// A record a read skipped, or a part of one it left out, because the file is damaged.
+struct DamagedRecord {
+  std::string series;  // the series' tag; empty where the damage belongs to no one series
+  std::string table;   // scalar_chunk, tensor_stats, vector, span, finding, series, meta or file
+  int64_t rowid = 0;   // the row's id; 0 where it is not known
+  std::string what;    // what was found, and what was expected
+};
+std::string DescribeDamage(const DamagedRecord& record);  // "series 'a': scalar_chunk row 7: ..."
+
+// Store reads tell their reporter about each damaged record, then skip it and read on.
+class DamageReporter {
+ public:
+  virtual ~DamageReporter() = default;
+  virtual void Damaged(const DamagedRecord& record) = 0;
+};
+
+// A reporter that counts every record and keeps the first kMaxKept.
+class DamageLog : public DamageReporter {
+ public:
+  static constexpr size_t kMaxKept = 1000;
+  void Damaged(const DamagedRecord& record) override;
+  int64_t count() const { return count_; }
+  const std::vector<DamagedRecord>& records() const { return records_; }
+  // "3 damaged records skipped (series 'a': scalar_chunk row 7: ...; ...)", empty if none.
+  std::string Summary(size_t at_most = 3) const;
+
+ private:
+  int64_t count_ = 0;
+  std::vector<DamagedRecord> records_;
+};
+
 // Everything the recorder hands the store in one flush; written in one transaction.
 struct WriteBatch {
   struct ScalarPoint {
@@ -136,13 +172,21 @@ class RunStore {
   // Opens an existing store for appending (resume, import).
   static Status OpenForWrite(const std::string& run_dir, std::unique_ptr<RunStore>* store);
   // Opens an existing store read-only. `path` is a run directory or the .db file itself.
-  static Status OpenReadOnly(const std::string& path, std::unique_ptr<RunStore>* store);
+  // Every read of this store tells `reporter` (when given) about the damaged records it
+  // skips; damage() counts them either way.
+  static Status OpenReadOnly(const std::string& path, std::unique_ptr<RunStore>* store,
+                             DamageReporter* reporter = nullptr);
 
   ~RunStore();
   RunStore(const RunStore&) = delete;
   RunStore& operator=(const RunStore&) = delete;
 
   const std::string& path() const { return db_path_; }
+  // Every damaged record the reads of this store have skipped so far.
+  const DamageLog& damage() const { return damage_; }
+  // Caps the file at max_bytes (PRAGMA max_page_count): a write past it fails as on a full
+  // disk, and rolls back. For quotas, and for tests of what a failing write keeps.
+  Status LimitFileSize(int64_t max_bytes);
 
   // ---- writing ----
   // Returns the id of the series for tag, creating it with kind if it is new. A tag may
@@ -164,7 +208,7 @@ class RunStore {
   // A run left "running" whose writer is gone is reported "crashed" (same host, pid dead).
   std::string EffectiveStatus(const RunMeta& meta);
   Status ListSeries(std::vector<SeriesInfo>* series);
-  Status FindSeries(std::string_view tag, SeriesInfo* info);  // error if no such tag
+  Status FindSeries(std::string_view tag, SeriesInfo* info);  // NotFound if no such tag
   // Every point with step in [step_min, step_max], in the order it was appended.
   Status ReadScalars(std::string_view tag, int64_t step_min, int64_t step_max, std::vector<Point>* points);
   // Points in [step_min, step_max] summarised into at most `buckets` buckets of equal step
@@ -183,8 +227,19 @@ class RunStore {
   RunStore() = default;
   static Status OpenDb(const std::string& db_path, bool read_only, std::unique_ptr<RunStore>* store);
   Status Exec(const char* sql);
-  Status Prepare(const char* sql, sqlite3_stmt** stmt);
+  Status Prepare(const char* sql, sqlite3_stmt** stmt);  // kept until the store closes
   Status SqlError(const char* what);
+  Status SqlError(const char* what, int rc);
+  // Steps a write statement once (after its binds, whose first failure is bind_rc) and resets it.
+  Status StepDone(sqlite3_stmt* stmt, int bind_rc, const char* what);
+  void ReportDamage(DamagedRecord record);
+  void Rollback();  // ends a failed transaction, if SQLite has not ended it already
+  // The rows of one read, by the plan in run_store.cc (ReadPlan): the fast scan first, and
+  // after damage, the rows it did not reach one by one.
+  struct ReadPlan;
+  template <class Row>
+  Status ReadRows(const ReadPlan& plan, const std::string& series, int64_t series_id, int64_t lo, int64_t hi,
+                  Row&& row);
   Status CreateSchema(const RunMeta& meta);
   Status CheckSchema();
   struct OpenChunk;  // a series' last, partial chunk (writer side)
@@ -192,6 +247,10 @@ class RunStore {
   Status InsertChunkRow(int64_t series_id, const OpenChunk& chunk, size_t begin, int64_t* rowid);
   Status WriteFullChunk(int64_t series_id, OpenChunk* chunk);
   Status WritePartialChunks();
+  // Walks the chunks of one scalar series overlapping [lo, hi] in append order, calling
+  // visit(steps, values, offsets, n, base_time) on each chunk's raw arrays.
+  template <class Visit>
+  Status ForEachChunk(const SeriesInfo& info, int64_t lo, int64_t hi, Visit&& visit);
 
   sqlite3* db_ = nullptr;
   std::string db_path_;
@@ -206,6 +265,8 @@ class RunStore {
   sqlite3_stmt* insert_vector_ = nullptr;
   sqlite3_stmt* insert_finding_ = nullptr;
   int64_t backward_steps_ = 0;
+  DamageReporter* reporter_ = nullptr;  // the caller's, may be null
+  DamageLog damage_;
 };
 
 // The runs of a logdir: every directory below it (any depth) holding a trainscope.db.
