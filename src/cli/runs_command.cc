@@ -5,6 +5,7 @@
 #include <ctime>
 
 #include "cli/commands.h"
+#include "cli/rank_groups.h"
 #include "store/run_store.h"
 
 namespace trainscope::cli {
@@ -41,23 +42,74 @@ int ListRunsCommand(const std::string& logdir) {
     return 0;
   }
   fmt::print("{:<32} {:<9} {:>8} {:>7} {:<19} {:>8}\n", "RUN", "STATUS", "STEPS", "SERIES", "STARTED", "DURATION");
-  for (const RunEntry& run : runs) {
+  struct Row {
+    bool ok = false;
+    std::string error, status;
+    int64_t steps = 0;
+    size_t series = 0;
+    double start = 0, end = 0;
+  };
+  auto read = [](const RunEntry& run) {
+    Row row;
     std::unique_ptr<RunStore> store;
-    s = RunStore::OpenReadOnly(run.dir, &store);
+    Status s = RunStore::OpenReadOnly(run.dir, &store);
     RunMeta meta;
     std::vector<SeriesInfo> series;
-    int64_t max_step = 0;
     if (s.ok()) s = store->ReadMeta(&meta);
     if (s.ok()) s = store->ListSeries(&series);
-    if (s.ok()) s = store->MaxStep(&max_step);
+    if (s.ok()) s = store->MaxStep(&row.steps);
     if (!s.ok()) {
-      fmt::print("{:<32} {:<9} {}\n", run.name, "unreadable", s.message());
+      row.error = s.message();
+      return row;
+    }
+    row.ok = true;
+    row.status = store->EffectiveStatus(meta);
+    row.series = series.size();
+    row.start = meta.start_time;
+    row.end = meta.end_time > 0 ? meta.end_time : meta.heartbeat;
+    return row;
+  };
+  auto print = [](const std::string& name, const Row& row) {
+    if (!row.ok) {
+      fmt::print("{:<32} {:<9} {}\n", name, "unreadable", row.error);
+      return;
+    }
+    fmt::print("{:<32} {:<9} {:>8} {:>7} {:<19} {:>8}\n", name, row.status, row.steps, row.series,
+               FormatTime(row.start), FormatDuration(row.end - row.start));
+  };
+  std::vector<std::string> dirs;
+  for (const RunEntry& run : runs) dirs.push_back(run.name);
+  for (const RunGroup& group : GroupByRun(dirs)) {
+    if (!group.distributed()) {
+      print(runs[group.members[0]].name, read(runs[group.members[0]]));
       continue;
     }
-    const std::string status = store->EffectiveStatus(meta);
-    const double end = meta.end_time > 0 ? meta.end_time : meta.heartbeat;
-    fmt::print("{:<32} {:<9} {:>8} {:>7} {:<19} {:>8}\n", run.name, status, max_step, series.size(),
-               FormatTime(meta.start_time), FormatDuration(end - meta.start_time));
+    // A data-parallel run: one line for the run (its worst status: a crashed rank makes the
+    // run crashed; the most steps; the earliest start), then one per rank.
+    std::vector<Row> rows;
+    Row total;
+    total.ok = true;
+    auto rank_of = [](const std::string& status) {
+      return status == "crashed" ? 3 : status == "running" ? 2 : status == "finished" ? 0 : 1;
+    };
+    for (size_t i : group.members) {
+      rows.push_back(read(runs[i]));
+      const Row& r = rows.back();
+      if (!r.ok) {
+        total.status = "unreadable";
+        continue;
+      }
+      if (total.status != "unreadable" && (total.status.empty() || rank_of(r.status) > rank_of(total.status))) {
+        total.status = r.status;
+      }
+      total.steps = std::max(total.steps, r.steps);
+      total.series = std::max(total.series, r.series);
+      total.start = total.start == 0 ? r.start : std::min(total.start, r.start);
+      total.end = std::max(total.end, r.end);
+    }
+    const std::string name = group.dir == "." ? logdir : group.dir;
+    print(fmt::format("{} ({} ranks)", name, group.members.size()), total);
+    for (size_t k = 0; k < group.members.size(); ++k) print("  rank-" + std::to_string(group.ranks[k]), rows[k]);
   }
   return 0;
 }

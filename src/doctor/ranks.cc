@@ -111,18 +111,31 @@ Stretch LongestStretch(const std::vector<int>& direction, const std::vector<bool
 struct Window {
   int64_t first_step = 0, last_step = 0;
   std::vector<double> level, se;  // per rank index; NaN where the rank has too few points
+  std::vector<std::vector<double>> points;  // per rank index
 };
+
+// The share of pairs (a from `mine`, b from `theirs`) with a > b, ties counting half: the
+// Mann-Whitney statistic over its maximum. Near 1 (or 0) when one sample lies above (below)
+// the other whatever the tails: a heavy-tailed rank (one value 100x, the next 2x) is not
+// hidden by its own standard error.
+double ShareAbove(const std::vector<double>& mine, const std::vector<double>& theirs) {
+  if (mine.empty() || theirs.empty()) return 0.5;
+  double above = 0;
+  for (double a : mine) {
+    for (double b : theirs) above += a > b ? 1 : a == b ? 0.5 : 0;
+  }
+  return above / (static_cast<double>(mine.size()) * static_cast<double>(theirs.size()));
+}
 
 // Cuts the shared steps into windows and computes each rank's level there: the mean (or the
 // median) of its points with the standard error of that estimate.
 std::vector<Window> MakeWindows(const std::vector<RankSeries>& series, const std::vector<int64_t>& steps,
                                 size_t window_steps, bool use_median) {
   std::vector<Window> windows;
-  for (size_t begin = 0; begin + window_steps <= steps.size() || (begin == 0 && !steps.empty());
-       begin += window_steps) {
-    const size_t end = std::min(steps.size(), begin + window_steps);
-    // A short tail joins the previous window's statistics only if it is at least half a window.
-    if (end - begin < std::max<size_t>(2, window_steps / 2) && begin > 0) break;
+  // steps.size() / window_steps windows of (nearly) equal size: the last steps are judged too.
+  const size_t count = std::max<size_t>(1, steps.size() / window_steps);
+  for (size_t k = 0; k < count; ++k) {
+    const size_t begin = k * steps.size() / count, end = (k + 1) * steps.size() / count;
     Window w;
     w.first_step = steps[begin];
     w.last_step = steps[end - 1];
@@ -145,9 +158,9 @@ std::vector<Window> MakeWindows(const std::vector<RankSeries>& series, const std
       }
       w.level.push_back(level);
       w.se.push_back(se);
+      w.points.push_back(std::isnan(level) ? std::vector<double>{} : std::move(points));
     }
     windows.push_back(std::move(w));
-    if (end == steps.size()) break;
   }
   return windows;
 }
@@ -155,6 +168,7 @@ std::vector<Window> MakeWindows(const std::vector<RankSeries>& series, const std
 struct LevelRule {
   double ratio = 2;
   double z = 4;
+  double share_above = 0.8;   // or (1 - it): the rank's points lie beyond the others'
   double min_difference = 0;  // absolute, in the series' unit
   bool only_above = false;    // STRAGGLER: slower only
   bool use_median = false;
@@ -191,7 +205,15 @@ LevelComparison CompareLevels(const std::vector<Window>& windows, size_t n_ranks
       c.reference[r][w] = ref;
       const double difference = level - ref;
       const double noise = rule.z * std::sqrt(windows[w].se[r] * windows[w].se[r] + ref_se * ref_se);
-      if (Distance(level, ref) >= min_distance && std::fabs(difference) > noise &&
+      // Beyond the noise: the means differ by z standard errors, or (heavy tails) the rank's
+      // points lie above / below nearly all of the other ranks' in the window.
+      std::vector<double> others_points;
+      for (size_t q = 0; q < n_ranks; ++q) {
+        if (q != r) others_points.insert(others_points.end(), windows[w].points[q].begin(), windows[w].points[q].end());
+      }
+      const double above = ShareAbove(windows[w].points[r], others_points);
+      const bool separated = difference > 0 ? above >= rule.share_above : above <= 1 - rule.share_above;
+      if (Distance(level, ref) >= min_distance && (std::fabs(difference) > noise || separated) &&
           std::fabs(difference) >= rule.min_difference && (!rule.only_above || difference > 0)) {
         c.direction[r][w] = difference > 0 ? 1 : -1;
       }
@@ -205,29 +227,46 @@ bool IsSustained(const Stretch& s, size_t min_length, double min_share) {
          static_cast<double>(s.length()) >= min_share * static_cast<double>(s.compared);
 }
 
-// With 2 ranks (or a split), which rank moved at `onset` against its own preceding levels:
-// the index whose distance from its own level before is larger than every other's by at
-// least ln(ratio); -1 when none does or there is nothing before.
+// With 2 ranks (or a split), which rank moved at `onset` against its own history: each
+// rank's levels at windows onset and onset + 1 are predicted from its own last (up to 3)
+// windows before, with their trend (a loss still falling keeps falling; in log for positive
+// levels, at most 2x per window, so two noisy windows do not extrapolate wildly). The rank
+// whose levels miss its prediction by more than every other rank's by at least ln(ratio) is
+// the one that moved; -1 when none does or there is nothing before.
 int MovedAgainstOwnHistory(const std::vector<std::vector<double>>& levels, size_t onset, double ratio,
                            std::vector<double>* moves) {
   moves->assign(levels.size(), kNaN);
   if (onset == 0) return -1;
   for (size_t r = 0; r < levels.size(); ++r) {
-    auto mean_of = [&](size_t from, size_t to) {
-      double sum = 0;
-      int n = 0;
-      for (size_t i = from; i < to && i < levels[r].size(); ++i) {
-        if (!std::isnan(levels[r][i])) sum += levels[r][i], ++n;
-      }
-      return n ? sum / n : kNaN;
-    };
-    const double before = mean_of(onset >= 2 ? onset - 2 : 0, onset);
-    const double after = mean_of(onset, onset + 2);
-    if (!std::isnan(before) && !std::isnan(after)) (*moves)[r] = Distance(after, before);
+    std::vector<double> before, after;
+    for (size_t i = onset >= 3 ? onset - 3 : 0; i < onset; ++i) {
+      if (!std::isnan(levels[r][i])) before.push_back(levels[r][i]);
+    }
+    for (size_t i = onset; i < onset + 2 && i < levels[r].size(); ++i) {
+      if (!std::isnan(levels[r][i])) after.push_back(levels[r][i]);
+    }
+    if (before.empty() || after.empty()) return -1;
+    bool positive = true;
+    for (double v : before) positive = positive && v > 0;
+    auto f = [&](double v) { return positive ? std::log(v) : v; };
+    auto back = [&](double y) { return positive ? std::exp(y) : y; };
+    double mean_x = (before.size() - 1) / 2.0, mean_y = 0, sxy = 0, sxx = 0;
+    for (double v : before) mean_y += f(v) / before.size();
+    for (size_t i = 0; i < before.size(); ++i) {
+      sxy += (i - mean_x) * (f(before[i]) - mean_y);
+      sxx += (i - mean_x) * (i - mean_x);
+    }
+    // A trend only where it is a ratio per window (positive levels); otherwise the level.
+    const double slope = positive && sxx > 0 ? std::clamp(sxy / sxx, -std::log(2.0), std::log(2.0)) : 0;
+    double miss = 0;
+    for (size_t j = 0; j < after.size(); ++j) {
+      const double predicted = back(mean_y + slope * (before.size() + j - mean_x));
+      miss += Distance(after[j], predicted) / after.size();
+    }
+    (*moves)[r] = miss;
   }
   int best = -1;
   for (size_t r = 0; r < moves->size(); ++r) {
-    if (std::isnan((*moves)[r])) return -1;
     if (best < 0 || (*moves)[r] > (*moves)[best]) best = static_cast<int>(r);
   }
   for (size_t r = 0; r < moves->size(); ++r) {
@@ -271,7 +310,7 @@ std::vector<RankFinding> JudgeLevels(const std::vector<RankSeries>& series, cons
   const std::vector<int64_t> steps = SharedSteps(series);
   const size_t window_steps = options.window_steps > 0
                                   ? static_cast<size_t>(options.window_steps)
-                                  : std::clamp<size_t>(steps.size() / 20, 5, 50);
+                                  : std::clamp<size_t>(steps.size() / 16, 8, 50);
   if (steps.size() < window_steps * static_cast<size_t>(options.min_windows)) return out;
   const std::vector<Window> windows = MakeWindows(series, steps, window_steps, rule.use_median);
   const LevelComparison c = CompareLevels(windows, series.size(), rule);
@@ -319,7 +358,10 @@ std::vector<RankFinding> JudgeLevels(const std::vector<RankSeries>& series, cons
                         "x the other ranks' over steps " + std::to_string(finding.step) + "-" +
                         std::to_string(finding.last_step) + " (" + std::to_string(s.length()) + " windows of " +
                         std::to_string(window_steps) + " steps" +
-                        (reference == "own history" ? "; with 2 ranks, named because its own level moved there" : "") +
+                        (reference == "own history"
+                             ? "; no majority to compare with: named because its own level moved there and the "
+                               "others' did not"
+                             : "") +
                         ")";
     } else {
       finding.summary = "ranks " + RankList(ranks) + " disagree on the " + what + " over steps " +
@@ -334,12 +376,32 @@ std::vector<RankFinding> JudgeLevels(const std::vector<RankSeries>& series, cons
     return f;
   };
 
-  // 3+ ranks and a minority out: each is the odd one out against the others' median.
-  // Slower-only rules are directional: of 2 ranks only the slower can be out, so it is named.
-  if ((series.size() >= 3 && flagged.size() * 2 < series.size()) ||
-      (rule.only_above && flagged.size() < series.size())) {
-    for (size_t r : flagged) out.push_back(make(static_cast<int>(r), {series[r].rank}, stretches[r], "median of the other ranks"));
+  const std::string against_others = "median of the other ranks";
+  // Slower-only rules are directional: of 2 ranks only the slower can be out, so it is named
+  // (all ranks slower than each other cannot happen; nothing is said then).
+  if (rule.only_above) {
+    if (flagged.size() < series.size()) {
+      for (size_t r : flagged) out.push_back(make(static_cast<int>(r), {series[r].rank}, stretches[r], against_others));
+    }
     return out;
+  }
+  // 3+ ranks: the ranks out in one direction, if fewer than half, are each the odd one out
+  // against the others' median. Half or more out the same way is a split.
+  if (series.size() >= 3) {
+    std::vector<size_t> split;
+    for (int direction : {1, -1}) {
+      std::vector<size_t> group;
+      for (size_t r : flagged) {
+        if (stretches[r].direction == direction) group.push_back(r);
+      }
+      if (group.size() * 2 < series.size()) {
+        for (size_t r : group) out.push_back(make(static_cast<int>(r), {series[r].rank}, stretches[r], against_others));
+      } else {
+        split.insert(split.end(), group.begin(), group.end());
+      }
+    }
+    if (split.empty()) return out;
+    flagged = split;
   }
   // 2 ranks, or a split: the rank that moved against its own history at the onset, if one did.
   size_t first = flagged.front();
@@ -468,11 +530,12 @@ bool JudgeReplicated(const std::vector<RankSeries>& series, const std::string& t
     for (size_t r : flagged) out->push_back(make(static_cast<int>(r), {series[r].rank}, stretches[r], "the value the other ranks share"));
     return true;
   }
-  // 2 ranks: the one whose value moved against its own preceding steps when they parted.
+  // 2 ranks: the one whose value moved against its own preceding steps when they parted:
+  // the same test as for levels, on blocks of `span` steps, the onset starting a block.
   const size_t onset = std::min(stretches[0].begin, stretches[1].begin);
-  const size_t span = std::clamp<size_t>(steps.size() / 20, 5, 50);
+  const size_t span = std::clamp<size_t>(steps.size() / 16, 4, 50);
+  const size_t blocks_before = std::min<size_t>(3, onset / span);
   std::vector<std::vector<double>> levels(2);
-  // Levels over blocks of `span` steps ending at the onset and starting at it.
   for (size_t r = 0; r < 2; ++r) {
     auto mean_of = [&](size_t from, size_t to) {
       double sum = 0;
@@ -482,10 +545,11 @@ bool JudgeReplicated(const std::vector<RankSeries>& series, const std::string& t
       }
       return count ? sum / count : kNaN;
     };
-    levels[r] = {mean_of(onset >= span ? onset - span : 0, onset), mean_of(onset, onset + span)};
+    for (size_t k = blocks_before; k >= 1; --k) levels[r].push_back(mean_of(onset - k * span, onset - (k - 1) * span));
+    for (size_t k = 0; k < 2; ++k) levels[r].push_back(mean_of(onset + k * span, onset + (k + 1) * span));
   }
   std::vector<double> moves;
-  const int moved = onset > 0 ? MovedAgainstOwnHistory(levels, 1, 2.0, &moves) : -1;
+  const int moved = blocks_before > 0 ? MovedAgainstOwnHistory(levels, blocks_before, 2.0, &moves) : -1;
   std::vector<int> ranks = {series[0].rank, series[1].rank};
   std::sort(ranks.begin(), ranks.end());
   if (moved >= 0) {
@@ -514,7 +578,7 @@ std::vector<RankFinding> CompareRanks(const std::vector<RankRun>& ranks, const R
   if (!grad_tag.empty()) {
     const std::vector<RankSeries> grad = Collect(ranks, grad_tag);
     if (!JudgeReplicated(grad, grad_tag, options, &grad_findings)) {
-      LevelRule rule{options.level_ratio, options.z};
+      LevelRule rule{options.level_ratio, options.z, options.share_above};
       grad_findings = JudgeLevels(grad, grad_tag, "RANK_DIVERGENCE", "gradient norm", rule, options);
       for (RankFinding& f : grad_findings) {
         RaiseCause(&f.finding.causes, "rank_desync", 0.5);
@@ -524,8 +588,26 @@ std::vector<RankFinding> CompareRanks(const std::vector<RankRun>& ranks, const R
     }
   }
   if (!loss_tag.empty()) {
-    LevelRule rule{options.level_ratio, options.z};
+    LevelRule rule{options.level_ratio, options.z, options.share_above};
     for (RankFinding& f : JudgeLevels(Collect(ranks, loss_tag), loss_tag, "RANK_DIVERGENCE", "loss", rule, options)) {
+      // Two ranks apart on the loss, no majority, and one of them named by its gradient norm
+      // leaving the shared value before: that rank's copy of the model is the one that left.
+      for (const RankFinding& g : grad_findings) {
+        if (f.rank < 0 && f.ranks.size() == 2 && g.rank >= 0 && g.finding.step <= f.finding.step &&
+            std::find(f.ranks.begin(), f.ranks.end(), g.rank) != f.ranks.end()) {
+          f.rank = g.rank;
+          f.ranks = {g.rank};
+          json evidence = json::parse(f.finding.evidence_json);
+          evidence["rank"] = g.rank;
+          evidence["ranks"] = f.ranks;
+          evidence["reference"] = "gradient norm";
+          f.finding.evidence_json = evidence.dump();
+          f.finding.summary = "rank " + std::to_string(g.rank) + "'s loss parts from the other rank's over steps " +
+                              std::to_string(f.finding.step) + "-" + std::to_string(f.finding.last_step) +
+                              ", after its " + g.finding.location + " left the shared value at step " +
+                              std::to_string(g.finding.step);
+        }
+      }
       // The gradient norm tells the two causes apart: shared (same model, different data)
       // or parted on the same rank too (the model copies left each other).
       bool grads_parted = false;
@@ -542,7 +624,7 @@ std::vector<RankFinding> CompareRanks(const std::vector<RankRun>& ranks, const R
 
   // Stragglers: phases each rank spends on its own (its data wait, its forward). Backward
   // and the step include waiting in the all-reduce for the slowest rank, equal for all.
-  LevelRule slow{options.straggler_ratio, options.z, options.straggler_min_seconds, true, true};
+  LevelRule slow{options.straggler_ratio, options.z, options.share_above, options.straggler_min_seconds, true, true};
   for (const char* phase : {"time/data", "time/forward"}) {
     for (RankFinding& f : JudgeLevels(Collect(ranks, phase), phase, "STRAGGLER", std::string(phase) + " time", slow, options)) {
       if (f.rank < 0) continue;  // slower is directional: a rank is named or nothing is said

@@ -13,8 +13,9 @@
 // depend on the batch size; its median does, with skewed per-sample losses) and the
 // reference is the median of the other ranks' levels. A window is "out" for a rank when its
 // level is >= `level_ratio` times the reference or <= 1/level_ratio of it (the effect) and
-// the difference clears `z` standard errors of the two window means (the noise). A rank is
-// named when it is out, in the same direction, for a sustained stretch of consecutive
+// the difference is beyond the noise: it clears `z` standard errors of the two window means,
+// or (heavy tails) the rank's points lie above (below) >= 80 % of the other ranks' points in
+// the window, pair by pair (Mann-Whitney). A rank is named when it is out, in the same direction, for a sustained stretch of consecutive
 // windows (>= min_windows and >= min_stretch_share of its windows): never for one step.
 //
 // The exact rule (series equal by construction): a series that is bit-equal across ranks at
@@ -44,8 +45,9 @@ struct RankRun {
 };
 
 struct RankOptions {
-  // Steps per window; 0 = a twentieth of the steps compared, within [5, 50]: about 20
-  // windows, each with enough points for its mean's standard error.
+  // Steps per window; 0 = a sixteenth of the steps compared, within [8, 50]: up to 16
+  // windows, each with enough points for its mean's standard error and for the pair count
+  // below to mean something (8 points against 8 or more).
   int window_steps = 0;
   // A level >= 2x or <= 1/2 of the other ranks': more than shards of one data set give
   // (their expected loss is the same) and than batch-size differences give (the mean is
@@ -54,6 +56,12 @@ struct RankOptions {
   // The difference of two window means must clear 4 standard errors: with ~20 windows a
   // healthy rank is out by chance in well under 1 window in 10^3.
   double z = 4.0;
+  // Or: >= 80 % of the pairs (this rank's point, another rank's point) in the window on one
+  // side: 2.5 standard deviations of that share for 8 points against 8 (0.6 % of windows by
+  // chance), and it must hold in 3 windows in a row with the 2x effect. Batch-size noise
+  // alone does not do this while the means differ 2x (a small batch's mean is high by a few
+  // bad samples, most of its points stay low).
+  double share_above = 0.8;
   // A stretch of consecutive out windows: at least 3 and at least 20 % of the rank's windows.
   int min_windows = 3;
   double min_stretch_share = 0.2;

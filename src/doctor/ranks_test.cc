@@ -102,6 +102,24 @@ TEST(Ranks, ALowerLossIsADifferenceToo) {
   EXPECT_EQ(findings[0].rank, 1);
 }
 
+TEST(Ranks, AHeavyTailedRankIsNamedThoughItsOwnNoiseIsLarge) {
+  // Unnormalised inputs on one rank: its loss 2x to 1000x the others', step to step.
+  Ddp ddp;
+  ddp.loss_factor = [](int r, int s) { return r == 2 ? std::exp(0.7 + 0.8 * ((s * 7919) % 10)) : 1.0; };
+  const auto findings = Compare(ddp.Record());
+  ASSERT_EQ(findings.size(), 1u) << Describe(findings);
+  EXPECT_EQ(findings[0].rank, 2);
+}
+
+TEST(Ranks, TwoOddRanksInOppositeDirectionsAreBothNamed) {
+  Ddp ddp;
+  ddp.ranks = 5;
+  ddp.loss_factor = [](int r, int) { return r == 1 ? 4.0 : r == 3 ? 0.25 : 1.0; };
+  const auto findings = Compare(ddp.Record());
+  ASSERT_EQ(findings.size(), 2u) << Describe(findings);
+  EXPECT_EQ(findings[0].rank + findings[1].rank, 4);
+}
+
 TEST(Ranks, ASpikeOnOneRankIsNotASustainedDifference) {
   Ddp ddp;
   ddp.loss_factor = [](int r, int s) { return r == 3 && s >= 100 && s < 103 ? 50.0 : 1.0; };
@@ -133,7 +151,7 @@ TEST(Ranks, OfTwoRanksTheOneThatMovedAgainstItsOwnHistoryIsNamed) {
     ddp.loss_factor = [bad](int r, int s) { return r == bad && s >= 100 ? 4.0 : 1.0; };
     const auto findings = Compare(ddp.Record());
     ASSERT_EQ(findings.size(), 1u) << Describe(findings);
-    EXPECT_EQ(findings[0].rank, bad);
+    EXPECT_EQ(findings[0].rank, bad) << findings[0].finding.evidence_json;
     EXPECT_GE(findings[0].finding.step, 95);
     EXPECT_LE(findings[0].finding.step, 110);
     EXPECT_EQ(nlohmann::json::parse(findings[0].finding.evidence_json)["reference"], "own history");
