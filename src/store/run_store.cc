@@ -289,6 +289,10 @@ Status RunStore::Prepare(const char* sql, sqlite3_stmt** stmt) {
   return Status::Ok();
 }
 
+void RunStore::LimitValueSize(int max_bytes) {
+  (void)sqlite3_limit(db_, SQLITE_LIMIT_LENGTH, max_bytes);  // returns the old limit: nothing to check
+}
+
 Status RunStore::LimitFileSize(int64_t max_bytes) {
   Statement page_size;
   if (sqlite3_prepare_v2(db_, "PRAGMA page_size", -1, page_size.out(), nullptr) != SQLITE_OK ||

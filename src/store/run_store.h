@@ -187,6 +187,9 @@ class RunStore {
   // Caps the file at max_bytes (PRAGMA max_page_count): a write past it fails as on a full
   // disk, and rolls back. For quotas, and for tests of what a failing write keeps.
   Status LimitFileSize(int64_t max_bytes);
+  // Caps the bytes of one stored value (SQLITE_LIMIT_LENGTH): a write of a bigger one fails
+  // at that statement, SQLite keeps the transaction open, and the store rolls it back.
+  void LimitValueSize(int max_bytes);
 
   // ---- writing ----
   // Returns the id of the series for tag, creating it with kind if it is new. A tag may
