@@ -12,6 +12,7 @@ One thread by default (--threads): on the shared 2-vCPU VM a second one only add
 
     PYTHONPATH=build/python /tmp/probe-venv/bin/python bench/watch/compiled.py lm [--windows 10] [--window 20]
     ... bench/watch/compiled.py cnn --backend aot_eager
+    ... bench/watch/compiled.py lm --backend none     # the same loop eager, for comparison
 """
 
 import argparse
@@ -35,7 +36,7 @@ from overhead import cnn_setup, lm_setup  # noqa: E402
 class Copy:
     def __init__(self, setup, backend):
         model, self.opt, self.batches, self.loss_fn = setup()
-        self.model = torch.compile(model, backend=backend)
+        self.model = model if backend == "none" else torch.compile(model, backend=backend)
         self.at = 0
 
     def step(self, run=None):
