@@ -33,6 +33,7 @@ def main():
     parser.add_argument("--perturb", choices=["none", "inputs", "labels", "grads"], default="none")
     parser.add_argument("--perturb-rank", type=int, default=-1)
     parser.add_argument("--perturb-from", type=int, default=0, help="first perturbed step")
+    parser.add_argument("--seed", type=int, default=0, help="shifts every rank's data seed")
     parser.add_argument("--kill-rank", type=int, default=-1)
     parser.add_argument("--kill-step", type=int, default=-1)
     args = parser.parse_args()
@@ -51,7 +52,7 @@ def main():
     model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 3))
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
-    shard = torch.Generator().manual_seed(1000 + rank)  # this rank's own data
+    shard = torch.Generator().manual_seed(1000 * (args.seed + 1) + rank)  # this rank's own data
 
     run = ts.init(logdir=args.logdir, name=args.name, config={"batch_size": batch, "world_size": world,
                                                                  "optimizer": "sgd", "num_classes": 3})
