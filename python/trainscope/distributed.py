@@ -4,7 +4,13 @@ When torch.distributed is initialised, rank r of a run named N records into
 <logdir>/N/rank-<r>/ (a run directory of its own, with rank and world_size in its meta),
 so ranks never contend for one SQLite file and a straggler's numbers stay its own. A run
 name chosen by trainscope (name=None) is made on rank 0 and sent to the others, so every
-rank lands under the same run. `trainscope runs <logdir>` lists the rank stores.
+rank lands under the same run.
+
+`trainscope runs <logdir>` lists such a run with one line per rank, and
+`trainscope diagnose <logdir>/N` judges each rank and then compares them at the same steps
+(src/doctor/ranks.h; docs/doctor.md "Ranks of a data-parallel run"): every finding says its
+rank, and a rank whose loss or all-reduced gradient norm leaves the others' is named by
+RANK_DIVERGENCE. A rank killed mid-run keeps what its recorder had committed.
 """
 
 from __future__ import annotations
