@@ -423,7 +423,7 @@ class Watcher:
                 # torch 1.13 has no step hooks; guard mode must be able to skip the step.
                 self._wrap(self.optimizer, "step", self._optimizer_step)
             self._wrap(self.optimizer, "zero_grad", self._zero_grad)
-            _watch_grad_scalers(self)
+            self._guarded("amp", _watch_grad_scalers)(self)  # a failure leaves the rest watched
         self._wrap(self.model, "zero_grad", self._zero_grad)
         self._step_listener = self._guarded("step end", self._on_step_end)
         self.clock.listeners.append(self._step_listener)
