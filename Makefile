@@ -5,7 +5,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 export TRAINSCOPE_BUILD_DIR := $(abspath $(BUILD))
 
-.PHONY: all setup build test test-cpp test-python test-e2e test-fuzz test-torch2 demo bench bench-doctor clean
+.PHONY: all setup build test test-cpp test-python test-e2e test-fuzz fuzz-long test-torch2 demo bench bench-doctor clean
 
 all: build
 
@@ -33,6 +33,13 @@ test-e2e:
 
 test-fuzz:
 	@if [ -x fuzz/run.sh ]; then fuzz/run.sh; else echo "test-fuzz: no fuzz targets yet"; fi
+
+# A long hunt: every target for FUZZ_SECONDS (120) with its corpus kept between runs outside
+# the repository; each crash found is copied into fuzz/corpus/<target>/ as a regression input.
+FUZZ_SECONDS ?= 120
+FUZZ_CORPUS ?= $(HOME)/.cache/trainscope/fuzz-corpus
+fuzz-long:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_CORPUS=$(FUZZ_CORPUS) FUZZ_KEEP_CRASHES=1 fuzz/run.sh
 
 # The second leg: the package as a user installs it (pip install .) into a cached venv with
 # PyPI's torch 2.x and NumPy 2 (scripts/torch2-requirements.txt), and the whole Python suite

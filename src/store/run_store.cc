@@ -1042,11 +1042,15 @@ Status RunStore::ReadDecimated(std::string_view tag, size_t buckets, int64_t ste
     }
   }
   if (step_min > step_max) return Status::Ok();
-  // Bucket width in steps, rounded up so `buckets` buckets cover the range. Computed in
-  // unsigned 128-bit-safe form: the range may span the whole int64 line.
-  const uint64_t span = static_cast<uint64_t>(step_max) - static_cast<uint64_t>(step_min) + 1;
-  const uint64_t width = std::max<uint64_t>(1, span / buckets + (span % buckets ? 1 : 0));
-  const size_t used_buckets = static_cast<size_t>((span - 1) / width + 1);
+  // Bucket width in steps, rounded up so `buckets` buckets cover the range: the ceiling of
+  // (span_less_one + 1) / buckets, in a form that cannot overflow, since the range may span
+  // the whole int64 line (2^64 steps, one more than a uint64_t holds; chunks of a damaged
+  // file may claim that). Only one bucket over the whole line overflows: it gets the
+  // largest width, and the bucket index is capped.
+  const uint64_t span_less_one = static_cast<uint64_t>(step_max) - static_cast<uint64_t>(step_min);
+  uint64_t width = span_less_one / buckets + 1;
+  if (width == 0) width = std::numeric_limits<uint64_t>::max();
+  const size_t used_buckets = static_cast<size_t>(std::min<uint64_t>(span_less_one / width + 1, buckets));
   constexpr double kInf = std::numeric_limits<double>::infinity();
   std::vector<Bucket> all(used_buckets);
   for (size_t b = 0; b < used_buckets; ++b) {
@@ -1061,7 +1065,8 @@ Status RunStore::ReadDecimated(std::string_view tag, size_t buckets, int64_t ste
                        const int64_t step = LoadUnaligned<int64_t>(steps + i * 8);
                        if (step < step_min || step > step_max) continue;
                        const double v = LoadUnaligned<double>(values + i * 8);
-                       Bucket& b = all[(static_cast<uint64_t>(step) - static_cast<uint64_t>(step_min)) / width];
+                       const uint64_t index = (static_cast<uint64_t>(step) - static_cast<uint64_t>(step_min)) / width;
+                       Bucket& b = all[std::min<uint64_t>(index, used_buckets - 1)];
                        ++b.count;
                        if (std::isfinite(v)) {
                          b.min = std::min(b.min, v);

@@ -288,3 +288,35 @@ TEST_F(RunStoreTest, ListRunsFindsNestedRunsAndHandlesEmptyLogdir) {
 
 }  // namespace
 }  // namespace trainscope
+
+namespace trainscope {
+namespace {
+
+// Steps at both ends of the int64 line: 2^64 steps of range, one more than a uint64_t holds.
+TEST_F(RunStoreTest, DecimationOverTheWholeInt64Line) {
+  auto store = NewStore();
+  int64_t id = 0;
+  ASSERT_TRUE(store->EnsureSeries("x", SeriesKind::kScalar, &id).ok());
+  WriteBatch batch;
+  batch.scalars.push_back({id, INT64_MIN, 0, 1.0});
+  batch.scalars.push_back({id, 0, 0, 2.0});
+  batch.scalars.push_back({id, INT64_MAX, 0, 3.0});
+  ASSERT_TRUE(store->Write(batch).ok());
+  for (size_t buckets : {size_t(1), size_t(2), size_t(1000)}) {
+    std::vector<Bucket> out;
+    ASSERT_TRUE(store->ReadDecimated("x", buckets, INT64_MIN, INT64_MAX, &out).ok());
+    int64_t count = 0;
+    double max = -1;
+    for (const Bucket& b : out) {
+      count += b.count;
+      max = std::max(max, b.max);
+    }
+    EXPECT_EQ(count, 3) << buckets << " buckets";
+    EXPECT_EQ(max, 3.0) << buckets << " buckets";
+    EXPECT_LE(out.size(), buckets);
+    EXPECT_EQ(out.back().last_step, INT64_MAX);
+  }
+}
+
+}  // namespace
+}  // namespace trainscope
