@@ -2,8 +2,9 @@
 // online, fed sample by sample while training goes on, and offline over a recorded or
 // imported run:
 //
-//   Doctor doctor(options);            // online: a SampleSink
-//   recorder_fanout.Add(&doctor);      // ... samples arrive ...
+//   Doctor doctor(options);            // online: a SampleSink, fed samples as they
+//   doctor.OnScalar(...); ...          //   arrive (OnlineDoctor, online_doctor.h, feeds
+//   doctor.EndBatch();                 //   it each recorder commit on its own thread)
 //   doctor.Finish();                   // at run.finish()
 //   doctor.findings();
 //
@@ -13,7 +14,7 @@
 // order. Online it holds the newest `lag_steps` + 1 steps open, so samples of one step that
 // arrive interleaved with the next are still seen together; a sample for a step already
 // judged is counted in late_samples() and ignored. Not thread-safe: feed it from one
-// thread (the recorder's writer thread, or the caller).
+// thread (the OnlineDoctor's, or the caller's).
 #pragma once
 
 #include <functional>

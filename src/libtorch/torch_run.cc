@@ -9,8 +9,12 @@
 #include <vector>
 
 #include "recorder/recorder.h"
+#include "watch/run_facts.h"
 #include "watch/system_sampler.h"
 #include "watch/tensor_passes.h"
+#ifdef TRAINSCOPE_WITH_DOCTOR
+#include "doctor/online_doctor.h"
+#endif
 
 namespace trainscope {
 
@@ -86,6 +90,11 @@ TorchRun::TorchRun(const Options& options) : state_(new State) {
   r.command_line = "libtorch";
   r.extra_meta["client"] = "libtorch";
   r.extra_meta["torch_version"] = TORCH_VERSION;
+  r.host = HostName();
+  r.git_commit = GitCommit(".");
+#ifdef TRAINSCOPE_WITH_DOCTOR
+  r.observers.push_back(std::make_shared<doctor::OnlineDoctor>());  // judged while it trains
+#endif
   Status s = Recorder::Open(r, &state_->recorder);
   if (!s.ok()) throw std::runtime_error("trainscope: " + s.message());
   if (options.system_interval > 0) {

@@ -1,19 +1,32 @@
 // Alert rules as Python sees them. The rules are judged on the recorder's writer thread
-// (recorder.h); run.log() learns from log_dict that an alert waits, and run.py polls
+// (doctor/rule_observer.h, composed by recorder_bindings.cc); run.log() learns from log_dict that an alert waits, and run.py polls
 // take_alerts() at step boundaries to do the actions that belong to Python (print,
 // callback, stop, pdb). Also the TensorBoard mirror's path.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "doctor/rule_observer.h"
 #include "doctor/rules.h"
 #include "python/bindings.h"
 #include "recorder/recorder.h"
+#ifdef TRAINSCOPE_WITH_INGEST
+#include "ingest/tensorboard_mirror.h"
+#endif
 
 namespace py = pybind11;
 
 namespace trainscope::python {
 
 namespace {
+
+// The observer of type T that OpenRecorder composed, or null.
+template <class T>
+const T* FindObserver(const Recorder& r) {
+  for (const auto& observer : r.observers()) {
+    if (const auto* found = dynamic_cast<const T*>(observer.get())) return found;
+  }
+  return nullptr;
+}
 
 py::dict AlertToDict(const RuleAlert& a) {
   py::dict d;
@@ -46,9 +59,20 @@ void RegisterAlerts(py::module_& m) {
           },
           py::arg("before_step"),
           "The fired alerts of steps before before_step, oldest first, as dicts; later ones stay pending.")
-      .def_property_readonly("alert_rule_count", &Recorder::alert_rule_count)
-      .def_property_readonly("tensorboard_path", &Recorder::tensorboard_path,
-                             "The TensorBoard mirror's event file, or '' when there is none.");
+      .def_property_readonly("alert_rule_count",
+                             [](const Recorder& r) {
+                               const auto* rules = FindObserver<doctor::RuleObserver>(r);
+                               return rules ? rules->rule_count() : size_t{0};
+                             })
+      .def_property_readonly(
+          "tensorboard_path",
+          [](const Recorder& r) {
+#ifdef TRAINSCOPE_WITH_INGEST
+            if (const auto* mirror = FindObserver<ingest::TensorBoardMirror>(r)) return mirror->path();
+#endif
+            return std::string();
+          },
+          "The TensorBoard mirror's event file, or '' when there is none.");
   m.def(
       "check_alert_rules",
       [](const std::string& toml_text, const std::string& origin) {

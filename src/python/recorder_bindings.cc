@@ -5,9 +5,15 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "doctor/online_doctor.h"
+#include "doctor/rule_observer.h"
 #include "python/bindings.h"
 #include "recorder/recorder.h"
 #include "store/json_forms.h"
+#include "watch/run_facts.h"
+#ifdef TRAINSCOPE_WITH_INGEST
+#include "ingest/tensorboard_mirror.h"
+#endif
 
 namespace py = pybind11;
 
@@ -31,12 +37,26 @@ std::unique_ptr<Recorder> OpenRecorder(const std::string& logdir, const std::str
   options.queue_capacity = queue_capacity;
   options.flush_interval_seconds = flush_interval;
   options.extra_meta = extra_meta;
-  options.online_doctor = online_doctor;
-  options.alert_rules_file = alert_rules_file;
-  options.alert_rules_text = alert_rules_text;
-  options.alert_rules_origin = alert_rules_origin;
-  options.tensorboard = tensorboard;
-  options.tensorboard_dir = tensorboard_dir;
+  options.host = HostName();
+  options.git_commit = GitCommit(".");
+  // The observers this module is built with, composed here: the recorder knows none of them.
+  // Alert rules first: a bad rules file is the user's error, reported before a run exists.
+  if (!alert_rules_file.empty() || !alert_rules_text.empty()) {
+    std::shared_ptr<doctor::RuleObserver> rules;
+    Status parsed = alert_rules_file.empty() ? doctor::RuleObserver::FromText(alert_rules_text, alert_rules_origin, &rules)
+                                             : doctor::RuleObserver::FromFile(alert_rules_file, &rules);
+    if (!parsed.ok()) throw py::value_error(parsed.message());
+    if (rules->rule_count() > 0) options.observers.push_back(std::move(rules));
+  }
+  if (tensorboard) {
+#ifdef TRAINSCOPE_WITH_INGEST
+    options.observers.push_back(std::make_shared<ingest::TensorBoardMirror>(tensorboard_dir));
+#else
+    throw py::value_error("tensorboard=: the TensorBoard mirror needs the ingest part, which this build leaves out "
+                          "(TRAINSCOPE_PARTS)");
+#endif
+  }
+  if (online_doctor) options.observers.push_back(std::make_shared<doctor::OnlineDoctor>());
   std::unique_ptr<Recorder> recorder;
   Status s;
   {

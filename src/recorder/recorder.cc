@@ -1,32 +1,14 @@
 #include "recorder/recorder.h"
 
-#include <spawn.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <map>
 #include <random>
-#include <sstream>
-
-#ifdef TRAINSCOPE_WITH_DOCTOR
-#include "doctor/doctor.h"
-#include "doctor/rules.h"
-#endif
-#ifdef TRAINSCOPE_WITH_INGEST
-#include "ingest/tfevents_writer.h"
-#endif
-
-extern char** environ;
 
 namespace trainscope {
 
@@ -36,14 +18,6 @@ namespace {
 
 double WallNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string ReadFirstLine(const fs::path& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-  return line;
 }
 
 // Run names sort by start time, as TensorBoard's do: 20261129-153012-a1b2.
@@ -59,89 +33,13 @@ std::string DefaultRunName() {
   return std::string(stamp) + "-" + suffix;
 }
 
-#ifdef TRAINSCOPE_WITH_DOCTOR
-std::string ReplaceAll(std::string text, std::string_view from, const std::string& to) {
-  for (size_t at = 0; (at = text.find(from, at)) != std::string::npos; at += to.size()) text.replace(at, from.size(), to);
-  return text;
-}
-
-// An alert's shell command runs as `/bin/sh -c`, started with posix_spawn and its own
-// environment (the process's plus TRAINSCOPE_ALERT_*): no setenv, which is unsafe while
-// other threads read the environment. A detached thread waits for it, so neither the
-// writer nor the training ever waits on a slow command; a failure is reported on stderr.
-void StartShellAction(const doctor::Alert& alert) {
-  char value[32];
-  std::snprintf(value, sizeof(value), "%.6g", alert.value);
-  std::string command = ReplaceAll(alert.shell, "{rule}", alert.rule);
-  command = ReplaceAll(command, "{series}", alert.series);
-  command = ReplaceAll(command, "{step}", std::to_string(alert.step));
-  command = ReplaceAll(command, "{value}", value);
-  std::vector<std::string> env;
-  for (char** e = environ; e && *e; ++e) {
-    if (std::strncmp(*e, "TRAINSCOPE_ALERT_", 17) != 0) env.emplace_back(*e);
-  }
-  env.push_back("TRAINSCOPE_ALERT_RULE=" + alert.rule);
-  env.push_back("TRAINSCOPE_ALERT_SERIES=" + alert.series);
-  env.push_back("TRAINSCOPE_ALERT_STEP=" + std::to_string(alert.step));
-  env.push_back(std::string("TRAINSCOPE_ALERT_VALUE=") + value);
-  env.push_back(std::string("TRAINSCOPE_ALERT_SEVERITY=") + SeverityName(alert.severity));
-  std::thread([command = std::move(command), env = std::move(env), rule = alert.rule] {
-    std::vector<char*> envp;
-    for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
-    char* argv[] = {const_cast<char*>("sh"), const_cast<char*>("-c"), const_cast<char*>(command.c_str()), nullptr};
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, "/bin/sh", nullptr, nullptr, argv, envp.data());
-    if (rc != 0) {
-      std::fprintf(stderr, "trainscope: alert '%s': cannot run its shell command (%s)\n", rule.c_str(), std::strerror(rc));
-      return;
-    }
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      std::fprintf(stderr, "trainscope: alert '%s': its shell command failed (%s %d)\n", rule.c_str(),
-                   WIFEXITED(status) ? "exit status" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-    }
-  }).detach();
-}
-#endif
-
-}  // namespace
-
-std::string HostName() {
+std::string ThisHost() {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   return host;
 }
 
-std::string GitCommit(const std::string& dir) {
-  std::error_code ec;
-  fs::path at = fs::absolute(dir, ec);
-  for (; !at.empty(); at = at.parent_path()) {
-    fs::path git = at / ".git";
-    if (fs::is_regular_file(git, ec)) {  // a worktree or submodule: "gitdir: <path>"
-      const std::string line = ReadFirstLine(git);
-      if (line.rfind("gitdir: ", 0) != 0) return "";
-      git = fs::path(line.substr(8));
-      if (git.is_relative()) git = at / git;
-    }
-    if (fs::is_directory(git, ec)) {
-      const std::string head = ReadFirstLine(git / "HEAD");
-      if (head.rfind("ref: ", 0) != 0) return head;  // detached HEAD holds the hash
-      const std::string ref = head.substr(5);
-      std::string hash = ReadFirstLine(git / ref);
-      if (!hash.empty()) return hash;
-      std::ifstream packed(git / "packed-refs");
-      for (std::string line; std::getline(packed, line);) {
-        if (line.size() > 41 && line.compare(41, std::string::npos, ref) == 0) return line.substr(0, 40);
-      }
-      return "";  // a branch with no commit yet
-    }
-    if (at == at.root_path()) break;
-  }
-  return "";
-}
+}  // namespace
 
 Status Recorder::Open(const Options& options, std::unique_ptr<Recorder>* out) {
   std::unique_ptr<Recorder> r(new Recorder());
@@ -153,39 +51,27 @@ Status Recorder::Open(const Options& options, std::unique_ptr<Recorder>* out) {
     if (!valid.ok()) return valid;
   }
   const std::string run_dir = (fs::path(options.logdir) / name).string();
-  // Alert rules first: a bad rules file is the user's error, reported before a run exists.
-  if (!options.alert_rules_file.empty() || !options.alert_rules_text.empty()) {
-#ifdef TRAINSCOPE_WITH_DOCTOR
-    std::vector<doctor::AlertRule> rules;
-    Status parsed = options.alert_rules_file.empty()
-                        ? doctor::ParseRules(options.alert_rules_text, options.alert_rules_origin, &rules)
-                        : doctor::LoadRulesFile(options.alert_rules_file, &rules);
-    if (!parsed.ok()) return parsed;
-    r->alert_rule_count_ = rules.size();
-    if (!rules.empty()) r->rules_ = std::make_shared<doctor::RuleEngine>(std::move(rules));
-#else
-    return Status::Error("alert rules need the doctor part, which this build leaves out (TRAINSCOPE_PARTS)");
-#endif
-  }
   std::error_code ec;
   const bool exists = fs::exists(fs::path(run_dir) / kStoreFileName, ec);
   if (exists && !options.resume) {
     return Status::Error(run_dir + ": run '" + name + "' already exists (choose another name, or resume it)");
   }
-  if (options.tensorboard) {
-#ifdef TRAINSCOPE_WITH_INGEST
-    // A given directory is a TensorBoard logdir: each run gets its own folder in it.
-    const std::string dir = options.tensorboard_dir.empty() ? (fs::path(run_dir) / "tensorboard").string()
-                                                            : (fs::path(options.tensorboard_dir) / name).string();
-    std::unique_ptr<ingest::TfEventsWriter> mirror;
-    Status created = ingest::TfEventsWriter::Create(dir, &mirror);
-    if (!created.ok()) return Status::Error("tensorboard mirror: " + created.message());
-    r->tensorboard_path_ = mirror->path();
-    r->mirror_ = std::move(mirror);
-#else
-    return Status::Error("tensorboard=: the TensorBoard mirror needs the ingest part, which this build leaves out "
-                         "(TRAINSCOPE_PARTS)");
-#endif
+  // The observers come first: one that cannot start (a mirror's folder not writable) fails
+  // Open before a run exists.
+  const std::string config_json = options.config_json.empty() ? "{}" : options.config_json;
+  const RunStart start{run_dir, name, config_json, options.extra_meta, exists && options.resume};
+  for (const auto& observer : options.observers) {
+    if (!observer) continue;
+    Status opened = observer->OnOpen(start, r->host_);
+    if (!opened.ok()) return opened;
+    r->observers_.push_back(observer);
+    if (observer->ticks()) r->ticked_.push_back({observer.get(), {}, {}, {}});
+  }
+  for (const auto& observer : r->observers_) {
+    if (!observer->takes_batches()) r->commit_order_.push_back(observer.get());
+  }
+  for (const auto& observer : r->observers_) {
+    if (observer->takes_batches()) r->commit_order_.push_back(observer.get());
   }
   Status s;
   if (exists && options.resume) {
@@ -197,11 +83,11 @@ Status Recorder::Open(const Options& options, std::unique_ptr<Recorder>* out) {
     meta.name = name;
     meta.start_time = WallNow();
     meta.heartbeat = meta.start_time;
-    meta.host = HostName();
+    meta.host = options.host.empty() ? ThisHost() : options.host;
     meta.pid = getpid();
-    meta.config_json = options.config_json.empty() ? "{}" : options.config_json;
+    meta.config_json = config_json;
     meta.command_line = options.command_line;
-    meta.git_commit = GitCommit(".");
+    meta.git_commit = options.git_commit;
     meta.status = "running";
     meta.extra = options.extra_meta;
     s = RunStore::Create(run_dir, meta, &r->store_);
@@ -209,25 +95,6 @@ Status Recorder::Open(const Options& options, std::unique_ptr<Recorder>* out) {
   if (!s.ok()) return s;
   r->run_dir_ = run_dir;
   r->name_ = name;
-#ifdef TRAINSCOPE_WITH_DOCTOR
-  if (options.online_doctor) {
-    doctor::DoctorOptions doctor_options;
-    Recorder* self = r.get();
-    doctor_options.on_finding = [self](const Finding& f) { self->OnDoctorFinding(f); };
-    // FeedDoctor hands over a batch grouped by kind (scalars, then tensor statistics, ...):
-    // steps are judged at the batch's end, when all their samples are in.
-    doctor_options.judge_at_batch_end = true;
-    auto online = std::make_unique<doctor::Doctor>(std::move(doctor_options));
-    online->OnMeta("config", options.config_json.empty() ? "{}" : options.config_json);
-    for (const auto& [key, value] : options.extra_meta) online->OnMeta(key, value);
-    doctor::Doctor* raw_doctor = online.get();
-    r->finish_doctor_ = [raw_doctor] { raw_doctor->Finish(); };
-    r->end_batch_doctor_ = [raw_doctor] { raw_doctor->EndBatch(); };
-    r->doctor_findings_ = [raw_doctor] { return raw_doctor->findings(); };
-    r->doctor_ = std::move(online);
-    r->doctor_thread_ = std::thread([self] { self->DoctorLoop(); });
-  }
-#endif
   r->last_commit_ = WallNow();
   Recorder* raw = r.get();
   r->writer_ = std::thread([raw] { raw->WriterLoop(); });
@@ -383,9 +250,9 @@ Status Recorder::writer_status() const {
 void Recorder::WriterLoop() {
   using Clock = std::chrono::steady_clock;
   const auto interval = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(flush_interval_));
-  // With alert rules the writer also wakes every kRuleTick to judge what is queued, so an
-  // alert waits for a tick, not for the next commit.
-  const bool ticking = rules_ != nullptr && flush_interval_ > kRuleTick;
+  // With ticked observers (alert rules) the writer also wakes every kRuleTick to hand them
+  // what is queued, so an alert waits for a tick, not for the next commit.
+  const bool ticking = !ticked_.empty() && flush_interval_ > kRuleTick;
   const auto wait = ticking ? std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kRuleTick))
                             : interval;
   auto next_write = Clock::now() + interval;
@@ -395,7 +262,7 @@ void Recorder::WriterLoop() {
         wake_writer_.wait_for(lock, wait, [&] { return stopping_ || urgent_ || flush_requested_ > flush_done_; });
     if (!woken && ticking && Clock::now() < next_write) {
       lock.unlock();
-      PeekRules();
+      Tick();
       lock.lock();
       continue;
     }
@@ -416,8 +283,8 @@ void Recorder::WriteOnce() {
   // The batch drained last time, emptied but with its capacity, becomes the new queue:
   // the training thread does not regrow a vector after every flush.
   WriteBatch& batch = recycled_;
-  if (batch.scalars.capacity() == 0) {  // handed to the doctor last time: take a judged one
-    std::lock_guard lock(doctor_mu_);
+  if (batch.scalars.capacity() == 0) {  // an observer took it over last time: take one given back
+    std::lock_guard lock(spare_mu_);
     if (!spare_batches_.empty()) {
       batch = std::move(spare_batches_.back());
       spare_batches_.pop_back();
@@ -428,9 +295,11 @@ void Recorder::WriteOnce() {
   batch.vectors.clear();
   batch.spans.clear();
   batch.findings.clear();
+  const bool observed = !observers_closed_ && !observers_.empty();
   std::vector<std::pair<std::string, SeriesKind>> new_tags;
   std::vector<std::pair<std::string, std::string>> meta;
-  size_t rules_seen_scalars = 0, rules_seen_stats = 0;
+  size_t tick_seen_scalars = 0, tick_seen_stats = 0;
+  const size_t first_new_tag = store_ids_.size();
   {
     std::lock_guard lock(mu_);
     std::swap(batch, queue_);
@@ -438,22 +307,14 @@ void Recorder::WriteOnce() {
     queued_ = 0;
     for (size_t i = store_ids_.size(); i < tags_.size(); ++i) new_tags.push_back(tags_[i]);
     SyncWriterTagsLocked();
-    rules_seen_scalars = rule_seen_scalars_;
-    rules_seen_stats = rule_seen_stats_;
-    rule_seen_scalars_ = rule_seen_stats_ = 0;
+    tick_seen_scalars = tick_seen_scalars_;
+    tick_seen_stats = tick_seen_stats_;
+    tick_seen_scalars_ = tick_seen_stats_ = 0;
   }
-  if (rules_) {
-    // What the ticks have not judged yet; the findings of alerts go into this commit.
-    std::vector<WriteBatch::ScalarPoint> scalars;
-    std::vector<WriteBatch::StatsPoint> stats;
-    for (size_t i = rules_seen_scalars; i < batch.scalars.size(); ++i) {
-      if (rule_watched_[batch.scalars[i].series_id]) scalars.push_back(batch.scalars[i]);
-    }
-    for (size_t i = rules_seen_stats; i < batch.tensor_stats.size(); ++i) {
-      if (rule_watched_[batch.tensor_stats[i].series_id]) stats.push_back(batch.tensor_stats[i]);
-    }
+  if (observed && !ticked_.empty()) {
+    // What the ticks have not handed over yet; the findings go into this commit.
     const size_t before = batch.findings.size();
-    if (!scalars.empty() || !stats.empty()) JudgeRules(scalars, stats, &batch.findings);
+    TickBatch(batch, tick_seen_scalars, tick_seen_stats, &batch.findings);
     if (batch.findings.size() > before) {
       std::lock_guard lock(mu_);
       live_findings_.insert(live_findings_.end(), batch.findings.begin() + static_cast<std::ptrdiff_t>(before),
@@ -472,9 +333,9 @@ void Recorder::WriteOnce() {
     if (s.ok()) s = store_->EnsureSeries(tag, kind, &store_id);
     store_ids_.push_back(store_id);
   }
-  // The store wants its own series ids, the doctor and the mirror the recorder's: the ids
-  // are swapped in for the write and back after it, so the doctor can take the batch
-  // itself rather than a copy.
+  // The store wants its own series ids, the observers the recorder's: the ids are swapped
+  // in for the write and back after it, so an observer can take the batch itself rather
+  // than a copy.
   std::vector<int64_t> recorder_ids;
   auto map_ids = [&](auto& records) {
     for (auto& r : records) {
@@ -485,7 +346,6 @@ void Recorder::WriteOnce() {
   auto unmap_ids = [&](auto& records, size_t* at) {
     for (auto& r : records) r.series_id = recorder_ids[(*at)++];
   };
-  if (mirror_ && !mirror_failed_) WriteMirror(batch);
   recorder_ids.reserve(batch.scalars.size() + batch.tensor_stats.size() + batch.vectors.size());
   map_ids(batch.scalars);
   map_ids(batch.tensor_stats);
@@ -493,24 +353,13 @@ void Recorder::WriteOnce() {
   if (s.ok()) s = store_->Write(batch);
   last_commit_ = now;
   const size_t written = batch.scalars.size() + batch.tensor_stats.size() + batch.vectors.size() + batch.spans.size();
-  if (doctor_thread_.joinable()) {
+  if (observed) {
     size_t at = 0;
     unmap_ids(batch.scalars, &at);
     unmap_ids(batch.tensor_stats, &at);
     unmap_ids(batch.vectors, &at);
-    DoctorWork work;
-    for (const auto& [tag, kind] : new_tags) work.new_tags.push_back(tag);
-    work.meta = meta;
-    std::lock_guard lock(doctor_mu_);
-    if (doctor_queue_.size() < kDoctorBacklog) {
-      work.batch = std::move(batch);
-      work.batch.findings.clear();  // the doctor's own and the client's: not re-judged
-      batch = WriteBatch{};          // the writer takes a judged one next time
-    } else {
-      doctor_skipped_ += batch.scalars.size() + batch.tensor_stats.size() + batch.vectors.size();
-    }
-    doctor_queue_.push_back(std::move(work));
-    doctor_cv_.notify_one();
+    Commit commit{writer_tags_, first_new_tag, meta, batch, s};
+    for (RecorderObserver* observer : commit_order_) observer->OnCommit(commit);
   }
   if (!s.ok()) {
     dropped_.fetch_add(written, std::memory_order_relaxed);
@@ -526,36 +375,33 @@ void Recorder::WriteOnce() {
 void Recorder::SyncWriterTagsLocked() {
   for (size_t i = writer_tags_.size(); i < tags_.size(); ++i) {
     writer_tags_.push_back(tags_[i].first);
-    bool watched = false;
-#ifdef TRAINSCOPE_WITH_DOCTOR
-    if (rules_) {
-      for (const doctor::AlertRule& rule : rules_->rules()) watched = watched || doctor::SeriesMatches(rule.series, tags_[i].first);
-    }
-#endif
-    rule_watched_.push_back(watched ? 1 : 0);
+    for (Ticked& t : ticked_) t.watched.push_back(t.observer->Watches(tags_[i].first, tags_[i].second) ? 1 : 0);
   }
 }
 
-// Between commits: judge the part of the queue no tick has seen, copying under mu_ only the
-// points of series some rule matches (a scan of what 50 ms of logging queued).
-void Recorder::PeekRules() {
-  std::vector<WriteBatch::ScalarPoint> scalars;
-  std::vector<WriteBatch::StatsPoint> stats;
+// Between commits: hand over the part of the queue no tick has seen, copying under mu_ only
+// the points of series some ticked observer watches (a scan of what 50 ms of logging queued).
+void Recorder::Tick() {
   {
     std::lock_guard lock(mu_);
     SyncWriterTagsLocked();
-    for (size_t i = rule_seen_scalars_; i < queue_.scalars.size(); ++i) {
-      if (rule_watched_[queue_.scalars[i].series_id]) scalars.push_back(queue_.scalars[i]);
+    for (Ticked& t : ticked_) {
+      t.scalars.clear();
+      t.stats.clear();
+      for (size_t i = tick_seen_scalars_; i < queue_.scalars.size(); ++i) {
+        if (t.watched[queue_.scalars[i].series_id]) t.scalars.push_back(queue_.scalars[i]);
+      }
+      for (size_t i = tick_seen_stats_; i < queue_.tensor_stats.size(); ++i) {
+        if (t.watched[queue_.tensor_stats[i].series_id]) t.stats.push_back(queue_.tensor_stats[i]);
+      }
     }
-    for (size_t i = rule_seen_stats_; i < queue_.tensor_stats.size(); ++i) {
-      if (rule_watched_[queue_.tensor_stats[i].series_id]) stats.push_back(queue_.tensor_stats[i]);
-    }
-    rule_seen_scalars_ = queue_.scalars.size();
-    rule_seen_stats_ = queue_.tensor_stats.size();
+    tick_seen_scalars_ = queue_.scalars.size();
+    tick_seen_stats_ = queue_.tensor_stats.size();
   }
-  if (scalars.empty() && stats.empty()) return;
   std::vector<Finding> findings;
-  JudgeRules(scalars, stats, &findings);
+  for (Ticked& t : ticked_) {
+    if (!t.scalars.empty() || !t.stats.empty()) t.observer->OnTick({writer_tags_, t.scalars, t.stats}, &findings);
+  }
   if (findings.empty()) return;
   std::lock_guard lock(mu_);
   for (Finding& f : findings) {
@@ -565,24 +411,19 @@ void Recorder::PeekRules() {
   }
 }
 
-void Recorder::JudgeRules(const std::vector<WriteBatch::ScalarPoint>& scalars,
-                          const std::vector<WriteBatch::StatsPoint>& stats, std::vector<Finding>* findings) {
-#ifdef TRAINSCOPE_WITH_DOCTOR
-  for (const auto& p : scalars) rules_->OnScalar(writer_tags_[p.series_id], p.step, p.wall_time, p.value);
-  for (const auto& p : stats) rules_->OnTensorStats(writer_tags_[p.series_id], p.step, p.wall_time, p.stats);
-  std::vector<doctor::Alert> fired = rules_->TakeAlerts();
-  if (fired.empty()) return;
-  std::vector<RuleAlert> alerts;
-  for (doctor::Alert& a : fired) {
-    findings->push_back(doctor::AlertToFinding(a));
-    if (!a.shell.empty()) StartShellAction(a);
-    alerts.push_back({std::move(a.rule), std::move(a.series), a.severity, a.step, a.value, std::move(a.message),
-                      std::move(a.actions), std::move(a.callback), std::move(a.shell)});
+void Recorder::TickBatch(const WriteBatch& batch, size_t seen_scalars, size_t seen_stats,
+                         std::vector<Finding>* findings) {
+  for (Ticked& t : ticked_) {
+    t.scalars.clear();
+    t.stats.clear();
+    for (size_t i = seen_scalars; i < batch.scalars.size(); ++i) {
+      if (t.watched[batch.scalars[i].series_id]) t.scalars.push_back(batch.scalars[i]);
+    }
+    for (size_t i = seen_stats; i < batch.tensor_stats.size(); ++i) {
+      if (t.watched[batch.tensor_stats[i].series_id]) t.stats.push_back(batch.tensor_stats[i]);
+    }
+    if (!t.scalars.empty() || !t.stats.empty()) t.observer->OnTick({writer_tags_, t.scalars, t.stats}, findings);
   }
-  std::lock_guard lock(alert_mu_);
-  for (RuleAlert& a : alerts) alerts_.push_back(std::move(a));
-  alerts_pending_.store(true, std::memory_order_release);
-#endif
 }
 
 std::vector<RuleAlert> Recorder::TakeAlerts(int64_t before_step) {
@@ -594,85 +435,35 @@ std::vector<RuleAlert> Recorder::TakeAlerts(int64_t before_step) {
   return taken;
 }
 
-// The mirror gets what the store gets, in logged order, and is flushed with each commit so
-// `tensorboard --logdir` sees the run while it trains. A failure stops the mirror only.
-void Recorder::WriteMirror(const WriteBatch& batch) {
-#ifdef TRAINSCOPE_WITH_INGEST
-  Status s;
-  for (const auto& p : batch.scalars) {
-    if (s.ok()) s = mirror_->AddScalar(writer_tags_[p.series_id], p.step, p.wall_time, p.value);
-  }
-  for (const auto& p : batch.tensor_stats) {
-    // Only statistics with their exponent histogram make a TensorBoard histogram.
-    if (s.ok() && p.stats.has_histogram) s = mirror_->AddHistogram(writer_tags_[p.series_id], p.step, p.wall_time, p.stats);
-  }
-  if (s.ok()) s = mirror_->Flush();
-  if (!s.ok()) {
-    mirror_failed_ = true;
-    std::fprintf(stderr, "trainscope: the TensorBoard mirror stopped (%s); the run's store goes on\n",
-                 s.message().c_str());
-  }
-#endif
-}
-
-// The doctor sees what the training logged, after it is stored, on its own thread: the
-// training thread never waits for a judgement and neither does the store. A doctor
-// failure turns the doctor off, never the recording.
-void Recorder::DoctorLoop() {
-  // Lower priority than the training and the writer: judging may lag, storing may not.
-  setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
-  std::unique_lock lock(doctor_mu_);
-  while (true) {
-    doctor_cv_.wait(lock, [&] { return doctor_stop_ || !doctor_queue_.empty(); });
-    if (doctor_queue_.empty()) break;  // stopping, and everything was judged
-    DoctorWork work = std::move(doctor_queue_.front());
-    doctor_queue_.pop_front();
-    lock.unlock();
-    FeedDoctor(work);
-    WriteBatch& spent = work.batch;
-    spent.scalars.clear();
-    spent.tensor_stats.clear();
-    spent.vectors.clear();
-    spent.spans.clear();
-    lock.lock();
-    if (spare_batches_.size() < 2 && spent.scalars.capacity() > 0) spare_batches_.push_back(std::move(spent));
+void Recorder::Host::AddLiveFinding(Finding f) {
+  Recorder& r = *recorder_;
+  std::lock_guard lock(r.mu_);
+  const bool critical = f.severity == Severity::kCritical;
+  r.live_findings_.push_back(f);
+  r.queue_.findings.push_back(std::move(f));  // stored with the next write
+  ++r.queued_;
+  if (critical) {
+    r.urgent_ = true;
+    r.wake_writer_.notify_one();
   }
 }
 
-void Recorder::FeedDoctor(DoctorWork& work) {
-  for (const std::string& tag : work.new_tags) doctor_tags_.push_back(tag);
-  if (!doctor_) return;
-  try {
-    for (const auto& [key, value] : work.meta) doctor_->OnMeta(key, value);
-    const WriteBatch& batch = work.batch;
-    for (const auto& p : batch.scalars) doctor_->OnScalar(doctor_tags_[p.series_id], p.step, p.wall_time, p.value);
-    for (const auto& p : batch.tensor_stats) {
-      doctor_->OnTensorStats(doctor_tags_[p.series_id], p.step, p.wall_time, p.stats);
-    }
-    for (const auto& v : batch.vectors) doctor_->OnVector(doctor_tags_[v.series_id], v.step, v.wall_time, v.values);
-    for (const auto& span : batch.spans) doctor_->OnSpan(span);
-    if (end_batch_doctor_) end_batch_doctor_();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "trainscope: the online doctor failed (%s); recording goes on without it\n", e.what());
-    doctor_.reset();
-    finish_doctor_ = nullptr;
-    end_batch_doctor_ = nullptr;
-    doctor_findings_ = nullptr;
-  }
+void Recorder::Host::PostAlert(RuleAlert alert) {
+  Recorder& r = *recorder_;
+  std::lock_guard lock(r.alert_mu_);
+  r.alerts_.push_back(std::move(alert));
+  r.alerts_pending_.store(true, std::memory_order_release);
 }
 
-void Recorder::OnDoctorFinding(const Finding& f) {
-  std::fprintf(stderr, "trainscope: [%s] %s at step %lld%s%s: %s\n", SeverityName(f.severity), f.code.c_str(),
-               static_cast<long long>(f.step), f.location.empty() ? "" : " in ", f.location.c_str(),
-               f.summary.c_str());
-  std::lock_guard lock(mu_);
-  live_findings_.push_back(f);
-  queue_.findings.push_back(f);  // stored with the next write
-  ++queued_;
-  if (f.severity == Severity::kCritical) {
-    urgent_ = true;
-    wake_writer_.notify_one();
-  }
+void Recorder::Host::RecycleBatch(WriteBatch batch) {
+  batch.scalars.clear();
+  batch.tensor_stats.clear();
+  batch.vectors.clear();
+  batch.spans.clear();
+  batch.findings.clear();
+  Recorder& r = *recorder_;
+  std::lock_guard lock(r.spare_mu_);
+  if (r.spare_batches_.size() < 2 && batch.scalars.capacity() > 0) r.spare_batches_.push_back(std::move(batch));
 }
 
 std::vector<Finding> Recorder::live_findings() const {
@@ -690,31 +481,16 @@ Status Recorder::Close(const std::string& status, const std::string& exit_reason
   }
   if (writer_.joinable()) writer_.join();
   if (!store_) return Status::Ok();  // Open failed: nothing was started
-  if (doctor_thread_.joinable()) {
-    {
-      std::lock_guard lock(doctor_mu_);
-      doctor_stop_ = true;
-      doctor_cv_.notify_one();
-    }
-    doctor_thread_.join();  // it judges what is queued first
-    if (doctor_skipped_) {
-      std::fprintf(stderr, "trainscope: the online doctor skipped %llu samples to keep up; "
-                   "`trainscope diagnose` judges them all\n", static_cast<unsigned long long>(doctor_skipped_));
-    }
-  }
-  if (finish_doctor_) {
-    // The last steps and the end-of-run checks; their findings are written below.
-    try {
-      finish_doctor_();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "trainscope: the online doctor failed at the end (%s)\n", e.what());
-    }
-    finish_doctor_ = nullptr;
+  if (!observers_.empty()) {
+    // The observers finish (the online doctor judges its backlog, the last steps and the
+    // end-of-run checks); the findings they add are written below, then their final state
+    // over the rows stored when the findings opened (a spike that kept going, a warning
+    // that became critical), and into run.findings.
+    std::vector<Finding> final_state;
+    for (const auto& observer : observers_) observer->OnClose(&final_state);
+    observers_closed_ = true;
     WriteOnce();  // the writer thread has stopped: this thread writes
-    if (doctor_findings_) {
-      // Findings were stored when they opened; write their final state (a spike that kept
-      // going, a warning that became critical) over those rows, and into run.findings.
-      const std::vector<Finding> final_state = doctor_findings_();
+    if (!final_state.empty()) {
       Status updated = store_->UpdateFindings(final_state);
       if (!updated.ok()) std::fprintf(stderr, "trainscope: %s\n", updated.message().c_str());
       std::lock_guard lock(mu_);
@@ -725,13 +501,6 @@ Status Recorder::Close(const std::string& status, const std::string& exit_reason
       }
     }
   }
-#ifdef TRAINSCOPE_WITH_INGEST
-  if (mirror_) {
-    Status closed = mirror_->Close();
-    if (!closed.ok() && !mirror_failed_) std::fprintf(stderr, "trainscope: %s\n", closed.message().c_str());
-    mirror_.reset();
-  }
-#endif
   if (dropped() > 0) {
     std::fprintf(stderr, "trainscope: %llu points were dropped (the queue was full or the store failed)\n",
                  static_cast<unsigned long long>(dropped()));

@@ -5,12 +5,15 @@
 //
 // All methods are thread-safe. A failure inside the recorder (disk full, a bad tag) is
 // reported once on stderr and recording goes on: the training it watches is never stopped.
+//
+// The recorder keeps the queue, the writer thread and the tag table; everything else that
+// watches a run while it is recorded (the online doctor, alert rules, the TensorBoard
+// mirror) is an observer (observer.h) that the caller composes and passes to Open.
 #pragma once
 
 #include <atomic>
 #include <map>
 #include <condition_variable>
-#include <deque>
 #include <functional>
 #include <cstdint>
 #include <memory>
@@ -27,17 +30,15 @@
 #include "core/sample.h"
 #include "core/status.h"
 #include "core/tag.h"
+#include "recorder/observer.h"
 #include "store/run_store.h"
 
 namespace trainscope {
 
-// Optional parts, used only by recorder.cc (built with them or not).
-namespace doctor { class RuleEngine; }
-namespace ingest { class TfEventsWriter; }
-
-// A user alert rule that fired (rules from a TOML file, doctor/rules.h), as the training
-// side receives it at a step boundary. Its finding (USER_ALERT) is already in the run and
-// its shell command already started; print, callback, stop and pdb are the client's.
+// An alert for the training side, posted by an observer (the alert rules,
+// doctor/rule_observer.h) and taken at a step boundary. Its finding (USER_ALERT) is already
+// in the run and its shell command already started; print, callback, stop and pdb are the
+// client's.
 struct RuleAlert {
   std::string rule;
   std::string series;
@@ -61,22 +62,17 @@ class Recorder {
     size_t queue_capacity = size_t{1} << 22;  // queued records before dropping (~100 MB)
     double flush_interval_seconds = 1.0;
     std::map<std::string, std::string> extra_meta;  // e.g. rank, world_size
-    // Judge the samples on the writer thread as they are stored (when the doctor is built):
-    // findings are stored with the run and printed as a one-line alert on stderr.
-    bool online_doctor = true;
-    // Alert rules (docs/doctor.md "Alert rules"): a TOML file, or TOML text with the name
-    // to give it in errors. A bad rule fails Open (naming file and line), before the run
-    // is created. Rules are judged on the writer thread every kRuleTick, not only at commits.
-    std::string alert_rules_file;
-    std::string alert_rules_text;
-    std::string alert_rules_origin = "alert rules";
-    // The TensorBoard mirror (needs the ingest part): scalars and tensor stats are also
-    // written to an event file in tensorboard_dir (empty: <run_dir>/tensorboard), flushed
-    // with every store commit.
-    bool tensorboard = false;
-    std::string tensorboard_dir;
+    // Facts about the process, given by the caller (watch/run_facts.h finds the git commit).
+    // host: empty is this machine's name, which readers compare with theirs to tell a
+    // writer that died (with the pid) from one running elsewhere.
+    std::string host;
+    std::string git_commit;
+    // What watches the run beside its store (observer.h): the online doctor, alert rules,
+    // the TensorBoard mirror. Each is told of every commit; one observer serves one run.
+    std::vector<std::shared_ptr<RecorderObserver>> observers;
   };
-  // How often the writer judges the alert rules on what is queued, between commits.
+  // How often the writer ticks its ticking observers (the alert rules) on what is queued,
+  // between commits.
   static constexpr double kRuleTick = 0.05;
   // Queued tensor statistics past which the writer commits at once (recorder.cc).
   static constexpr size_t kEarlyWriteStats = 4096;
@@ -110,18 +106,18 @@ class Recorder {
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
   // The first error the writer met, if any (it keeps going and counts drops after it).
   Status writer_status() const;
-  // The findings the online doctor has opened so far, in the order they opened.
+  // The findings the observers (the online doctor, the alert rules) have opened so far, in
+  // the order they opened; after Close, in their final state.
   std::vector<Finding> live_findings() const;
+  // The observers given to Open, in that order (a composition root finds its own here).
+  const std::vector<std::shared_ptr<RecorderObserver>>& observers() const { return observers_; }
 
-  // ---- alert rules: polled by the training thread at step boundaries ----
+  // ---- alerts posted by observers: polled by the training thread at step boundaries ----
   // One relaxed atomic load: whether an alert waits to be taken.
   bool alerts_pending() const { return alerts_pending_.load(std::memory_order_relaxed); }
   // The alerts fired at steps before `before_step`, oldest first; later ones stay pending
   // (their step has not ended yet).
   std::vector<RuleAlert> TakeAlerts(int64_t before_step);
-  size_t alert_rule_count() const { return alert_rule_count_; }
-  // The TensorBoard mirror's file, or "" when there is none.
-  const std::string& tensorboard_path() const { return tensorboard_path_; }
 
  private:
   Recorder() = default;
@@ -158,58 +154,47 @@ class Recorder {
   bool closed_ = false;
   Status writer_status_;
   std::atomic<uint64_t> dropped_{0};
-
-  // The online doctor runs on a thread of its own, fed by the writer after each commit, so
-  // a slow judgement never delays a write. Its backlog is bounded: past kDoctorBacklog
-  // batches the samples are skipped (counted), the metadata and tags still go through.
-  struct DoctorWork {
-    std::vector<std::string> new_tags;
-    std::vector<std::pair<std::string, std::string>> meta;
-    WriteBatch batch;  // series ids are recorder ids
-  };
-  static constexpr size_t kDoctorBacklog = 8;
-  void DoctorLoop();
-  void FeedDoctor(DoctorWork& work);
-  void OnDoctorFinding(const Finding& finding);
-
   std::vector<Finding> live_findings_;  // guarded by mu_
 
-  std::unique_ptr<SampleSink> doctor_;  // the online doctor, or null (doctor thread only)
-  std::function<void()> finish_doctor_;
-  std::function<void()> end_batch_doctor_;  // a batch was fed: the doctor may judge its steps
-  std::function<std::vector<Finding>()> doctor_findings_;  // its findings in their latest state
-  std::vector<std::string> doctor_tags_;  // recorder id -> tag (doctor thread)
-  std::mutex doctor_mu_;
-  std::condition_variable doctor_cv_;
-  std::deque<DoctorWork> doctor_queue_;  // guarded by doctor_mu_
-  // Batches the doctor has judged, emptied with their capacity kept, for the writer to
-  // reuse: the doctor takes each batch over instead of a copy (a TensorStats is ~1.1 KB).
-  std::vector<WriteBatch> spare_batches_;  // guarded by doctor_mu_
-  bool doctor_stop_ = false;             // guarded by doctor_mu_
-  uint64_t doctor_skipped_ = 0;          // guarded by doctor_mu_
-  std::thread doctor_thread_;
+  // ---- observers (observer.h) ----
+  // The host side of the observers: what they may do to this run, from any thread.
+  class Host final : public ObserverHost {
+   public:
+    explicit Host(Recorder* recorder) : recorder_(recorder) {}
+    void AddLiveFinding(Finding finding) override;
+    void PostAlert(RuleAlert alert) override;
+    void RecycleBatch(WriteBatch batch) override;
 
-  // Alert rules (doctor/rules.h), judged on the writer thread: every kRuleTick on the new
-  // part of the queue (copied under mu_, only the series a rule matches), and at each
-  // write on what the ticks have not seen yet.
-  std::shared_ptr<doctor::RuleEngine> rules_;  // null without rules
-  size_t alert_rule_count_ = 0;
-  std::vector<uint8_t> rule_watched_;  // recorder id -> some rule matches (writer, under mu_)
-  size_t rule_seen_scalars_ = 0;       // queue_ points the rules have judged (under mu_)
-  size_t rule_seen_stats_ = 0;
+   private:
+    Recorder* recorder_;
+  };
+  Host host_{this};
+  // Those that take batches over are last: the others see each commit's batch first.
+  std::vector<std::shared_ptr<RecorderObserver>> observers_;  // as given
+  std::vector<RecorderObserver*> commit_order_;
+  bool observers_closed_ = false;  // after OnClose: no tick or commit reaches them
+  // Ticked observers: every kRuleTick the writer copies, under mu_, the points of the series
+  // each one watches from the part of the queue no tick has seen, and hands them over
+  // outside the lock; at each write, what the ticks have not seen yet.
+  struct Ticked {
+    RecorderObserver* observer;
+    std::vector<uint8_t> watched;  // recorder id -> watched (writer, extended under mu_)
+    std::vector<WriteBatch::ScalarPoint> scalars;  // scratch
+    std::vector<WriteBatch::StatsPoint> stats;
+  };
+  std::vector<Ticked> ticked_;
+  size_t tick_seen_scalars_ = 0;  // queue_ points the ticks have handed over (under mu_)
+  size_t tick_seen_stats_ = 0;
   void SyncWriterTagsLocked();
-  void JudgeRules(const std::vector<WriteBatch::ScalarPoint>& scalars,
-                  const std::vector<WriteBatch::StatsPoint>& stats, std::vector<Finding>* findings);
-  void PeekRules();  // writer thread, between commits
+  void Tick();  // writer thread, between commits
+  // Hands each ticked observer its watched points of batch past the seen counts.
+  void TickBatch(const WriteBatch& batch, size_t seen_scalars, size_t seen_stats, std::vector<Finding>* findings);
+  // Batches given back by observers that took them over, emptied with their capacity.
+  std::mutex spare_mu_;
+  std::vector<WriteBatch> spare_batches_;  // guarded by spare_mu_
   mutable std::mutex alert_mu_;
   std::vector<RuleAlert> alerts_;  // guarded by alert_mu_
   std::atomic<bool> alerts_pending_{false};
-
-  // The TensorBoard mirror, writer thread only.
-  std::shared_ptr<ingest::TfEventsWriter> mirror_;
-  void WriteMirror(const WriteBatch& batch);
-  std::string tensorboard_path_;
-  bool mirror_failed_ = false;
 
   // Writer-thread state.
   std::vector<std::string> writer_tags_;  // recorder id -> tag (extended under mu_)
@@ -219,11 +204,6 @@ class Recorder {
   std::thread writer_;
 };
 
-// Facts about the process a run is recorded from.
-std::string HostName();
-// The commit checked out in the git work tree holding `dir` (read from .git, no git
-// process), or "" when there is none.
-std::string GitCommit(const std::string& dir);
 // A run name is one path component: 1-255 bytes, no "/", not "." or "..".
 Status ValidateRunName(const std::string& name);
 

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <chrono>
+#include <mutex>
 #include <thread>
 
 #include "recorder/recorder.h"
@@ -164,38 +165,117 @@ TEST_F(RecorderTest, ManyTensorStatsAreWrittenWithoutWaitingForTheInterval) {
   EXPECT_EQ(stored("grad/few"), 1u);
 }
 
-// The online doctor stores a finding when it opens; what it learns afterwards (here: the
-// loss stays negative to the end) is written over that row at Close, and into
-// live_findings (run.findings).
-TEST_F(RecorderTest, OnlineFindingsAreStoredInTheirFinalState) {
-  std::unique_ptr<Recorder> rec;
-  auto options = Options("final");
-  options.flush_interval_seconds = 0.05;
-  ASSERT_TRUE(Recorder::Open(options, &rec).ok());
-  uint32_t id = 0;
-  ASSERT_TRUE(rec->Series("train/loss", SeriesKind::kScalar, &id).ok());
-  for (int64_t step = 0; step < 10; ++step) rec->LogScalar(id, step, -1.0);
-  std::vector<Finding> stored;
-  for (int i = 0; i < 300 && stored.empty(); ++i) {  // opened and stored while running
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    std::unique_ptr<RunStore> store;
-    if (RunStore::OpenReadOnly(rec->run_dir(), &store).ok()) store->ReadFindings(&stored);
+// What an observer sees (observer.h): each series' tag once, ticks with only the watched
+// series' points, each point once, before it is committed; every commit after the write,
+// a taker after the others, its batch given back for reuse; findings stored with the run
+// and in live_findings, their final state written at Close.
+class FakeObserver : public RecorderObserver {
+ public:
+  explicit FakeObserver(bool takes) : takes_(takes) {}
+  Status OnOpen(const RunStart& run, ObserverHost& host) override {
+    host_ = &host;
+    name = run.name;
+    return Status::Ok();
   }
-  ASSERT_EQ(stored.size(), 1u);
-  ASSERT_EQ(stored[0].code, "NEGATIVE_LOSS");
-  EXPECT_LT(stored[0].last_step, 60);
-  for (int64_t step = 10; step < 60; ++step) rec->LogScalar(id, step, -1.0);
+  bool ticks() const override { return !takes_; }
+  bool Watches(std::string_view tag, SeriesKind kind) override { return tag == "watched"; }
+  void OnTick(const TickPoints& points, std::vector<Finding>* findings) override {
+    std::lock_guard lock(mu);
+    for (const auto& p : points.scalars) {
+      ticked.push_back(points.tags[p.series_id] + "@" + std::to_string(p.step));
+      if (p.value > 100) {
+        Finding f;
+        f.code = "FAKE_HIGH";
+        f.step = f.last_step = p.step;
+        findings->push_back(f);
+      }
+    }
+  }
+  bool takes_batches() const override { return takes_; }
+  void OnCommit(Commit& commit) override {
+    std::lock_guard lock(mu);
+    for (size_t i = commit.first_new_tag; i < commit.tags.size(); ++i) new_tags.push_back(commit.tags[i]);
+    committed_points += commit.batch.scalars.size();
+    if (takes_ && commit.batch.scalars.capacity() > 0) {
+      host_->RecycleBatch(std::move(commit.batch));
+      commit.batch = WriteBatch{};
+    }
+    ++commits;
+  }
+  void OnClose(std::vector<Finding>* final_state) override {
+    Finding f;
+    f.code = "FAKE_HIGH";
+    f.step = 3;
+    f.last_step = 9;
+    if (!takes_) final_state->push_back(f);
+    closed = true;
+  }
+  std::mutex mu;
+  std::string name;
+  std::vector<std::string> ticked, new_tags;
+  size_t committed_points = 0;
+  int commits = 0;
+  bool closed = false;
+
+ private:
+  bool takes_;
+  ObserverHost* host_ = nullptr;
+};
+
+TEST_F(RecorderTest, ObserversSeeTicksCommitsAndClose) {
+  auto taker = std::make_shared<FakeObserver>(true);
+  auto ticked = std::make_shared<FakeObserver>(false);
+  auto options = Options("observed");
+  options.flush_interval_seconds = 60;  // only Flush() commits; ticks come every kRuleTick
+  options.observers = {taker, ticked};  // the taker is told of commits last all the same
+  std::unique_ptr<Recorder> rec;
+  ASSERT_TRUE(Recorder::Open(options, &rec).ok());
+  EXPECT_EQ(ticked->name, "observed");
+  uint32_t watched = 0, other = 0;
+  ASSERT_TRUE(rec->Series("watched", SeriesKind::kScalar, &watched).ok());
+  ASSERT_TRUE(rec->Series("other", SeriesKind::kScalar, &other).ok());
+  for (int step = 0; step < 5; ++step) {
+    rec->LogScalar(watched, step, step == 3 ? 1000.0 : 1.0);
+    rec->LogScalar(other, step, 1000.0);
+  }
+  for (int i = 0; i < 400; ++i) {  // a tick, long before the commit
+    {
+      std::lock_guard lock(ticked->mu);
+      if (ticked->ticked.size() == 5) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  {
+    std::lock_guard lock(ticked->mu);
+    EXPECT_EQ(ticked->commits, 0);
+    EXPECT_EQ(ticked->ticked, (std::vector<std::string>{"watched@0", "watched@1", "watched@2", "watched@3", "watched@4"}));
+  }
+  ASSERT_EQ(rec->live_findings().size(), 1u);
+  rec->LogScalar(watched, 5, 1.0);
+  rec->Flush();
+  {
+    std::lock_guard lock(ticked->mu);
+    EXPECT_EQ(ticked->ticked.size(), 6u);  // the last point at the commit, once
+    EXPECT_EQ(ticked->new_tags, (std::vector<std::string>{"watched", "other"}));
+    EXPECT_EQ(ticked->committed_points, 11u);
+  }
+  {
+    std::lock_guard lock(taker->mu);
+    EXPECT_EQ(taker->committed_points, 11u);  // the whole batch, though added first
+  }
+  for (int step = 6; step < 10; ++step) rec->LogScalar(other, step, 1.0);
   ASSERT_TRUE(rec->Close().ok());
+  EXPECT_TRUE(ticked->closed && taker->closed);
+  EXPECT_EQ(taker->committed_points, 15u);
   std::unique_ptr<RunStore> store;
-  ASSERT_TRUE(RunStore::OpenReadOnly((logdir_ / "final").string(), &store).ok());
-  std::vector<Finding> after;
-  ASSERT_TRUE(store->ReadFindings(&after).ok());
-  ASSERT_EQ(after.size(), 1u);
-  EXPECT_EQ(after[0].step, stored[0].step);
-  EXPECT_EQ(after[0].last_step, 59);
-  const std::vector<Finding> live = rec->live_findings();
-  ASSERT_EQ(live.size(), 1u);
-  EXPECT_EQ(live[0].last_step, 59);
+  ASSERT_TRUE(RunStore::OpenReadOnly((logdir_ / "observed").string(), &store).ok());
+  std::vector<Finding> findings;
+  ASSERT_TRUE(store->ReadFindings(&findings).ok());
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].code, "FAKE_HIGH");
+  EXPECT_EQ(findings[0].last_step, 9);  // the final state, written at Close
+  ASSERT_EQ(rec->live_findings().size(), 1u);
+  EXPECT_EQ(rec->live_findings()[0].last_step, 9);
 }
 
 TEST_F(RecorderTest, ExistingRunNameIsRefusedUnlessResumed) {
@@ -221,95 +301,6 @@ TEST_F(RecorderTest, ExistingRunNameIsRefusedUnlessResumed) {
   ASSERT_TRUE(store->ReadScalars("x", INT64_MIN, INT64_MAX, &points).ok());
   EXPECT_EQ(points.size(), 2u);
   EXPECT_FALSE(Recorder::Open(Options("../escape"), &again).ok());
-}
-
-#if defined(TRAINSCOPE_TEST_WITH_DOCTOR)
-// Rules are judged on the writer's tick, long before a commit (flush interval 60 s); an
-// alert is taken only once its step has ended; its finding is stored with the run.
-TEST_F(RecorderTest, AlertRulesFireBetweenCommitsAndWaitForTheirStepToEnd) {
-  auto options = Options("alerts");
-  options.flush_interval_seconds = 60;
-  options.alert_rules_text = "[[rule]]\nname = \"high\"\nseries = \"train/*\"\nabove = 2.0\nfor = 2\n"
-                             "actions = [\"stop\"]\n";
-  std::unique_ptr<Recorder> rec;
-  ASSERT_TRUE(Recorder::Open(options, &rec).ok());
-  EXPECT_EQ(rec->alert_rule_count(), 1u);
-  uint32_t loss = 0, other = 0;
-  ASSERT_TRUE(rec->Series("train/loss", SeriesKind::kScalar, &loss).ok());
-  ASSERT_TRUE(rec->Series("val/loss", SeriesKind::kScalar, &other).ok());
-  const double values[] = {1, 3, 1, 3, 3, 3};
-  for (int step = 0; step < 6; ++step) {
-    rec->LogScalar(loss, step, values[step]);
-    rec->LogScalar(other, step, 100.0);  // no rule matches val/*
-  }
-  for (int i = 0; i < 400 && !rec->alerts_pending(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  ASSERT_TRUE(rec->alerts_pending()) << "no alert within 2 s of the tick";
-  EXPECT_TRUE(rec->TakeAlerts(4).empty());  // step 4 has not ended at step 4
-  EXPECT_TRUE(rec->alerts_pending());
-  std::vector<RuleAlert> alerts = rec->TakeAlerts(5);
-  ASSERT_EQ(alerts.size(), 1u);
-  EXPECT_EQ(alerts[0].rule, "high");
-  EXPECT_EQ(alerts[0].series, "train/loss");
-  EXPECT_EQ(alerts[0].step, 4);  // the second consecutive point above 2
-  EXPECT_EQ(alerts[0].value, 3.0);
-  EXPECT_EQ(alerts[0].actions, std::vector<std::string>{"stop"});
-  EXPECT_FALSE(rec->alerts_pending());
-  ASSERT_EQ(rec->live_findings().size(), 1u);
-  ASSERT_TRUE(rec->Close().ok());
-  std::unique_ptr<RunStore> store;
-  ASSERT_TRUE(RunStore::OpenReadOnly((logdir_ / "alerts").string(), &store).ok());
-  std::vector<Finding> findings;
-  ASSERT_TRUE(store->ReadFindings(&findings).ok());
-  ASSERT_EQ(findings.size(), 1u);
-  EXPECT_EQ(findings[0].code, "USER_ALERT");
-  EXPECT_EQ(findings[0].step, 4);
-  EXPECT_EQ(findings[0].location, "train/loss");
-}
-
-TEST_F(RecorderTest, ABadRuleFailsOpenBeforeTheRunExists) {
-  auto options = Options("bad");
-  options.alert_rules_text = "[[rule]]\nseries = \"x\"\nabove = \"high\"\n";
-  options.alert_rules_origin = "rules.toml";
-  std::unique_ptr<Recorder> rec;
-  Status s = Recorder::Open(options, &rec);
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("rules.toml"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("expected a number"), std::string::npos) << s.message();
-  EXPECT_FALSE(fs::exists(logdir_ / "bad"));
-}
-#endif
-
-#if defined(TRAINSCOPE_TEST_WITH_INGEST)
-TEST_F(RecorderTest, TensorBoardMirrorIsFlushedWithEachCommit) {
-  auto options = Options("tb");
-  options.tensorboard = true;
-  options.flush_interval_seconds = 60;  // only Flush() commits
-  std::unique_ptr<Recorder> rec;
-  ASSERT_TRUE(Recorder::Open(options, &rec).ok());
-  ASSERT_EQ(fs::path(rec->tensorboard_path()).parent_path(), logdir_ / "tb" / "tensorboard");
-  uint32_t loss = 0;
-  ASSERT_TRUE(rec->Series("train/loss", SeriesKind::kScalar, &loss).ok());
-  rec->LogScalar(loss, 0, 0.5);
-  const auto before = fs::file_size(rec->tensorboard_path());
-  rec->Flush();
-  const auto after = fs::file_size(rec->tensorboard_path());
-  EXPECT_GT(after, before);  // readers see the point once the store has it
-  ASSERT_TRUE(rec->Close().ok());
-}
-#endif
-
-TEST(GitCommit, ReadsHeadWithoutGit) {
-  const fs::path repo = fs::temp_directory_path() / ("ts_git_" + std::to_string(::getpid()));
-  fs::remove_all(repo);
-  fs::create_directories(repo / ".git" / "refs" / "heads");
-  fs::create_directories(repo / "sub");
-  std::ofstream(repo / ".git" / "HEAD") << "ref: refs/heads/main\n";
-  std::ofstream(repo / ".git" / "refs" / "heads" / "main") << "0123456789abcdef0123456789abcdef01234567\n";
-  EXPECT_EQ(GitCommit((repo / "sub").string()), "0123456789abcdef0123456789abcdef01234567");
-  fs::remove(repo / ".git" / "refs" / "heads" / "main");
-  std::ofstream(repo / ".git" / "packed-refs") << "# pack-refs\nfedcba9876543210fedcba9876543210fedcba98 refs/heads/main\n";
-  EXPECT_EQ(GitCommit(repo.string()), "fedcba9876543210fedcba9876543210fedcba98");
-  fs::remove_all(repo);
 }
 
 }  // namespace
