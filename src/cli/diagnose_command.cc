@@ -6,10 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/rank_groups.h"
-#include "cli/source.h"
-#include "doctor/doctor.h"
-#include "doctor/ranks.h"
+#include "cli/run_diagnosis.h"
 #include "store/json_forms.h"
 
 namespace trainscope::cli {
@@ -17,33 +14,6 @@ namespace trainscope::cli {
 namespace {
 
 using json = nlohmann::json;
-
-struct Diagnosis {
-  const LoadedRun* run;
-  std::vector<Finding> findings;  // worst first, then by step
-  std::vector<doctor::NotChecked> not_checked;
-};
-
-// The doctor over the whole run (offline), merged with the findings recorded with it (the
-// online doctor's, the watch() checks'): one per code and location, worst first.
-Diagnosis Diagnose(const LoadedRun& run) {
-  doctor::Diagnosis d = doctor::Diagnose(run.data);
-  return {&run, std::move(d.findings), std::move(d.not_checked)};
-}
-
-json DiagnosisJson(const Diagnosis& d) {
-  json findings = json::array();
-  for (const Finding& f : d.findings) findings.push_back(FindingToJson(f));
-  json not_checked = json::array();
-  for (const auto& n : d.not_checked) {
-    not_checked.push_back({{"check", n.check}, {"codes", n.codes}, {"reason", n.reason}});
-  }
-  return {{"source", d.run->source},
-          {"format", d.run->format},
-          {"steps", d.run->data.MaxStep()},
-          {"findings", findings},
-          {"not_checked", not_checked}};
-}
 
 // One finding, human-readable; `who` says which rank(s) it is about ("" for a plain run).
 void PrintFinding(const Finding& f, const std::string& who) {
@@ -61,7 +31,7 @@ void PrintFinding(const Finding& f, const std::string& who) {
   for (const std::string& a : f.actions) fmt::print("    do: {}\n", a);
 }
 
-void PrintHuman(const Diagnosis& d) {
+void PrintHuman(const RunReport& d) {
   fmt::print("{} ({}, {} steps)\n", d.run->source, d.run->format, d.run->data.MaxStep());
   if (d.findings.empty()) fmt::print("  no findings\n");
   for (const Finding& f : d.findings) PrintFinding(f, "");
@@ -71,104 +41,9 @@ void PrintHuman(const Diagnosis& d) {
   }
 }
 
-// A data-parallel run: its ranks' stores (<run>/rank-<r>/) judged one by one, then side by
-// side (doctor/ranks.h). Every finding says which rank it is about.
-struct RankedFinding {
-  Finding finding;
-  int rank = -1;           // -1: about several ranks (or none in particular)
-  std::vector<int> ranks;  // set for the comparisons of ranks
-  bool compared = false;   // from comparing the ranks (has "ranks" in JSON)
-};
-
-struct DistributedDiagnosis {
-  std::string dir;
-  std::vector<int> ranks;
-  std::vector<const Diagnosis*> per_rank;  // by rank
-  std::vector<RankedFinding> findings;     // worst first, then by step and rank
-};
-
-int64_t MetaInt(const RunData& data, const char* key, int64_t fallback) {
-  auto it = data.meta.find(key);
-  if (it == data.meta.end()) return fallback;
-  try {
-    return std::stoll(it->second);
-  } catch (...) {
-    return fallback;
-  }
-}
-
-std::string MetaText(const RunData& data, const char* key) {
-  auto it = data.meta.find(key);
-  return it == data.meta.end() ? "" : it->second;
-}
-
-DistributedDiagnosis DiagnoseRanks(const RunGroup& group, const std::vector<Diagnosis>& diagnoses) {
-  DistributedDiagnosis dd{group.dir, group.ranks, {}, {}};
-  std::vector<doctor::RankRun> ranks;
-  for (size_t k = 0; k < group.members.size(); ++k) {
-    const Diagnosis& d = diagnoses[group.members[k]];
-    dd.per_rank.push_back(&d);
-    ranks.push_back({group.ranks[k], &d.run->data});
-    for (const Finding& f : d.findings) dd.findings.push_back({f, group.ranks[k], {}, false});
-  }
-  for (doctor::RankFinding& f : doctor::CompareRanks(ranks)) {
-    dd.findings.push_back({std::move(f.finding), f.rank, std::move(f.ranks), true});
-  }
-  std::stable_sort(dd.findings.begin(), dd.findings.end(), [](const RankedFinding& a, const RankedFinding& b) {
-    if (a.finding.severity != b.finding.severity) return a.finding.severity > b.finding.severity;
-    if (a.finding.step != b.finding.step) return a.finding.step < b.finding.step;
-    return a.rank < b.rank;
-  });
-  return dd;
-}
-
-json DistributedJson(const DistributedDiagnosis& dd) {
-  json ranks = json::array();
-  int64_t steps = 0, world_size = 0;
-  std::vector<int> missing;
-  for (size_t k = 0; k < dd.per_rank.size(); ++k) {
-    const LoadedRun& run = *dd.per_rank[k]->run;
-    steps = std::max(steps, run.data.MaxStep());
-    world_size = std::max(world_size, MetaInt(run.data, "world_size", 0));
-    json r = {{"rank", dd.ranks[k]}, {"source", run.source}, {"status", MetaText(run.data, "status")},
-              {"steps", run.data.MaxStep()}};
-    if (!MetaText(run.data, "exit_reason").empty()) r["exit_reason"] = MetaText(run.data, "exit_reason");
-    ranks.push_back(r);
-  }
-  for (int r = 0; r < world_size; ++r) {
-    if (std::find(dd.ranks.begin(), dd.ranks.end(), r) == dd.ranks.end()) missing.push_back(r);
-  }
-  json findings = json::array();
-  for (const RankedFinding& f : dd.findings) {
-    json j = FindingToJson(f.finding);
-    j["rank"] = f.rank >= 0 ? json(f.rank) : json(nullptr);
-    if (f.compared) j["ranks"] = f.ranks;
-    findings.push_back(std::move(j));
-  }
-  // What could not be checked: once per check, with the ranks it applies to.
-  json not_checked = json::array();
-  std::vector<std::string> seen;
-  for (size_t k = 0; k < dd.per_rank.size(); ++k) {
-    for (const auto& n : dd.per_rank[k]->not_checked) {
-      auto it = std::find(seen.begin(), seen.end(), n.check);
-      if (it != seen.end()) {
-        not_checked[it - seen.begin()]["ranks"].push_back(dd.ranks[k]);
-        continue;
-      }
-      seen.push_back(n.check);
-      not_checked.push_back({{"check", n.check}, {"codes", n.codes}, {"reason", n.reason}, {"ranks", {dd.ranks[k]}}});
-    }
-  }
-  json out = {{"source", dd.dir},   {"format", "trainscope"}, {"steps", steps},
-              {"world_size", std::max<int64_t>(world_size, static_cast<int64_t>(dd.ranks.size()))},
-              {"ranks", ranks},     {"findings", findings},   {"not_checked", not_checked}};
-  if (!missing.empty()) out["missing_ranks"] = missing;
-  return out;
-}
-
-void PrintDistributed(const DistributedDiagnosis& dd) {
+void PrintDistributed(const DistributedReport& dd) {
   int64_t steps = 0;
-  for (const Diagnosis* d : dd.per_rank) steps = std::max(steps, d->run->data.MaxStep());
+  for (const RunReport* d : dd.per_rank) steps = std::max(steps, d->run->data.MaxStep());
   fmt::print("{} (trainscope, {} ranks, {} steps)\n", dd.dir, dd.ranks.size(), steps);
   for (size_t k = 0; k < dd.per_rank.size(); ++k) {
     const RunData& data = dd.per_rank[k]->run->data;
@@ -189,7 +64,7 @@ void PrintDistributed(const DistributedDiagnosis& dd) {
     PrintFinding(f.finding, who);
   }
   std::vector<std::string> seen;
-  for (const Diagnosis* d : dd.per_rank) {
+  for (const RunReport* d : dd.per_rank) {
     for (const auto& n : d->not_checked) {
       if (std::find(seen.begin(), seen.end(), n.check) != seen.end()) continue;
       if (seen.empty()) fmt::print("  not checked, and why:\n");
@@ -206,56 +81,27 @@ int DiagnoseCommand(const std::string& path, bool as_json, const std::string& fa
     fmt::print(stderr, "trainscope diagnose: --fail-on {}: expected info, warning or critical\n", fail_on);
     return 2;
   }
-  std::vector<LoadedRun> runs;
-  bool is_logdir = false;
-  Status s = LoadSources(path, &runs, &is_logdir);
+  PathReport report;
+  Status s = DiagnosePath(path, &report);
   if (!s.ok()) {
     fmt::print(stderr, "trainscope diagnose: {}\n", s.message());
     return 2;
   }
-  std::vector<Diagnosis> diagnoses;
-  for (const LoadedRun& run : runs) diagnoses.push_back(Diagnose(run));
-  // The ranks of a data-parallel run (rank-<r>/ under one run directory) go together.
-  std::vector<RunGroup> groups;
-  if (is_logdir) {
-    std::vector<std::string> dirs;
-    for (const LoadedRun& run : runs) dirs.push_back(run.source);
-    groups = GroupByRun(dirs);
-  } else {
-    groups.push_back({runs.front().source, {0}, {}});
-  }
-  std::vector<DistributedDiagnosis> distributed(groups.size());
-  for (size_t g = 0; g < groups.size(); ++g) {
-    if (groups[g].distributed()) distributed[g] = DiagnoseRanks(groups[g], diagnoses);
-  }
-  // PATH is one data-parallel run: one object, as for a single run.
-  const bool one_distributed_run = groups.size() == 1 && groups[0].distributed() && SameDirectory(groups[0].dir, path);
   if (as_json) {
-    if (one_distributed_run) {
-      fmt::print("{}\n", DistributedJson(distributed[0]).dump(2));
-    } else if (is_logdir) {
-      json all = json::array();
-      for (size_t g = 0; g < groups.size(); ++g) {
-        all.push_back(groups[g].distributed() ? DistributedJson(distributed[g])
-                                              : DiagnosisJson(diagnoses[groups[g].members[0]]));
-      }
-      fmt::print("{}\n", json({{"source", path}, {"format", "logdir"}, {"runs", all}}).dump(2));
-    } else {
-      fmt::print("{}\n", DiagnosisJson(diagnoses.front()).dump(2));
-    }
+    fmt::print("{}\n", PathReportJson(report, path).dump(2));
   } else {
-    for (size_t g = 0; g < groups.size(); ++g) {
-      if (groups[g].distributed()) PrintDistributed(distributed[g]);
-      else PrintHuman(diagnoses[groups[g].members[0]]);
+    for (size_t g = 0; g < report.groups.size(); ++g) {
+      if (report.groups[g].distributed()) PrintDistributed(report.distributed[g]);
+      else PrintHuman(report.reports[report.groups[g].members[0]]);
     }
   }
   if (has_threshold) {
-    for (const Diagnosis& d : diagnoses) {
+    for (const RunReport& d : report.reports) {
       for (const Finding& f : d.findings) {
         if (f.severity >= threshold) return 1;
       }
     }
-    for (const DistributedDiagnosis& dd : distributed) {
+    for (const DistributedReport& dd : report.distributed) {
       for (const RankedFinding& f : dd.findings) {
         if (f.finding.severity >= threshold) return 1;
       }

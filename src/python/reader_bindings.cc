@@ -11,6 +11,7 @@
 #include <climits>
 #include <nlohmann/json.hpp>
 
+#include "cli/run_diagnosis.h"
 #include "cli/source.h"
 #include "doctor/doctor.h"
 #include "python/bindings.h"
@@ -166,21 +167,13 @@ void RegisterReader(py::module_& m) {
   m.def(
       "diagnose_json",
       [](const std::string& path) {
-        std::vector<cli::LoadedRun> runs;
-        bool is_logdir = false;
         Status s;
         json out;
         {
           py::gil_scoped_release release;
-          s = cli::LoadSources(path, &runs, &is_logdir);
-          if (s.ok()) {
-            json all = json::array();
-            for (const cli::LoadedRun& run : runs) {
-              const doctor::Diagnosis d = doctor::Diagnose(run.data);
-              all.push_back(doctor::DiagnosisToJson(d, run.source, run.format, run.data.MaxStep()));
-            }
-            out = is_logdir ? json{{"source", path}, {"format", "logdir"}, {"runs", all}} : all.front();
-          }
+          cli::PathReport report;  // a data-parallel run's ranks compared, as the CLI does
+          s = cli::DiagnosePath(path, &report);
+          if (s.ok()) out = cli::PathReportJson(report, path);
         }
         if (!s.ok()) throw py::value_error(s.message());
         return out.dump();
