@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+import trainscope as ts
 from conftest import child_env, run_cli
 
 torch = pytest.importorskip("torch")
@@ -119,6 +120,7 @@ def test_a_rank_with_unnormalised_inputs_is_named_among_four(logdir):
     assert finding["actions"]
     # The rank's own doctor sees its inputs, and says whose they are.
     assert any(f["code"] == "UNNORMALIZED_INPUT" and f["rank"] == 1 for f in report["findings"])
+    assert ts.diagnose(run_dir) == report  # the same answer from Python
 
 
 def test_of_two_ranks_the_one_whose_inputs_go_wrong_is_named_by_its_own_history(logdir):
