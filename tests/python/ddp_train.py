@@ -9,6 +9,7 @@ size, input noise) or break one rank on purpose:
   --perturb labels   the rank's labels are shuffled (a shard whose labels do not match)
   --perturb grads    the rank's gradients are multiplied by 20 after the all-reduce (a rank
                      whose copy of the model leaves the others': its grad/global_norm differs)
+  --slow-rank R      rank R's forward takes --slow-seconds longer (a straggler)
   --kill-rank R --kill-step K   rank R flushes at step K, writes its pid to <logdir>/victim.pid
                      and waits to be killed (the test sends SIGKILL)
 """
@@ -23,6 +24,19 @@ import torch.distributed as dist
 import trainscope as ts
 
 
+class Delay(torch.nn.Module):
+    """Waits in the forward on a slow rank (on the others it passes its input on)."""
+
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = seconds
+
+    def forward(self, x):
+        if self.seconds:
+            time.sleep(self.seconds)
+        return x
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--logdir", required=True)
@@ -34,6 +48,8 @@ def main():
     parser.add_argument("--perturb-rank", type=int, default=-1)
     parser.add_argument("--perturb-from", type=int, default=0, help="first perturbed step")
     parser.add_argument("--seed", type=int, default=0, help="shifts every rank's data seed")
+    parser.add_argument("--slow-rank", type=int, default=-1)
+    parser.add_argument("--slow-seconds", type=float, default=0.01)
     parser.add_argument("--kill-rank", type=int, default=-1)
     parser.add_argument("--kill-step", type=int, default=-1)
     args = parser.parse_args()
@@ -49,7 +65,8 @@ def main():
     batch, noise = per_rank(args.batch, int), per_rank(args.noise, float)
     torch.manual_seed(0)  # same problem and same initial model on every rank
     centers = torch.randn(3, 8) * 1.5
-    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 3))
+    delay = args.slow_seconds if rank == args.slow_rank else 0
+    model = torch.nn.Sequential(Delay(delay), torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 3))
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     shard = torch.Generator().manual_seed(1000 * (args.seed + 1) + rank)  # this rank's own data

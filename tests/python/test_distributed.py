@@ -140,8 +140,9 @@ def test_of_two_ranks_the_one_whose_inputs_go_wrong_is_named_by_its_own_history(
 
 def test_a_rank_whose_gradients_leave_the_all_reduce_is_named_by_its_gradient_norm(logdir):
     # Gradients changed after the all-reduce on rank 3 from step 30: its grad/global_norm is
-    # no longer the value every rank shares.
-    run_dir = torchrun(4, logdir, "grads4", "--perturb", "grads", "--perturb-rank", 3, "--perturb-from", 30)
+    # no longer the value every rank shares. And rank 0's forward waits 10 ms: a straggler.
+    run_dir = torchrun(4, logdir, "grads4", "--perturb", "grads", "--perturb-rank", 3, "--perturb-from", 30,
+                       "--slow-rank", 0)
     report = diagnose(run_dir)
     check_report_shape(report, run_dir, 4)
     on_grads = [f for f in rank_findings(report) if f["location"] == "grad/global_norm"]
@@ -149,6 +150,10 @@ def test_a_rank_whose_gradients_leave_the_all_reduce_is_named_by_its_gradient_no
     assert on_grads[0]["causes"][0]["id"] == "rank_desync"
     assert on_grads[0]["evidence"]["rank_levels"]["3"] > 5 * on_grads[0]["evidence"]["rank_levels"]["0"]
     assert all(f["rank"] == 3 for f in rank_findings(report)), rank_findings(report)
+    stragglers = rank_findings(report, "STRAGGLER")
+    assert [(f["rank"], f["location"]) for f in stragglers] == [(0, "time/forward")], stragglers
+    levels = stragglers[0]["evidence"]["rank_levels"]
+    assert levels["0"] >= 0.01 and levels["0"] > 1.5 * max(levels[r] for r in ("1", "2", "3"))
 
 
 def test_a_killed_rank_keeps_its_data_and_the_others_stay_readable(logdir):
