@@ -234,6 +234,38 @@ def test_grad_scaler_loss_scale_and_skips_are_recorded(tmp_path, fused, hot):
 
 
 @pytest.mark.skipif(not CPU_GRAD_SCALER, reason="torch.amp.GradScaler('cpu') is torch 2.x")
+def test_a_scaler_stepping_an_unwatched_optimizer_is_left_alone(tmp_path):
+    """GradScaler.step is wrapped on the class: another optimizer's steps (a GAN's other
+    network) go straight through, with the same update as without trainscope."""
+    def train(watched_run):
+        watched, other = mlp(0), mlp(1)
+        opt_w = torch.optim.SGD(watched.parameters(), lr=0.1)
+        opt_o = torch.optim.SGD(other.parameters(), lr=0.1)
+        scaler_w, scaler_o = torch.amp.GradScaler("cpu"), torch.amp.GradScaler("cpu")
+        if watched_run is not None:
+            watched_run.watch(watched, opt_w)
+        for x, y in batches(3):
+            for model, opt, scaler in ((watched, opt_w, scaler_w), (other, opt_o, scaler_o)):
+                opt.zero_grad()
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    loss = torch.nn.functional.cross_entropy(model(x), y)
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+        if watched_run is not None:
+            watched_run.finish()
+        return [p.detach().clone() for p in other.parameters()]
+
+    plain = train(None)
+    run = ts.init(tmp_path, "two")
+    assert all(torch.equal(a, b) for a, b in zip(train(run), plain))
+    view = ts.open_run(tmp_path / "two")
+    assert scalars(view, "amp/overflow_skip") == [(0, 0.0), (1, 0.0), (2, 0.0)]
+    assert {s["tag"] for s in view.series() if s["tag"].startswith("grad/")} == \
+        {"grad/global_norm", "grad/0.weight", "grad/0.bias", "grad/2.weight", "grad/2.bias"}
+
+
+@pytest.mark.skipif(not CPU_GRAD_SCALER, reason="torch.amp.GradScaler('cpu') is torch 2.x")
 def test_fp16_overflow_is_found_from_the_recorded_scaler_and_not_in_a_healthy_run(tmp_path):
     # Skips from step 30 on, after the start where a scaler calibrates: the scale halves
     # at each, down past 1 (the doctor's critical floor).
