@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <nlohmann/json.hpp>
 
 #include "doctor/detector.h"
@@ -17,10 +16,20 @@ namespace {
 using json = nlohmann::json;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// One rank's points of one series: the last finite value at each step.
+// One rank's points of one series: the last finite value at each step, by step.
 struct RankSeries {
   int rank = 0;
-  std::map<int64_t, double> values;
+  std::vector<int64_t> steps;
+  std::vector<double> values;
+  // Index of the first point at or after `step`.
+  size_t LowerBound(int64_t step) const {
+    return static_cast<size_t>(std::lower_bound(steps.begin(), steps.end(), step) - steps.begin());
+  }
+  // The value at `step`, or NaN.
+  double At(int64_t step) const {
+    const size_t i = LowerBound(step);
+    return i < steps.size() && steps[i] == step ? values[i] : kNaN;
+  }
 };
 
 double Median(std::vector<double> v) {
@@ -58,24 +67,34 @@ std::vector<RankSeries> Collect(const std::vector<RankRun>& ranks, const std::st
   for (const RankRun& r : ranks) {
     const ScalarSeries* s = r.data ? r.data->FindScalar(tag) : nullptr;
     if (!s) continue;
-    RankSeries series{r.rank, {}};
+    // Points by step, the last logged at a step winning (steps may repeat or go backwards).
+    std::vector<size_t> order;
     for (size_t i = 0; i < s->steps.size(); ++i) {
-      if (std::isfinite(s->values[i])) series.values[s->steps[i]] = s->values[i];
+      if (std::isfinite(s->values[i])) order.push_back(i);
     }
-    if (!series.values.empty()) out.push_back(std::move(series));
+    std::stable_sort(order.begin(), order.end(), [s](size_t a, size_t b) { return s->steps[a] < s->steps[b]; });
+    RankSeries series{r.rank, {}, {}};
+    for (size_t i : order) {
+      if (!series.steps.empty() && series.steps.back() == s->steps[i]) {
+        series.values.back() = s->values[i];
+      } else {
+        series.steps.push_back(s->steps[i]);
+        series.values.push_back(s->values[i]);
+      }
+    }
+    if (!series.steps.empty()) out.push_back(std::move(series));
   }
   return out;
 }
 
 // Steps where at least two ranks have a point, in order.
 std::vector<int64_t> SharedSteps(const std::vector<RankSeries>& series) {
-  std::map<int64_t, int> count;
-  for (const RankSeries& s : series) {
-    for (const auto& [step, v] : s.values) ++count[step];
-  }
+  std::vector<int64_t> all;
+  for (const RankSeries& s : series) all.insert(all.end(), s.steps.begin(), s.steps.end());
+  std::sort(all.begin(), all.end());
   std::vector<int64_t> steps;
-  for (const auto& [step, n] : count) {
-    if (n >= 2) steps.push_back(step);
+  for (size_t i = 0; i + 1 < all.size(); ++i) {
+    if (all[i] == all[i + 1] && (steps.empty() || steps.back() != all[i])) steps.push_back(all[i]);
   }
   return steps;
 }
@@ -111,20 +130,27 @@ Stretch LongestStretch(const std::vector<int>& direction, const std::vector<bool
 struct Window {
   int64_t first_step = 0, last_step = 0;
   std::vector<double> level, se;  // per rank index; NaN where the rank has too few points
-  std::vector<std::vector<double>> points;  // per rank index
+  std::vector<std::vector<double>> points;  // per rank index, sorted
+  std::vector<double> all_points;           // every rank's, sorted
 };
 
 // The share of pairs (a from `mine`, b from `theirs`) with a > b, ties counting half: the
 // Mann-Whitney statistic over its maximum. Near 1 (or 0) when one sample lies above (below)
 // the other whatever the tails: a heavy-tailed rank (one value 100x, the next 2x) is not
 // hidden by its own standard error.
-double ShareAbove(const std::vector<double>& mine, const std::vector<double>& theirs) {
-  if (mine.empty() || theirs.empty()) return 0.5;
+// `mine_sorted` is one rank's points, `all_sorted` every rank's (its own included), both
+// sorted: the others' points below a value are all's minus mine's (n log n, not n^2).
+double ShareAbove(const std::vector<double>& mine_sorted, const std::vector<double>& all_sorted) {
+  const size_t theirs = all_sorted.size() - mine_sorted.size();
+  if (mine_sorted.empty() || theirs == 0) return 0.5;
   double above = 0;
-  for (double a : mine) {
-    for (double b : theirs) above += a > b ? 1 : a == b ? 0.5 : 0;
+  for (double a : mine_sorted) {
+    const auto [low, high] = std::equal_range(all_sorted.begin(), all_sorted.end(), a);
+    const auto [own_low, own_high] = std::equal_range(mine_sorted.begin(), mine_sorted.end(), a);
+    above += static_cast<double>((low - all_sorted.begin()) - (own_low - mine_sorted.begin())) +
+             0.5 * static_cast<double>((high - low) - (own_high - own_low));
   }
-  return above / (static_cast<double>(mine.size()) * static_cast<double>(theirs.size()));
+  return above / (static_cast<double>(mine_sorted.size()) * static_cast<double>(theirs));
 }
 
 // Cuts the shared steps into windows and computes each rank's level there: the mean (or the
@@ -141,8 +167,8 @@ std::vector<Window> MakeWindows(const std::vector<RankSeries>& series, const std
     w.last_step = steps[end - 1];
     for (const RankSeries& s : series) {
       std::vector<double> points;
-      for (auto it = s.values.lower_bound(w.first_step); it != s.values.end() && it->first <= w.last_step; ++it) {
-        points.push_back(it->second);
+      for (size_t i = s.LowerBound(w.first_step); i < s.steps.size() && s.steps[i] <= w.last_step; ++i) {
+        points.push_back(s.values[i]);
       }
       double level = kNaN, se = kNaN;
       if (points.size() >= std::max<size_t>(2, (end - begin) / 2)) {
@@ -158,8 +184,12 @@ std::vector<Window> MakeWindows(const std::vector<RankSeries>& series, const std
       }
       w.level.push_back(level);
       w.se.push_back(se);
-      w.points.push_back(std::isnan(level) ? std::vector<double>{} : std::move(points));
+      if (std::isnan(level)) points.clear();
+      std::sort(points.begin(), points.end());
+      w.all_points.insert(w.all_points.end(), points.begin(), points.end());
+      w.points.push_back(std::move(points));
     }
+    std::sort(w.all_points.begin(), w.all_points.end());
     windows.push_back(std::move(w));
   }
   return windows;
@@ -207,11 +237,7 @@ LevelComparison CompareLevels(const std::vector<Window>& windows, size_t n_ranks
       const double noise = rule.z * std::sqrt(windows[w].se[r] * windows[w].se[r] + ref_se * ref_se);
       // Beyond the noise: the means differ by z standard errors, or (heavy tails) the rank's
       // points lie above / below nearly all of the other ranks' in the window.
-      std::vector<double> others_points;
-      for (size_t q = 0; q < n_ranks; ++q) {
-        if (q != r) others_points.insert(others_points.end(), windows[w].points[q].begin(), windows[w].points[q].end());
-      }
-      const double above = ShareAbove(windows[w].points[r], others_points);
+      const double above = ShareAbove(windows[w].points[r], windows[w].all_points);
       const bool separated = difference > 0 ? above >= rule.share_above : above <= 1 - rule.share_above;
       if (Distance(level, ref) >= min_distance && (std::fabs(difference) > noise || separated) &&
           std::fabs(difference) >= rule.min_difference && (!rule.only_above || difference > 0)) {
@@ -447,16 +473,16 @@ bool JudgeReplicated(const std::vector<RankSeries>& series, const std::string& t
   for (size_t i = 0; i < steps.size(); ++i) {
     std::vector<size_t> present;
     for (size_t r = 0; r < n; ++r) {
-      auto it = series[r].values.find(steps[i]);
-      if (it != series[r].values.end()) present.push_back(r), values[r][i] = it->second;
+      const double v = series[r].At(steps[i]);
+      if (!std::isnan(v)) present.push_back(r), values[r][i] = v;
     }
+    // A value more than half of the ranks share holds the middle of the sorted values.
+    std::vector<double> sorted;
+    for (size_t r : present) sorted.push_back(values[r][i]);
+    std::sort(sorted.begin(), sorted.end());
+    const double best_value = sorted[(sorted.size() - 1) / 2];
     size_t best_count = 0;
-    double best_value = kNaN;
-    for (size_t a : present) {
-      size_t count = 0;
-      for (size_t b : present) count += same(values[a][i], values[b][i]);
-      if (count > best_count) best_count = count, best_value = values[a][i];
-    }
+    for (double v : sorted) best_count += same(v, best_value);
     const bool majority = best_count >= 2 && best_count * 2 > present.size();
     agreeing_steps += best_count >= 2;
     leading = leading && best_count == present.size();

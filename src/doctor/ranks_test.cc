@@ -75,6 +75,21 @@ TEST(Ranks, HealthyRunsAreSilentWithDifferentBatchSizesAndSeeds) {
   }
 }
 
+TEST(Ranks, ManyRanksOverManyStepsAreSilentWhenHealthyAndNameTheOddOne) {
+  // 32 ranks x 5,000 steps: 32 chances for a false alarm per window, and the cost stays
+  // n log n per window (the pair shares are counted on sorted points).
+  Ddp ddp;
+  ddp.ranks = 32;
+  ddp.steps = 5000;
+  ddp.batch = {8, 32};
+  EXPECT_TRUE(Compare(ddp.Record()).empty()) << Describe(Compare(ddp.Record()));
+  ddp.loss_factor = [](int r, int s) { return r == 17 && s >= 4000 ? 3.0 : 1.0; };
+  const auto findings = Compare(ddp.Record());
+  ASSERT_EQ(findings.size(), 1u) << Describe(findings);
+  EXPECT_EQ(findings[0].rank, 17);
+  EXPECT_NEAR(findings[0].finding.step, 4000, 50);
+}
+
 TEST(Ranks, OneRankOfFourWithItsOwnLossLevelIsNamed) {
   Ddp ddp;
   ddp.loss_factor = [](int r, int) { return r == 2 ? 3.0 : 1.0; };
@@ -231,6 +246,21 @@ TEST(Ranks, ARankThatStoppedIsComparedWhileItRan) {
   const auto findings = Compare(data);
   ASSERT_EQ(findings.size(), 1u) << Describe(findings);
   EXPECT_EQ(findings[0].rank, 0);
+}
+
+TEST(Ranks, NonFinitePointsAndRepeatedStepsAreHandled) {
+  Ddp ddp;
+  ddp.loss_factor = [](int r, int) { return r == 1 ? 3.0 : 1.0; };
+  std::vector<RunData> data = ddp.Record();
+  data[0].OnScalar("train/loss", 50, 0, std::nan(""));      // a NaN at a step: that point is left out
+  data[2].OnScalar("train/loss", 10, 0, 1e9);               // step 10 logged again: the last value wins
+  data[2].OnScalar("train/loss", 10, 0, 0.5);
+  RunData all_nan;
+  for (int s = 0; s < 200; ++s) all_nan.OnScalar("train/loss", s, 0, std::nan(""));
+  data.push_back(all_nan);                                   // a rank with nothing finite: not compared
+  const auto findings = Compare(data);
+  ASSERT_EQ(findings.size(), 1u) << Describe(findings);
+  EXPECT_EQ(findings[0].rank, 1);
 }
 
 TEST(Ranks, FewerThanTwoRanksOrTooFewStepsSayNothing) {
