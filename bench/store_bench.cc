@@ -10,6 +10,9 @@
 
 #include "recorder/recorder.h"
 #include "store/run_store.h"
+#ifdef TRAINSCOPE_WITH_DOCTOR
+#include "doctor/online_doctor.h"
+#endif
 
 namespace fs = std::filesystem;
 using namespace trainscope;
@@ -62,6 +65,9 @@ void BM_RecorderLogAndStore(benchmark::State& state) {
     Recorder::Options options;
     options.logdir = FreshDir("recorder").string();
     options.name = "r" + std::to_string(run++);
+#ifdef TRAINSCOPE_WITH_DOCTOR
+    options.observers.push_back(std::make_shared<doctor::OnlineDoctor>());  // as ts.init runs it
+#endif
     std::unique_ptr<Recorder> rec;
     if (!Recorder::Open(options, &rec).ok()) state.SkipWithError("open failed");
     std::vector<uint32_t> ids(series);
