@@ -10,7 +10,7 @@ quartiles, the ratio of the totals, and time/watch (trainscope's own measure of 
 against plain's median step. Also that compiling saw no graph break and no extra graph.
 One thread by default (--threads): on the shared 2-vCPU VM a second one only adds noise.
 
-    PYTHONPATH=build/python /tmp/probe-venv/bin/python bench/watch/compiled.py lm [--windows 10] [--window 20]
+    PYTHONPATH=build/python "$(bash scripts/torch2-venv.sh)/bin/python" bench/watch/compiled.py lm [--windows 10] [--window 20]
     ... bench/watch/compiled.py cnn --backend aot_eager
     ... bench/watch/compiled.py lm --backend none     # the same loop eager, for comparison
 """
