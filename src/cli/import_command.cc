@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "core/json_number.h"
 #include "ingest/importer.h"
 #include "store/run_io.h"
 #include "store/run_store.h"
@@ -86,8 +87,7 @@ nlohmann::json StoreSummary(RunStore& store, bool points) {
         nlohmann::json steps = nlohmann::json::array(), values = nlohmann::json::array();
         for (const Point& p : pts) {
           steps.push_back(p.step);
-          if (std::isfinite(p.value)) values.push_back(p.value);
-          else values.push_back(std::isnan(p.value) ? "nan" : p.value > 0 ? "inf" : "-inf");
+          values.push_back(JsonNumber(p.value));
         }
         entry["steps"] = steps;
         entry["values"] = values;

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/json_number.h"
 #include "core/sample.h"
 #include "core/streaming.h"
 #include "doctor/flight_recorder.h"
@@ -30,12 +31,8 @@ inline std::string FormatNumber(double value, int digits) {
 
 inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// JSON has no NaN/Inf: they become "nan"/"inf"/"-inf" so evidence keeps them.
-inline nlohmann::json Num(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return v;
-}
+// Evidence numbers: NaN/Inf become "nan"/"inf"/"-inf" (core/json_number.h owns the rule).
+inline nlohmann::json Num(double v) { return JsonNumber(v); }
 
 // Facts about the run that every detector may read. The doctor keeps them current: meta
 // as it arrives, orders as series first appear, the derived numbers once per step before

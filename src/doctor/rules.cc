@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <algorithm>
 
+#include "core/json_number.h"
 #include "core/streaming.h"
 #include <fstream>
 #include <set>
@@ -330,15 +331,8 @@ Finding AlertToFinding(const Alert& a) {
   f.step = f.last_step = a.step;
   f.location = a.series;
   f.summary = a.message;
-  char value[32];
-  std::snprintf(value, sizeof(value), "%.17g", a.value);
-  std::string v = std::isfinite(a.value) ? std::string(value) : std::string("\"") + (std::isnan(a.value) ? "nan" : a.value > 0 ? "inf" : "-inf") + "\"";
-  std::string rule;
-  for (char c : a.rule) {
-    if (c == '"' || c == '\\') rule.push_back('\\');
-    if (static_cast<unsigned char>(c) >= 0x20) rule.push_back(c);
-  }
-  f.evidence_json = "{\"rule\": \"" + rule + "\", \"value\": " + v + "}";
+  const nlohmann::json evidence = {{"rule", a.rule}, {"value", JsonNumber(a.value)}};
+  f.evidence_json = evidence.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return f;
 }
 

@@ -48,7 +48,7 @@ class RunReader {
                      {"points", s.points},
                      {"first_step", s.first_step},
                      {"last_step", s.last_step},
-                     {"last_value", NumberOrNull(s.last_value)}});
+                     {"last_value", JsonNumber(s.last_value)}});
     }
     return out.dump();
   }

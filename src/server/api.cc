@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_number.h"
 #include "store/json_forms.h"
 #include "store/run_store.h"
 
@@ -43,8 +44,8 @@ int HttpCode(const Status& s) {
 
 ApiReply Error(const Status& s) { return Error(HttpCode(s), s.message()); }
 
-// JSON has no NaN/Inf; series arrays carry null there (their nonfinite counts tell why).
-json Num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+// Series arrays carry null for NaN/Inf (core/json_number.h; their nonfinite counts tell why).
+json Num(double v) { return JsonSeriesNumber(v); }
 
 // ---- per-thread open stores ----
 
@@ -291,7 +292,7 @@ ApiReply Api::Runs() {
       if (info.kind != SeriesKind::kScalar || info.points == 0) continue;
       if (info.tag.rfind("sys/", 0) == 0 || info.tag.rfind("mem/", 0) == 0 || info.tag.rfind("time/", 0) == 0) continue;
       if (++kept > 64) break;
-      final_values[info.tag] = NumberOrNull(info.last_value);
+      final_values[info.tag] = JsonNumber(info.last_value);
     }
     for (const SeriesInfo& info : series) max_step = std::max(max_step, info.points ? info.last_step : 0);
     json config = json::parse(meta.config_json, nullptr, false);
@@ -371,15 +372,7 @@ ApiReply Api::Scalars(const std::string& db_path, const QueryParams& params) {
   // Built by hand: this is the hot endpoint, and a string is 3x faster than a json tree.
   std::string out;
   out.reserve(96 + buckets.size() * 120);
-  auto number = [&out](double v) {
-    if (!std::isfinite(v)) {
-      out += "null";
-      return;
-    }
-    char buffer[32];
-    auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), v);
-    out.append(buffer, end);
-  };
+  auto number = [&out](double v) { AppendJsonSeriesNumber(&out, v); };
   auto integer = [&out](int64_t v) { out += std::to_string(v); };
   auto column = [&](const char* name, auto&& emit) {
     out += ",\"";

@@ -6,12 +6,6 @@ namespace trainscope {
 
 using json = nlohmann::json;
 
-json NumberOrNull(double value) {
-  if (std::isnan(value)) return "nan";
-  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
-  return value;
-}
-
 json CausesToJson(const std::vector<Cause>& causes) {
   json out = json::array();
   for (const Cause& c : causes) out.push_back({{"id", c.id}, {"confidence", c.confidence}});
@@ -34,12 +28,12 @@ json TensorStatsToJson(const TensorStats& s) {
               {"nan", s.nan},
               {"inf", s.inf},
               {"zeros", s.zeros},
-              {"min", NumberOrNull(s.min)},
-              {"max", NumberOrNull(s.max)},
-              {"mean", NumberOrNull(s.mean())},
-              {"std", NumberOrNull(s.stddev())},
-              {"abs_max", NumberOrNull(s.abs_max)},
-              {"l2_norm", NumberOrNull(s.l2_norm())}};
+              {"min", JsonNumber(s.min)},
+              {"max", JsonNumber(s.max)},
+              {"mean", JsonNumber(s.mean())},
+              {"std", JsonNumber(s.stddev())},
+              {"abs_max", JsonNumber(s.abs_max)},
+              {"l2_norm", JsonNumber(s.l2_norm())}};
   if (!std::isnan(s.dead_fraction)) out["dead_fraction"] = s.dead_fraction;
   if (!std::isnan(s.saturated_fraction)) out["saturated_fraction"] = s.saturated_fraction;
   if (s.has_histogram) {

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_number.h"  // JsonNumber: the one NaN/Inf-to-JSON rule
 #include "core/sample.h"
 #include "store/run_store.h"
 
@@ -14,9 +15,6 @@ namespace trainscope {
 nlohmann::json FindingToJson(const Finding& finding);
 // [{"id", "confidence"}, ...]: a finding's causes, as JSON and as stored.
 nlohmann::json CausesToJson(const std::vector<Cause>& causes);
-// JSON has no NaN or Inf: they become the strings "nan", "inf" and "-inf", so the evidence
-// survives (a null would hide that the value was non-finite).
-nlohmann::json NumberOrNull(double value);
 nlohmann::json TensorStatsToJson(const TensorStats& stats);
 nlohmann::json RunMetaToJson(const RunMeta& meta, const std::string& effective_status);
 
