@@ -17,6 +17,7 @@
 #include "core/sample.h"
 #include "core/streaming.h"
 #include "doctor/flight_recorder.h"
+#include "doctor/inputs.h"
 #include "doctor/roles.h"
 #include "doctor/step_frame.h"
 
@@ -110,6 +111,8 @@ class Detector {
  public:
   virtual ~Detector() = default;
   virtual const char* name() const = 0;
+  // The codes it emits and the inputs it needs (inputs.h): not_checked is derived from them.
+  virtual DetectorSpec spec() const = 0;
   // Called once per step, in step order.
   virtual void OnStep(const StepFrame& frame, const DetectorContext& ctx) = 0;
   // Called once after the last step.

@@ -111,36 +111,9 @@ void RankCauses(std::vector<Cause>* causes) {
 // ---- Doctor ----
 
 Doctor::Doctor(DoctorOptions options) : options_(std::move(options)), flight_(options_.flight_recorder_steps) {
-  std::vector<std::unique_ptr<Detector>> all;
-  all.push_back(std::make_unique<NonFiniteDetector>(options_.nonfinite));
-  all.push_back(std::make_unique<LabelRangeDetector>());
-  all.push_back(std::make_unique<LossSpikeDetector>(options_.loss_spike));
-  all.push_back(std::make_unique<LossDivergenceDetector>(options_.divergence));
-  all.push_back(std::make_unique<LossPlateauDetector>(options_.plateau));
-  all.push_back(std::make_unique<LossOscillationDetector>(options_.oscillation));
-  all.push_back(std::make_unique<NegativeLossDetector>(options_.negative_loss));
-  all.push_back(std::make_unique<LossMagnitudeDetector>(options_.loss_magnitude));
-  all.push_back(std::make_unique<OverfittingDetector>(options_.overfitting));
-  all.push_back(std::make_unique<MetricStallDetector>(options_.metric_stall));
-  all.push_back(std::make_unique<MetricImbalanceDetector>(options_.metric_imbalance));
-  all.push_back(std::make_unique<GradExplosionDetector>(options_.grad_explosion));
-  all.push_back(std::make_unique<GradVanishingDetector>(options_.grad_vanishing));
-  all.push_back(std::make_unique<GradNotZeroedDetector>(options_.grad_not_zeroed));
-  all.push_back(std::make_unique<UpdateRatioDetector>(options_.update_ratio));
-  all.push_back(std::make_unique<WeightSymmetryDetector>(options_.weight_symmetry));
-  all.push_back(std::make_unique<NormScaleDetector>(options_.norm_scale));
-  all.push_back(std::make_unique<LrAnomalyDetector>(options_.lr_anomaly));
-  all.push_back(std::make_unique<DeadUnitsDetector>(options_.dead_units));
-  all.push_back(std::make_unique<SaturationDetector>(options_.saturation));
-  all.push_back(std::make_unique<ActivationDriftDetector>(options_.activation_drift));
-  all.push_back(std::make_unique<InputScaleDetector>(options_.input_scale));
-  all.push_back(std::make_unique<BatchNormBatchDetector>(options_.batchnorm_batch));
-  all.push_back(std::make_unique<DataloaderDetector>(options_.dataloader));
-  all.push_back(std::make_unique<MemoryLeakDetector>(options_.memory_leak));
-  all.push_back(std::make_unique<ThroughputDetector>(options_.throughput));
-  all.push_back(std::make_unique<Fp16OverflowDetector>(options_.fp16_overflow));
-  all.push_back(std::make_unique<DuplicateStepsDetector>());
+  std::vector<std::unique_ptr<Detector>> all = MakeDetectors(options_);
   for (auto& d : all) {
+    specs_.push_back(d->spec());  // not_checked speaks for every detector, run or not
     if (options_.only.empty() || options_.only.count(d->name())) detectors_.push_back(std::move(d));
   }
 }
@@ -447,90 +420,25 @@ std::vector<Finding> Doctor::findings() const {
 }
 
 std::vector<NotChecked> Doctor::not_checked() const {
-  const RunFacts& f = facts_;
+  // Per input the run lacks: the codes of every registered detector that need it, in
+  // registry order (those marked listed_last after the others).
+  const InputView view{facts_, seen_scalars_};
   std::vector<NotChecked> out;
-  const bool loss = f.roles.Has(Role::kLoss);
-  if (!loss) {
-    // Name what the run does have, so the user can tell a missing loss from a misnamed one.
-    std::string seen;
-    size_t listed = 0;
-    for (const std::string& tag : seen_scalars_) {
-      if (listed == 12) {
-        seen += ", ...";
-        break;
+  for (const InputInfo& input : Inputs()) {
+    if (!input.missing(view)) continue;
+    std::vector<std::string> codes;
+    for (bool last : {false, true}) {
+      for (const DetectorSpec& spec : specs_) {
+        for (const Need& need : spec.needs) {
+          if (need.input != input.input || need.listed_last != last) continue;
+          for (const std::string& code : need.codes.empty() ? spec.codes : need.codes) {
+            if (std::find(codes.begin(), codes.end(), code) == codes.end()) codes.push_back(code);
+          }
+        }
       }
-      seen += (listed++ ? ", " : "") + tag;
     }
-    out.push_back({"loss curve",
-                   {"LOSS_SPIKE", "LOSS_DIVERGENCE", "LOSS_PLATEAU", "LOSS_OSCILLATION", "NEGATIVE_LOSS",
-                    "NONFINITE_LOSS"},
-                   "no series looks like the training loss (no tag named like loss/train_loss; name it in the run "
-                   "meta key `roles`, or `--role loss=TAG` on import)" +
-                       (seen.empty() ? std::string() : "; the scalar series are: " + seen)});
-  }
-  if (loss && !f.rl_tag.empty()) {
-    out.push_back({"loss curve",
-                   {"LOSS_SPIKE", "LOSS_DIVERGENCE", "LOSS_PLATEAU", "LOSS_OSCILLATION", "NEGATIVE_LOSS"},
-                   "a reinforcement-learning run (" + f.rl_tag + "): its loss (" + f.roles.Get(Role::kLoss) +
-                       ") is a TD or policy-gradient loss that follows moving targets and each batch's advantages, "
-                       "so its spikes, climbs, plateaus and sign are not faults; judge the return instead"});
-  }
-  if (!f.roles.Has(Role::kValLoss)) {
-    out.push_back({"over-fitting", {"OVERFITTING"}, "no validation loss recorded (log val/loss every few hundred steps)"});
-  }
-  if (!f.roles.Has(Role::kValAcc) && !f.roles.Has(Role::kAcc)) {
-    out.push_back({"metric stall", {"METRIC_STALL"}, "no accuracy or other metric recorded"});
-  }
-  if (!f.roles.Has(Role::kMacroF1)) {
-    out.push_back({"hidden classes", {"METRIC_IMBALANCE"},
-                   "no macro-F1 recorded next to accuracy (run.log_classification logs it)"});
-  }
-  if (!f.has_grad_stats) {
-    out.push_back({"gradients per layer",
-                   {"NONFINITE_GRAD", "GRAD_VANISHING", "GRAD_NOT_ZEROED"},
-                   f.roles.Has(Role::kGradNorm)
-                       ? "only a global gradient norm was recorded: explosion is checked on it, but per-layer and "
-                         "by-depth checks need per-parameter gradients (run.watch(model))"
-                       : "no gradient statistics recorded (run.watch(model) records them)"});
-    if (!f.roles.Has(Role::kGradNorm)) {
-      out.push_back({"gradient explosion", {"GRAD_EXPLOSION"}, "no gradient norm recorded"});
-    }
-  }
-  if (!f.has_weight_stats || !f.has_update_stats) {
-    out.push_back({"weights and updates",
-                   {"NONFINITE_WEIGHT", "UPDATE_RATIO_HIGH", "UPDATE_RATIO_LOW", "WEIGHT_SYMMETRY", "NORM_SCALE_COLLAPSE"},
-                   "no weight/update statistics recorded (run.watch(model, optimizer) records them)"});
-  }
-  if (!f.has_act_stats) {
-    out.push_back({"activations",
-                   {"NONFINITE_ACTIVATION", "DEAD_UNITS", "ACTIVATION_SATURATION", "ACTIVATION_DRIFT"},
-                   "no activation statistics recorded: a non-finite value can only be traced to a parameter, the "
-                   "input or the loss, not to the module that produced it"});
-  } else if (!f.has_dead && !f.has_saturated) {
-    out.push_back({"dead and saturated units", {"DEAD_UNITS", "ACTIVATION_SATURATION"},
-                   "activation statistics carry no dead/saturated fractions (no ReLU/sigmoid/tanh modules seen)"});
-  }
-  if (!f.has_input_stats && !f.has_labels) {
-    out.push_back({"input batch", {"NONFINITE_INPUT", "LABEL_OUT_OF_RANGE"},
-                   "no statistics of the input batch recorded: a NaN in the data cannot be told apart from one "
-                   "made by the model"});
-  }
-  if (!f.has_grad_zeroed) {
-    out.push_back({"zero_grad", {"GRAD_NOT_ZEROED"}, "train/grad_zeroed not recorded (run.watch(model, optimizer))"});
-  }
-  if (!f.roles.Has(Role::kLr)) {
-    out.push_back({"learning rate", {"LR_ANOMALY"}, "no learning-rate series found"});
-  }
-  if (!f.has_time) {
-    out.push_back({"step time", {"DATALOADER_BOTTLENECK", "THROUGHPUT_DROP"}, "no step or data-wait timings recorded"});
-  }
-  if (!f.roles.Has(Role::kOverflowSkip) && !f.roles.Has(Role::kSkippedSteps) && !f.roles.Has(Role::kLossScale)) {
-    out.push_back({"float16 loss scaling", {"FP16_OVERFLOW"},
-                   "no loss-scale or overflow-skip series (DeepSpeed and Megatron-LM logs carry them; with "
-                   "torch.cuda.amp log amp/loss_scale = scaler.get_scale())"});
-  }
-  if (!f.has_memory) {
-    out.push_back({"memory", {"MEMORY_LEAK"}, "no memory series (mem/rss, mem/cuda_allocated) recorded"});
+    if (codes.empty()) continue;  // no detector needs it
+    out.push_back({input.check, std::move(codes), input.reason(view)});
   }
   return out;
 }

@@ -83,6 +83,9 @@ struct DoctorOptions {
   std::function<void(const Finding&)> on_finding;
 };
 
+// The registry (registry.cc): every detector, once, in the order they judge a step.
+std::vector<std::unique_ptr<Detector>> MakeDetectors(const DoctorOptions& options);
+
 // A check the doctor could not run on this run, and why (e.g. a loss-only imported log).
 struct NotChecked {
   std::string check;
@@ -134,6 +137,7 @@ class Doctor : public SampleSink {
   RunFacts facts_;
   FlightRecorder flight_;
   std::vector<std::unique_ptr<Detector>> detectors_;
+  std::vector<DetectorSpec> specs_;  // of every registered detector, in registry order
   std::map<int64_t, StepFrame> open_;
   int64_t judging_step_ = 0;  // the step being judged (or the last one, in Finish)
   int64_t judged_through_ = std::numeric_limits<int64_t>::min();  // last step judged

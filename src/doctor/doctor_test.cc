@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "doctor/knowledge.h"
 #include "doctor/test_util.h"
 
 namespace trainscope::doctor {
@@ -235,6 +236,43 @@ TEST(Doctor, LossOnlyLogSaysWhatItCouldNotCheck) {
   EXPECT_EQ(j["steps"], 1990);
   EXPECT_TRUE(j["not_checked"].is_array());
   EXPECT_GT(j["not_checked"].size(), 5u);
+}
+
+// The registry's declarations: what not_checked is derived from.
+TEST(Doctor, EveryDetectorDeclaresItsCodesAndNeeds) {
+  const KnowledgeBase& kb = KnowledgeBase::Builtin();
+  std::set<std::string> names;
+  for (const auto& d : MakeDetectors(DoctorOptions{})) {
+    EXPECT_TRUE(names.insert(d->name()).second) << "two detectors named " << d->name();
+    const DetectorSpec spec = d->spec();
+    EXPECT_FALSE(spec.codes.empty()) << d->name();
+    for (const std::string& code : spec.codes) EXPECT_NE(kb.Code(code), nullptr) << d->name() << ": " << code;
+    for (const Need& need : spec.needs) {
+      for (const std::string& code : need.codes) {
+        EXPECT_NE(std::find(spec.codes.begin(), spec.codes.end(), code), spec.codes.end())
+            << d->name() << " needs an input for " << code << ", which it does not declare";
+      }
+    }
+  }
+  EXPECT_EQ(Doctor().detector_names().size(), names.size());
+}
+
+TEST(Doctor, ActivationsWithoutDeadOrSaturatedFractionsSaySo) {
+  RunData run;
+  TensorStats act;
+  act.numel = 10;
+  for (int64_t s = 0; s < 5; ++s) {
+    run.OnScalar("train/loss", s, 0, 1.0);
+    run.OnTensorStats("act/fc1", s, 0, act);
+  }
+  const Diagnosis d = Diagnose(run);
+  const NotChecked* dead = nullptr;
+  for (const auto& n : d.not_checked) {
+    EXPECT_NE(n.check, "activations");
+    if (n.check == "dead and saturated units") dead = &n;
+  }
+  ASSERT_NE(dead, nullptr);
+  EXPECT_EQ(dead->codes, (std::vector<std::string>{"DEAD_UNITS", "ACTIVATION_SATURATION"}));
 }
 
 TEST(Doctor, LiveAlertCallbackFiresOncePerFinding) {

@@ -21,6 +21,9 @@ class DeadUnitsDetector : public Detector {
  public:
   explicit DeadUnitsDetector(DeadUnitsOptions options = {}) : options_(options) {}
   const char* name() const override { return "dead_units"; }
+  DetectorSpec spec() const override {
+    return {{"DEAD_UNITS"}, {{Input::kActivations}, {Input::kDeadSaturated}}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:
@@ -40,6 +43,9 @@ class SaturationDetector : public Detector {
  public:
   explicit SaturationDetector(SaturationOptions options = {}) : options_(options) {}
   const char* name() const override { return "saturation"; }
+  DetectorSpec spec() const override {
+    return {{"ACTIVATION_SATURATION"}, {{Input::kActivations}, {Input::kDeadSaturated}}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:
@@ -64,6 +70,9 @@ class ActivationDriftDetector : public Detector {
  public:
   explicit ActivationDriftDetector(ActivationDriftOptions options = {}) : options_(options) {}
   const char* name() const override { return "activation_drift"; }
+  DetectorSpec spec() const override {
+    return {{"ACTIVATION_DRIFT"}, {{Input::kActivations}}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:
@@ -89,6 +98,9 @@ class InputScaleDetector : public Detector {
  public:
   explicit InputScaleDetector(InputScaleOptions options = {}) : options_(options) {}
   const char* name() const override { return "input_scale"; }
+  DetectorSpec spec() const override {
+    return {{"UNNORMALIZED_INPUT"}, {}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:
@@ -109,6 +121,9 @@ class BatchNormBatchDetector : public Detector {
  public:
   explicit BatchNormBatchDetector(BatchNormBatchOptions options = {}) : options_(options) {}
   const char* name() const override { return "batchnorm_batch"; }
+  DetectorSpec spec() const override {
+    return {{"ARCHITECTURE_WARNING"}, {}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:

@@ -40,6 +40,9 @@ class GradExplosionDetector : public Detector {
  public:
   explicit GradExplosionDetector(GradExplosionOptions options = {}) : options_(options), global_(options.window) {}
   const char* name() const override { return "grad_explosion"; }
+  DetectorSpec spec() const override {
+    return {{"GRAD_EXPLOSION"}, {{Input::kGradNorm}}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:
@@ -68,6 +71,9 @@ class GradVanishingDetector : public Detector {
  public:
   explicit GradVanishingDetector(GradVanishingOptions options = {}) : options_(options) {}
   const char* name() const override { return "grad_vanishing"; }
+  DetectorSpec spec() const override {
+    return {{"GRAD_VANISHING"}, {{Input::kGradStats}}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:
@@ -90,6 +96,9 @@ class GradNotZeroedDetector : public Detector {
  public:
   explicit GradNotZeroedDetector(GradNotZeroedOptions options = {}) : options_(options) {}
   const char* name() const override { return "grad_not_zeroed"; }
+  DetectorSpec spec() const override {
+    return {{"GRAD_NOT_ZEROED"}, {{Input::kGradStats}, {Input::kGradZeroed}}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:
@@ -115,6 +124,9 @@ class UpdateRatioDetector : public Detector {
  public:
   explicit UpdateRatioDetector(UpdateRatioOptions options = {}) : options_(options) {}
   const char* name() const override { return "update_ratio"; }
+  DetectorSpec spec() const override {
+    return {{"UPDATE_RATIO_HIGH", "UPDATE_RATIO_LOW"}, {{Input::kWeightUpdates}}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:
@@ -140,6 +152,9 @@ class WeightSymmetryDetector : public Detector {
  public:
   explicit WeightSymmetryDetector(WeightSymmetryOptions options = {}) : options_(options) {}
   const char* name() const override { return "weight_symmetry"; }
+  DetectorSpec spec() const override {
+    return {{"WEIGHT_SYMMETRY"}, {{Input::kWeightUpdates}}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:
@@ -161,6 +176,9 @@ class NormScaleDetector : public Detector {
  public:
   explicit NormScaleDetector(NormScaleOptions options = {}) : options_(options) {}
   const char* name() const override { return "norm_scale"; }
+  DetectorSpec spec() const override {
+    return {{"NORM_SCALE_COLLAPSE"}, {{Input::kWeightUpdates}}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:
@@ -182,6 +200,9 @@ class LrAnomalyDetector : public Detector {
  public:
   explicit LrAnomalyDetector(LrAnomalyOptions options = {}) : options_(options) {}
   const char* name() const override { return "lr_anomaly"; }
+  DetectorSpec spec() const override {
+    return {{"LR_ANOMALY"}, {{Input::kLr}}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:

@@ -13,6 +13,9 @@ namespace trainscope::doctor {
 class DuplicateStepsDetector : public Detector {
  public:
   const char* name() const override { return "duplicate_steps"; }
+  DetectorSpec spec() const override {
+    return {{"DUPLICATE_STEPS"}, {}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
   void Finish(const DetectorContext& ctx) override;
 

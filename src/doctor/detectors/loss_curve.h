@@ -38,6 +38,9 @@ class LossSpikeDetector : public Detector {
   explicit LossSpikeDetector(LossSpikeOptions options = {})
       : options_(options), loss_(options.window), grad_(options.window), update_(options.window) {}
   const char* name() const override { return "loss_spike"; }
+  DetectorSpec spec() const override {
+    return {{"LOSS_SPIKE"}, {{Input::kLoss}, {Input::kProgressLoss}}};
+  }
   bool judges_loss_progress() const override { return true; }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
   void Finish(const DetectorContext& ctx) override;
@@ -86,6 +89,9 @@ class LossDivergenceDetector : public Detector {
  public:
   explicit LossDivergenceDetector(DivergenceOptions options = {}) : options_(options) {}
   const char* name() const override { return "loss_divergence"; }
+  DetectorSpec spec() const override {
+    return {{"LOSS_DIVERGENCE"}, {{Input::kLoss}, {Input::kProgressLoss}}};
+  }
   bool judges_loss_progress() const override { return true; }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
@@ -124,6 +130,9 @@ class LossPlateauDetector : public Detector {
  public:
   explicit LossPlateauDetector(PlateauOptions options = {}) : options_(options) {}
   const char* name() const override { return "loss_plateau"; }
+  DetectorSpec spec() const override {
+    return {{"LOSS_PLATEAU"}, {{Input::kLoss}, {Input::kProgressLoss}}};
+  }
   bool judges_loss_progress() const override { return true; }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
   void Finish(const DetectorContext& ctx) override { Check(ctx, true); }
@@ -153,6 +162,9 @@ class LossOscillationDetector : public Detector {
  public:
   explicit LossOscillationDetector(OscillationOptions options = {}) : options_(options) {}
   const char* name() const override { return "loss_oscillation"; }
+  DetectorSpec spec() const override {
+    return {{"LOSS_OSCILLATION"}, {{Input::kLoss}, {Input::kProgressLoss}}};
+  }
   bool judges_loss_progress() const override { return true; }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
@@ -179,6 +191,9 @@ class NegativeLossDetector : public Detector {
  public:
   explicit NegativeLossDetector(NegativeLossOptions options = {}) : options_(options) {}
   const char* name() const override { return "negative_loss"; }
+  DetectorSpec spec() const override {
+    return {{"NEGATIVE_LOSS"}, {{Input::kLoss}, {Input::kProgressLoss}}};
+  }
   bool judges_loss_progress() const override { return true; }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
@@ -208,6 +223,9 @@ class LossMagnitudeDetector : public Detector {
  public:
   explicit LossMagnitudeDetector(LossMagnitudeOptions options = {}) : options_(options) {}
   const char* name() const override { return "loss_magnitude"; }
+  DetectorSpec spec() const override {
+    return {{"LOSS_MAGNITUDE"}, {}};
+  }
   bool judges_loss_progress() const override { return true; }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
   void Finish(const DetectorContext& ctx) override;

@@ -36,6 +36,14 @@ class NonFiniteDetector : public Detector {
  public:
   explicit NonFiniteDetector(NonFiniteOptions options = {}) : options_(options) {}
   const char* name() const override { return "nonfinite"; }
+  DetectorSpec spec() const override {
+    return {{"NONFINITE_INPUT", "NONFINITE_ACTIVATION", "NONFINITE_LOSS", "NONFINITE_GRAD", "NONFINITE_WEIGHT"},
+                {{Input::kLoss, {"NONFINITE_LOSS"}, /*listed_last=*/true},
+                 {Input::kGradStats, {"NONFINITE_GRAD"}},
+                 {Input::kWeightUpdates, {"NONFINITE_WEIGHT"}},
+                 {Input::kActivations, {"NONFINITE_ACTIVATION"}},
+                 {Input::kInputBatch, {"NONFINITE_INPUT"}}}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:
@@ -54,6 +62,9 @@ class NonFiniteDetector : public Detector {
 class LabelRangeDetector : public Detector {
  public:
   const char* name() const override { return "label_range"; }
+  DetectorSpec spec() const override {
+    return {{"LABEL_OUT_OF_RANGE"}, {{Input::kInputBatch}}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 };
 

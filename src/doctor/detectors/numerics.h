@@ -48,6 +48,9 @@ class Fp16OverflowDetector : public Detector {
  public:
   explicit Fp16OverflowDetector(Fp16OverflowOptions options = {}) : options_(options) {}
   const char* name() const override { return "fp16_overflow"; }
+  DetectorSpec spec() const override {
+    return {{"FP16_OVERFLOW", "NONFINITE_LOSS"}, {{Input::kLossScaling, {"FP16_OVERFLOW"}}}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
   void Finish(const DetectorContext& ctx) override;
 

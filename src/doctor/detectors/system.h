@@ -30,6 +30,9 @@ class DataloaderDetector : public Detector {
  public:
   explicit DataloaderDetector(DataloaderOptions options = {}) : options_(options) {}
   const char* name() const override { return "dataloader"; }
+  DetectorSpec spec() const override {
+    return {{"DATALOADER_BOTTLENECK"}, {{Input::kStepTime}}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:
@@ -64,6 +67,9 @@ class MemoryLeakDetector : public Detector {
  public:
   explicit MemoryLeakDetector(MemoryLeakOptions options = {}) : options_(options) {}
   const char* name() const override { return "memory_leak"; }
+  DetectorSpec spec() const override {
+    return {{"MEMORY_LEAK"}, {{Input::kMemory}}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
   void Finish(const DetectorContext& ctx) override;
 
@@ -101,6 +107,9 @@ class ThroughputDetector : public Detector {
  public:
   explicit ThroughputDetector(ThroughputOptions options = {}) : options_(options) {}
   const char* name() const override { return "throughput"; }
+  DetectorSpec spec() const override {
+    return {{"THROUGHPUT_DROP"}, {{Input::kStepTime}}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:

@@ -29,6 +29,9 @@ class OverfittingDetector : public Detector {
  public:
   explicit OverfittingDetector(OverfittingOptions options = {}) : options_(options) {}
   const char* name() const override { return "overfitting"; }
+  DetectorSpec spec() const override {
+    return {{"OVERFITTING"}, {{Input::kValLoss}}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:
@@ -56,6 +59,9 @@ class MetricStallDetector : public Detector {
  public:
   explicit MetricStallDetector(MetricStallOptions options = {}) : options_(options) {}
   const char* name() const override { return "metric_stall"; }
+  DetectorSpec spec() const override {
+    return {{"METRIC_STALL"}, {{Input::kMetric}}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
   void Finish(const DetectorContext& ctx) override;
 
@@ -82,6 +88,9 @@ class MetricImbalanceDetector : public Detector {
  public:
   explicit MetricImbalanceDetector(MetricImbalanceOptions options = {}) : options_(options) {}
   const char* name() const override { return "metric_imbalance"; }
+  DetectorSpec spec() const override {
+    return {{"METRIC_IMBALANCE"}, {{Input::kMacroF1}}};
+  }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:
