@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 namespace trainscope::doctor {
+
+extern const char kDefaultRolesJson[];  // data/roles.json, embedded by embed_roles.cmake
 
 std::string Lower(std::string_view s) {
   std::string out(s);
@@ -70,7 +73,8 @@ const char* RoleKey(Role role) {
   return "";
 }
 
-int RoleScore(std::string_view raw, Role role) {
+// The name patterns, for a tag on none of data/roles.json's lists (at most 100).
+static int PatternScore(std::string_view raw, Role role) {
   const std::string tag = Lower(raw);
   const std::vector<std::string> t = Tokens(tag);
   const bool val = IsValToken(t);
@@ -81,35 +85,24 @@ int RoleScore(std::string_view raw, Role role) {
   const bool iterations = Any(t, {"iterations", "iteration", "iters", "iter", "steps", "step"});
   switch (role) {
     case Role::kLoss:
-      if (tag == "train/loss") return 100;
-      if (tag == "loss" || tag == "train_loss" || tag == "loss/train" || tag == "training_loss" ||
-          tag == "train/loss_step" || tag == "lm loss" || tag == "train/lm_loss") return 90;
       if (loss && !val && !not_a_loss) return TokenScore(60, tag);
       return 0;
     case Role::kValLoss:
-      if (tag == "val/loss") return 100;
-      if (tag == "eval/loss" || tag == "eval_loss" || tag == "val_loss" || tag == "loss/val" ||
-          tag == "validation_loss" || tag == "valid/loss" || tag == "loss/validation") return 90;
       if (loss && val && !not_a_loss) return TokenScore(60, tag);
       return 0;
     case Role::kAcc:
     case Role::kValAcc: {
       const bool acc = Any(t, {"acc", "accuracy", "top1"});
       if (!acc || val != (role == Role::kValAcc)) return 0;
-      if (tag == (role == Role::kAcc ? "train/acc" : "val/acc")) return 100;
       return TokenScore(60, tag);
     }
     case Role::kLr:
-      if (tag == "opt/lr") return 100;
       if (tag.rfind("opt/lr/", 0) == 0) return 80;
-      if (tag == "lr" || tag == "learning_rate" || tag == "train/learning_rate" || tag == "train/lr") return 90;
       if (Any(t, {"lr", "learning_rate"}) || tag.find("learning_rate") != std::string::npos ||
           (Any(t, {"learning"}) && Any(t, {"rate"})))
         return TokenScore(60, tag);
       return 0;
     case Role::kGradNorm:
-      if (tag == "grad/global_norm") return 100;
-      if (tag == "grad_norm" || tag == "train/grad_norm" || tag == "gradient_norm") return 90;
       if (tag.find("grad_norm") != std::string::npos || tag.find("gradnorm") != std::string::npos ||
           (Any(t, {"grad", "gradient", "grads"}) && Any(t, {"norm"})))
         return TokenScore(60, tag);
@@ -120,21 +113,15 @@ int RoleScore(std::string_view raw, Role role) {
       return TokenScore(base + (val ? 5 : 0), tag);
     }
     case Role::kLossScale:
-      if (tag == "amp/loss_scale") return 100;
-      if (tag == "loss scale" || tag == "loss_scale" || tag == "train/loss_scale" || tag == "grad_scaler/scale") return 90;
       if (loss && Any(t, {"scale", "scaler"})) return TokenScore(60, tag);
       return 0;
     case Role::kOverflowSkip:
-      if (tag == "amp/overflow_skip") return 100;
       if (Any(t, {"overflow"}) && Any(t, {"skip", "skipped"})) return TokenScore(60, tag);
       return 0;
     case Role::kSkippedSteps:
-      // DeepSpeed prints a cumulative `skipped=K`; Megatron "number of skipped iterations".
-      if (tag == "skipped" || tag == "number of skipped iterations" || tag == "skipped_steps") return 90;
       if (Any(t, {"skipped"}) && iterations) return TokenScore(60, tag);
       return 0;
     case Role::kNanSteps:
-      if (tag == "number of nan iterations") return 90;
       if (Any(t, {"nan"}) && iterations) return TokenScore(60, tag);
       return 0;
     case Role::kCount:
@@ -143,11 +130,117 @@ int RoleScore(std::string_view raw, Role role) {
   return 0;
 }
 
+namespace {
+
+// data/roles.json, parsed once, candidates lower-cased (matching is case-blind).
+struct RoleTable {
+  std::vector<std::string> keys;
+  std::map<std::string, std::vector<std::string>> common;                           // key -> candidates
+  std::vector<std::pair<std::string, std::map<std::string, std::vector<std::string>>>> formats;  // in file order
+  std::map<std::string, std::string> aliases;
+};
+
+std::vector<std::string> LowerList(const nlohmann::json& list) {
+  std::vector<std::string> out;
+  for (const auto& c : list) out.push_back(Lower(c.get<std::string>()));
+  return out;
+}
+
+const RoleTable& Table() {
+  static const RoleTable table = [] {
+    const nlohmann::json d = nlohmann::json::parse(kDefaultRolesJson);
+    RoleTable t;
+    for (auto it = d["roles"].begin(); it != d["roles"].end(); ++it) {
+      t.keys.push_back(it.key());
+      t.common[it.key()] = LowerList(*it);
+    }
+    for (auto f = d["formats"].begin(); f != d["formats"].end(); ++f) {
+      std::map<std::string, std::vector<std::string>> per_role;
+      for (auto r = f->begin(); r != f->end(); ++r) per_role[r.key()] = LowerList(*r);
+      t.formats.emplace_back(f.key(), std::move(per_role));
+    }
+    for (auto a = d["aliases"].begin(); a != d["aliases"].end(); ++a) t.aliases[a.key()] = a->get<std::string>();
+    return t;
+  }();
+  return table;
+}
+
+// 0-based place of `tag` in `list`, or -1.
+int Place(const std::vector<std::string>& list, const std::string& tag) {
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (list[i] == tag) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int RoleOfKey(std::string_view key) {
+  for (size_t r = 0; r < kRoleCount; ++r) {
+    if (key == RoleKey(static_cast<Role>(r))) return static_cast<int>(r);
+  }
+  return -1;
+}
+
+}  // namespace
+
+const std::vector<std::string>& RoleKeys() { return Table().keys; }
+
+std::string CanonicalRoleKey(std::string_view key) {
+  const auto& aliases = Table().aliases;
+  auto it = aliases.find(std::string(key));
+  return it != aliases.end() ? it->second : std::string(key);
+}
+
+int RoleScore(std::string_view raw, std::string_view role_key, std::string_view format) {
+  const RoleTable& table = Table();
+  const std::string key = CanonicalRoleKey(role_key);
+  const std::string tag = Lower(raw);
+  if (!format.empty()) {
+    // The format's own candidates, every matching format's in file order ("csv" matches "csv/yolo").
+    int offset = 0;
+    const std::string prefix = std::string(format) + "/";
+    for (const auto& [name, per_role] : table.formats) {
+      if (name != format && name.rfind(prefix, 0) != 0) continue;
+      auto it = per_role.find(key);
+      if (it == per_role.end()) continue;
+      const int place = Place(it->second, tag);
+      if (place >= 0) return 300 - std::min(offset + place, 49);
+      offset += static_cast<int>(it->second.size());
+    }
+  }
+  if (auto it = table.common.find(key); it != table.common.end()) {
+    const int place = Place(it->second, tag);
+    if (place >= 0) return 200 - std::min(place, 49);
+  }
+  const int role = RoleOfKey(key);
+  return role < 0 ? 0 : PatternScore(raw, static_cast<Role>(role));
+}
+
+int RoleScore(std::string_view tag, Role role) { return RoleScore(tag, RoleKey(role)); }
+
+RoleMap ResolveRoles(std::string_view format, const std::vector<std::string>& tags, const RoleMap& overrides) {
+  RoleMap roles;
+  for (const std::string& key : RoleKeys()) {
+    int best = 0;
+    for (const std::string& tag : tags) {
+      const int score = RoleScore(tag, key, format);
+      if (score > best) {
+        best = score;
+        roles[key] = tag;
+      }
+    }
+  }
+  // A run whose only loss-like series is a validation loss should not call it "the loss".
+  if (roles.count("loss") && roles.count("val_loss") && roles["loss"] == roles["val_loss"]) roles.erase("loss");
+  for (const auto& [role, tag] : overrides) roles[CanonicalRoleKey(role)] = tag;
+  return roles;
+}
+
 bool RoleResolver::SetExplicit(std::string_view roles_json) {
   nlohmann::json j = nlohmann::json::parse(roles_json, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return false;
-  // The importers (data/roles.json) say accuracy/val_accuracy where the doctor says acc.
-  for (const auto& [alias, key] : {std::pair{"accuracy", "acc"}, std::pair{"val_accuracy", "val_acc"}}) {
+  // Stores imported before acc/val_acc were the one key say accuracy/val_accuracy
+  // (data/roles.json's aliases); the key itself wins when both are there.
+  for (const auto& [alias, key] : Table().aliases) {
     if (j.contains(alias) && !j.contains(key)) j[key] = j[alias];
   }
   for (size_t r = 0; r < kRoleCount; ++r) {
