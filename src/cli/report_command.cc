@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/source.h"
+#include "core/step_buckets.h"
 #include "core/streaming.h"
 #include "doctor/doctor.h"
 #include "store/json_forms.h"
@@ -175,14 +176,15 @@ std::string GradHeatmap(const RunData& data, const std::vector<std::string>& for
       s1 = std::max(s1, s);
     }
   }
-  const size_t cols = static_cast<size_t>(std::min<int64_t>(200, s1 - s0 + 1));
-  const double per = static_cast<double>(s1 - s0 + 1) / static_cast<double>(cols);
+  // The dashboard's buckets (core/step_buckets.h): a step is in the same column in both.
+  const StepBuckets buckets(s0, s1, 200);
+  const size_t cols = buckets.count;
   std::vector<std::vector<double>> cell(rows.size(), std::vector<double>(cols, NAN));
   std::vector<std::vector<bool>> bad(rows.size(), std::vector<bool>(cols, false));
   double lo = INFINITY, hi = -INFINITY;
   for (size_t r = 0; r < rows.size(); ++r) {
     for (size_t i = 0; i < rows[r]->steps.size(); ++i) {
-      const size_t c = std::min(cols - 1, static_cast<size_t>(static_cast<double>(rows[r]->steps[i] - s0) / per));
+      const size_t c = buckets.Of(rows[r]->steps[i]);
       const TensorStats& st = rows[r]->stats[i];
       if (st.nan + st.inf) {
         bad[r][c] = true;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/json_number.h"
+#include "core/step_buckets.h"
 #include "store/json_forms.h"
 #include "store/run_store.h"
 
@@ -126,20 +127,8 @@ bool RangeParams(const QueryParams& params, Range* range, std::string* error) {
          IntParam(params, "max", kStepLo, kStepHi, &range->max, error);
 }
 
-// Index of the equal-width bucket of `step` when [lo, hi] is cut into at most `width`.
-struct Bucketing {
-  int64_t lo = 0;
-  uint64_t step_width = 1;
-  size_t count = 0;
-  Bucketing(int64_t lo_step, int64_t hi_step, int64_t width) : lo(lo_step) {
-    const uint64_t span = static_cast<uint64_t>(hi_step) - static_cast<uint64_t>(lo_step) + 1;
-    const uint64_t w = static_cast<uint64_t>(width);
-    step_width = std::max<uint64_t>(1, span / w + (span % w ? 1 : 0));
-    count = static_cast<size_t>((span - 1) / step_width + 1);
-  }
-  size_t Of(int64_t step) const { return (static_cast<uint64_t>(step) - static_cast<uint64_t>(lo)) / step_width; }
-  int64_t Begin(size_t b) const { return static_cast<int64_t>(static_cast<uint64_t>(lo) + b * step_width); }
-};
+// Equal-width step buckets: core/step_buckets.h, shared with the HTML report.
+using Bucketing = StepBuckets;
 
 double Metric(const TensorStats& s, const std::string& metric) {
   if (metric == "l2_norm") return s.nan || s.inf ? std::numeric_limits<double>::quiet_NaN() : s.l2_norm();
