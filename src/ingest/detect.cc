@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ingest/csv_reader.h"
+#include "ingest/formats.h"
 #include "ingest/mapped_file.h"
 #include "ingest/parse_util.h"
 #include "ingest/text_log_reader.h"
@@ -13,17 +14,6 @@
 namespace trainscope::ingest {
 
 namespace {
-
-struct NameOf {
-  Format format;
-  const char* name;
-};
-constexpr NameOf kNames[] = {
-    {Format::kUnknown, "unknown"},          {Format::kTrainscopeStore, "trainscope"},
-    {Format::kTfEvents, "tfevents"},        {Format::kHfTrainerState, "hf_trainer_state"},
-    {Format::kMegatronGolden, "megatron_golden"}, {Format::kJsonl, "jsonl"},
-    {Format::kCsv, "csv"},                  {Format::kTextLog, "text_log"},
-};
 
 std::vector<std::string_view> FirstLines(std::string_view text, size_t max_lines, bool whole_file) {
   std::vector<std::string_view> lines;
@@ -69,22 +59,18 @@ bool IsJsonObjectLine(std::string_view line) {
 }  // namespace
 
 const char* FormatName(Format format) {
-  for (const NameOf& n : kNames) {
-    if (n.format == format) return n.name;
-  }
-  return "unknown";
+  const FormatEntry* f = FindFormat(format);
+  return f ? f->name : "unknown";
 }
 
 bool ParseFormatName(std::string_view name, Format* format) {
-  for (const NameOf& n : kNames) {
-    if (name == n.name && n.format != Format::kUnknown) {
-      *format = n.format;
+  for (const FormatEntry& f : Formats()) {
+    bool match = name == f.name;
+    for (std::string_view alias : f.aliases) match |= name == alias;
+    if (match) {
+      *format = f.format;
       return true;
     }
-  }
-  if (name == "text" || name == "log") {
-    *format = Format::kTextLog;
-    return true;
   }
   return false;
 }

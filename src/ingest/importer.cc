@@ -8,11 +8,8 @@
 #include <unordered_set>
 
 #include "core/tag.h"
-#include "ingest/csv_reader.h"
 #include "ingest/fast_sink.h"
-#include "ingest/json_readers.h"
-#include "ingest/mapped_file.h"
-#include "ingest/text_log_reader.h"
+#include "ingest/formats.h"
 #include "ingest/tfevents_reader.h"
 
 namespace trainscope::ingest {
@@ -53,19 +50,6 @@ class TagCollector : public SampleSink {
   SampleSink* next_;
   TagInterner tags_;
 };
-
-constexpr uint64_t kMaxJsonBytes = uint64_t{2} << 30;
-
-Status ReadWholeJson(const std::string& path, Format format, SampleSink* sink, ImportStats* stats) {
-  std::unique_ptr<MappedFile> file;
-  Status s = MappedFile::Open(path, &file);
-  if (!s.ok()) return s;
-  if (file->size() > kMaxJsonBytes) {
-    return Status::Error(path + ": " + std::to_string(file->size()) + " bytes; expected a JSON document under 2 GiB");
-  }
-  if (format == Format::kHfTrainerState) return ReadTrainerState(file->view(), path, sink, stats);
-  return ReadMegatronGolden(file->view(), path, sink, stats);
-}
 
 // A finer name for the role map and the user: which writer made a CSV or event file.
 std::string SubFormat(Format format, const std::vector<std::string>& tags) {
@@ -161,38 +145,10 @@ Status ImportSourceTo(const ImportSource& source, SampleSink* sink, ImportStats*
     sink = appender.get();
   }
   TagCollector collector(sink);
-  Status s;
-  switch (format) {
-    case Format::kTfEvents: {
-      TfEventsOptions tf;
-      tf.progress = options.progress;
-      std::vector<std::string> files = source.files;
-      if (files.empty()) files.push_back(source.path);
-      stats->format = "tfevents";
-      for (const std::string& f : files) {
-        s = ReadTfEventsFile(f, 0, &collector, stats, tf);
-        if (!s.ok()) break;
-      }
-      break;
-    }
-    case Format::kHfTrainerState:
-    case Format::kMegatronGolden:
-      s = ReadWholeJson(source.path, format, &collector, stats);
-      break;
-    case Format::kJsonl:
-      s = ReadJsonl(source.path, &collector, stats, options.progress);
-      break;
-    case Format::kCsv:
-      s = ReadCsv(source.path, &collector, stats, options.progress);
-      break;
-    case Format::kTextLog:
-      s = ReadTextLog(source.path, &collector, stats, options.progress);
-      break;
-    case Format::kTrainscopeStore:
-      return Status::Error(source.path + ": already a trainscope store (nothing to import)");
-    default:
-      return Status::Error(source.path + ": unrecognised format");
-  }
+  const FormatEntry* entry = FindFormat(format);
+  if (entry == nullptr) return Status::Error(source.path + ": unrecognised format");
+  if (entry->read == nullptr) return Status::Error(source.path + ": already a trainscope store (nothing to import)");
+  Status s = entry->read(source, &collector, stats, options);
   const std::string sub = SubFormat(format, collector.tags());
   sink->OnMeta("format", sub);
   sink->OnMeta("source", source.path);
