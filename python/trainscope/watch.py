@@ -21,6 +21,7 @@ stderr (and as a warning), the part that failed is switched off, and training go
 from __future__ import annotations
 
 import collections
+import copy
 import gc
 import json
 import sys
@@ -431,11 +432,7 @@ class Watcher:
         self.clock.data_listeners.append(self._data_listener)
 
     def _wrap(self, obj, method, wrapper):
-        """Replaces obj.method by a bound method calling wrapper(original, ...).
-
-        A bound method (not a plain function), because LR schedulers wrap optimizer.step
-        in turn and read its __self__ / __func__ (torch 1.13 and 2.x alike).
-        """
+        """Replaces obj.method by a _BoundWrapper calling wrapper(original, ...)."""
         original = getattr(obj, method)
         own = method in getattr(obj, "__dict__", {})  # already an instance attribute?
 
@@ -444,13 +441,9 @@ class Watcher:
                 return original(*args, **kwargs)
             return wrapper(original, *args, **kwargs)
 
+        call.__name__ = call.__qualname__ = method
         call.__wrapped__ = original
-        # A bound method reads attributes from its function: keep the marks other wrappers
-        # left (_with_counter: torch 1.13 schedulers; _wrapped_by_lr_sched: torch 2.x).
-        for mark in ("_with_counter", "_wrapped_by_lr_sched"):
-            if getattr(original, mark, False):
-                setattr(call, mark, True)
-        setattr(obj, method, types.MethodType(call, obj))
+        setattr(obj, method, _BoundWrapper(call, obj, method, original))
         self._restore.append((obj, method, original, own))
 
     def _detach_activation_hooks(self):
@@ -505,6 +498,7 @@ class Watcher:
         self.timer.collect(wait=True)
 
     def _guarded(self, part, fn):
+        """fn as a hook: skipped once `part` failed, its failure reported, never raised."""
         def run_guarded(*args, **kwargs):
             if part in self.failures.off:
                 return None
@@ -516,7 +510,7 @@ class Watcher:
                 return None
             finally:
                 self._leave()
-        return run_guarded
+        return _Hook(run_guarded)
 
     # Its own cost: wall time spent inside trainscope's hooks and wrappers (outermost
     # calls only), logged per step as time/watch, so a user sees what watching costs.
@@ -810,7 +804,7 @@ class Watcher:
                 self._leave()
             return None
 
-        return hook
+        return _Hook(hook)
 
     # ---- gradients while they are hot ----
 
@@ -845,13 +839,13 @@ class Watcher:
                 self._leave()
             return None
 
-        return hook
+        return _Hook(hook)
 
     def _grad_accumulated(self, slot):
         def hook(param):
             if self._hot is not None and param.grad is not None:
                 self._hot_versions[slot] = param.grad._version
-        return hook
+        return _Hook(hook)
 
     def _hot_totals(self, step):
         """Logs the in-backward statistics if they are param.grad's; returns totals or None."""
@@ -1506,6 +1500,60 @@ class Watcher:
         self._census_types.add("torch.nn.parameter.Parameter")
         for name in self._census_types:
             self.rec.log_scalar("census/" + name, float(named.get(name, 0)), step)
+
+
+class _Hook:
+    """A hook trainscope attaches to the user's modules and parameters.
+
+    A copy of a watched model is not watched: copy.deepcopy and pickling (torch.save(model))
+    make an inert hook of it, where a closure would fail to pickle ("Can't pickle local
+    object") or, deep-copied, feed the copy's forwards to the original's watcher. Loading
+    a model saved while watched needs trainscope importable, as it needs the model's class.
+    """
+
+    __slots__ = ("fn",)
+    __torch_unserializable__ = True  # a parameter's hooks are dropped when it is saved: no warning
+
+    def __init__(self, fn=None):
+        self.fn = fn
+
+    def __call__(self, *args, **kwargs):
+        return None if self.fn is None else self.fn(*args, **kwargs)
+
+    def __reduce__(self):
+        return _Hook, ()
+
+    def __deepcopy__(self, memo):
+        return _Hook()
+
+
+class _BoundWrapper:
+    """What Watcher._wrap puts in place of obj.method (model.zero_grad, optimizer.step on
+    torch 1.13): it looks like a bound method (__self__, __func__: LR schedulers wrap
+    optimizer.step in turn and read them), and a copy or a pickled object gets its class's
+    plain method back, bound to the copy; a bound method of a closure would carry the
+    original object into the copy (a deep copy's zero_grad() zeroed the original's
+    gradients)."""
+
+    def __init__(self, func, obj, name, original):
+        self.__func__ = func
+        self.__self__ = obj
+        self.__wrapped__ = original
+        self.__name__ = name
+        # Keep the marks other wrappers left (_with_counter: torch 1.13 schedulers;
+        # _wrapped_by_lr_sched: torch 2.x), which they read on the method.
+        for mark in ("_with_counter", "_wrapped_by_lr_sched"):
+            if getattr(original, mark, False):
+                setattr(self, mark, True)
+
+    def __call__(self, *args, **kwargs):
+        return self.__func__(self.__self__, *args, **kwargs)
+
+    def __reduce__(self):
+        return getattr, (self.__self__, self.__name__)
+
+    def __deepcopy__(self, memo):
+        return getattr(copy.deepcopy(self.__self__, memo), self.__name__)
 
 
 def _outside_graphs(hook):
