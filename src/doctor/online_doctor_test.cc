@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "recorder/recorder.h"
+#include "recorder/recorder_test_fixture.h"
 
 // The online doctor composed with a recorder, as the Python module and the LibTorch client
 // compose it.
@@ -16,22 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class RecorderWithDoctor : public ::testing::Test {
- protected:
-  void SetUp() override {
-    logdir_ = fs::temp_directory_path() / ("ts_online_doctor_" + std::to_string(::getpid()) + "_" +
-                                           ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(logdir_);
-  }
-  void TearDown() override { fs::remove_all(logdir_); }
-  Recorder::Options Options(const std::string& name) {
-    Recorder::Options o;
-    o.logdir = logdir_.string();
-    o.name = name;
-    return o;
-  }
-  fs::path logdir_;
-};
+class RecorderWithDoctor : public RecorderFixture {};
 
 // The online doctor stores a finding when it opens; what it learns afterwards (here: the
 // loss stays negative to the end) is written over that row at Close, and into

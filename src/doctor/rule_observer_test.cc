@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "recorder/recorder.h"
+#include "recorder/recorder_test_fixture.h"
 
 // The alert rules composed with a recorder, as the Python module composes them.
 namespace trainscope::doctor {
@@ -15,22 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class RecorderWithRules : public ::testing::Test {
- protected:
-  void SetUp() override {
-    logdir_ = fs::temp_directory_path() / ("ts_rule_observer_" + std::to_string(::getpid()) + "_" +
-                                           ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(logdir_);
-  }
-  void TearDown() override { fs::remove_all(logdir_); }
-  Recorder::Options Options(const std::string& name) {
-    Recorder::Options o;
-    o.logdir = logdir_.string();
-    o.name = name;
-    return o;
-  }
-  fs::path logdir_;
-};
+class RecorderWithRules : public RecorderFixture {};
 
 // Rules are judged on the writer's tick, long before a commit (flush interval 60 s); an
 // alert is taken only once its step has ended; its finding is stored with the run.

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "recorder/recorder.h"
+#include "recorder/recorder_test_fixture.h"
 
 // The TensorBoard mirror composed with a recorder, as the Python module composes it.
 namespace trainscope::ingest {
@@ -15,22 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class RecorderWithMirror : public ::testing::Test {
- protected:
-  void SetUp() override {
-    logdir_ = fs::temp_directory_path() / ("ts_tb_mirror_" + std::to_string(::getpid()) + "_" +
-                                           ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(logdir_);
-  }
-  void TearDown() override { fs::remove_all(logdir_); }
-  Recorder::Options Options(const std::string& name) {
-    Recorder::Options o;
-    o.logdir = logdir_.string();
-    o.name = name;
-    return o;
-  }
-  fs::path logdir_;
-};
+class RecorderWithMirror : public RecorderFixture {};
 
 TEST_F(RecorderWithMirror, TensorBoardMirrorIsFlushedWithEachCommit) {
   auto options = Options("tb");

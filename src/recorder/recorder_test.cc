@@ -7,28 +7,14 @@
 #include <thread>
 
 #include "recorder/recorder.h"
+#include "recorder/recorder_test_fixture.h"
 
 namespace trainscope {
 namespace {
 
 namespace fs = std::filesystem;
 
-class RecorderTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    logdir_ = fs::temp_directory_path() / ("ts_recorder_" + std::to_string(::getpid()) + "_" +
-                                           ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(logdir_);
-  }
-  void TearDown() override { fs::remove_all(logdir_); }
-  Recorder::Options Options(const std::string& name) {
-    Recorder::Options o;
-    o.logdir = logdir_.string();
-    o.name = name;
-    return o;
-  }
-  fs::path logdir_;
-};
+class RecorderTest : public RecorderFixture {};
 
 TEST_F(RecorderTest, EverythingLoggedIsStoredAfterClose) {
   std::unique_ptr<Recorder> rec;
