@@ -119,6 +119,7 @@ class StepClock:
         self.pending = False
         self.explicit = False          # run.step() is in use
         self.optimizer_owned = False   # a watched optimizer marks step ends
+        self.data_owned = False        # run.data() marks step ends (no optimizer, no run.step())
         self.step_started = None
         self.phase_seconds = collections.defaultdict(float)
         self.spans = []                # (step, phase, start wall time, seconds) until the step closes
@@ -126,6 +127,7 @@ class StepClock:
         self.listeners = []            # callables(step) at the end of each step
         self.data_listeners = []       # callables() before run.data() fetches a batch
         self.sampler = None
+        self.device_timed = False      # a watcher times its phases with CUDA events
 
     @property
     def step(self):
@@ -135,9 +137,11 @@ class StepClock:
         """Starts the next step if the last one ended; started: its perf_counter start."""
         if self.pending:
             self.pending = False
-            self._close_step(self.run._step)
+            now = time.perf_counter() if started is None else started
+            # The last step ends where this one starts: a batch's wait is this step's only.
+            self._close_step(self.run._step, now)
             self.run._step += 1
-            self.step_started = time.perf_counter() if started is None else started
+            self.step_started = now
             if self.sampler is not None:
                 self.sampler.set_step(self.run._step)
         elif self.step_started is None:
@@ -168,19 +172,26 @@ class StepClock:
             found = self._time_ids[phase] = self.run._recorder.series("time/" + phase, "scalar")
         return found
 
-    def _close_step(self, step):
+    def _close_step(self, step, ended=None):
         rec = self.run._recorder
         if self.spans:
             steps, phases, starts, durations = zip(*self.spans)
             self.spans.clear()
             rec.log_spans(steps, phases, starts, durations)
         ids, values = [], []
-        if self.step_started is not None:
-            ids.append(self._time_id("step"))
-            values.append(time.perf_counter() - self.step_started)
         for phase, seconds in self.phase_seconds.items():
             ids.append(self._time_id(phase))
             values.append(seconds)
+        if self.step_started is not None:
+            seconds = (time.perf_counter() if ended is None else ended) - self.step_started
+            ids.append(self._time_id("step"))
+            values.append(seconds)
+            if not self.device_timed:
+                # time/step = data + forward + backward + optimizer + other (the rest of the
+                # loop: logging, the user's own work). On an accelerator the phases are
+                # device times that land later: no "other" there.
+                ids.append(self._time_id("other"))
+                values.append(max(0.0, seconds - sum(self.phase_seconds.values())))
         self.phase_seconds.clear()
         if ids:
             rec.log_scalar_ids(ids, values, step)
@@ -211,6 +222,8 @@ def timed_data(run, clock, iterable, inspect):
     """Yields the batches of iterable, recording the wait for each as time/data."""
     iterator = iter(iterable)
     first = True
+    if not clock.explicit and not clock.optimizer_owned:
+        clock.data_owned = True
     while True:
         if not first and not clock.explicit and not clock.optimizer_owned:
             clock.end()
@@ -337,6 +350,9 @@ class Watcher:
         self._act_step = None
         self._census_types = set()
         self._labels_from_data = False  # run.data() batches carry the targets
+        # No watched optimizer: a backward of a training forward's output has completed
+        # since the last step end (the next training forward or zero_grad then ends the step).
+        self._backward_done = False
         # After non-finite gradients, the next forward records every activation (between
         # sampled steps too), so the first non-finite producer can be named.
         self._act_force = False
@@ -344,6 +360,8 @@ class Watcher:
         self._cpu_activations = not cuda  # measured on the helper thread after the forward
         self._cuda_available = torch.cuda.is_available()  # asked once: per step it is a cold call
         self.timer = PhaseTimer(clock, cuda)
+        if cuda:
+            clock.device_timed = True
         # Gradients measured inside backward while in cache (see _grad_hook); CPU only.
         self._hot = None
         self._hot_bad = False
@@ -426,6 +444,8 @@ class Watcher:
             self._wrap(self.optimizer, "zero_grad", self._zero_grad)
             self._guarded("amp", _watch_grad_scalers)(self)  # a failure leaves the rest watched
         self._wrap(self.model, "zero_grad", self._zero_grad)
+        self._backward_started_hook = self._guarded("backward", self._backward_started)
+        self._backward_finished_hook = self._guarded("backward", self._backward_finished)
         self._step_listener = self._guarded("step end", self._on_step_end)
         self.clock.listeners.append(self._step_listener)
         self._data_listener = self._guarded("forward", self._end_backward)
@@ -453,6 +473,9 @@ class Watcher:
 
     def close(self):
         """Removes every hook and wrapper and logs what is still in flight."""
+        if self._backward_done and self._owns_steps():
+            self._backward_done = False
+            self._guarded("step end", self.clock.end)()  # the last step, without an optimizer
         self._detach_activation_hooks()
         try:
             self._submit_activations()
@@ -570,6 +593,10 @@ class Watcher:
             return
         self._end_backward()  # the last micro-batch's, when gradients accumulate
         if module.training:
+            if self._backward_done:
+                self._backward_done = False
+                if self._owns_steps():
+                    self.clock.end()  # the step of the last backward (docs/watch.md "Steps")
             self.clock.begin()
         step = self.clock.step
         if self.optimizer is not None and module.training and "weights" not in self.failures.off:
@@ -616,6 +643,26 @@ class Watcher:
                 # (clipping, unscaling) count with it. A hook on the output and an autograd
                 # callback would time backward alone, but cost ~0.4 ms a step here.
                 self.timer.start("backward")
+                if self.optimizer is None and module.training and not self.clock.optimizer_owned:
+                    # No optimizer step to end backward and the step: the end of this
+                    # output's backward is seen by an autograd callback.
+                    out.register_hook(self._backward_started_hook)
+
+    def _owns_steps(self):
+        """True when nothing else marks step ends: no watched optimizer, run.step() or run.data()."""
+        clock = self.clock
+        return not (clock.explicit or clock.optimizer_owned or clock.data_owned)
+
+    def _backward_started(self, grad):
+        if not self.closed:
+            torch.autograd.Variable._execution_engine.queue_callback(self._backward_finished_hook)
+        return None
+
+    def _backward_finished(self):
+        if self.closed:
+            return
+        self.timer.stop("backward")
+        self._backward_done = True
 
     def _measure_activation(self, name, tag, kind, out, step):
         """One module's output statistics, now (on CPU) or reduced on its device."""
@@ -865,6 +912,12 @@ class Watcher:
 
     def _zero_grad(self, original, *args, **kwargs):
         self._zeroed = True
+        if self._backward_done:
+            self._backward_done = False
+            if self._owns_steps():
+                # Without an optimizer, zeroing the gradients after a backward ends the step
+                # (before they are gone: the gradient statistics are taken at the step end).
+                self._guarded("step end", self.clock.end)()
         return original(*args, **kwargs)
 
     def _optimizer_step(self, original, *args, **kwargs):
