@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cmath>
 
+#include "doctor/param_roles.h"
+
 namespace trainscope::doctor {
 
 namespace {
@@ -164,12 +166,7 @@ void BatchNormBatchDetector::OnStep(const StepFrame& frame, const DetectorContex
     std::string_view rest;
     if (!HasPrefix(tag, "act/", &rest)) continue;
     const std::string m(rest);
-    const std::string type = Lower(ctx.facts.ModuleType(m));
-    const std::string name = Lower(m.substr(m.rfind('.') == std::string::npos ? 0 : m.rfind('.') + 1));
-    const bool bn = !type.empty() ? type.find("batchnorm") != std::string::npos
-                                  : name.find("batchnorm") != std::string::npos ||
-                                        (name.rfind("bn", 0) == 0 && (name.size() == 2 || std::isdigit(static_cast<unsigned char>(name[2])) || name[2] == '_'));
-    if (!bn) continue;
+    if (!IsBatchNormModule(m, ctx.facts)) continue;
     done_ = true;
     Finding f;
     f.code = "ARCHITECTURE_WARNING";

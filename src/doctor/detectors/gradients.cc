@@ -14,10 +14,6 @@ double Rms(const TensorStats& s) {
   return s.finite() ? std::sqrt(s.sum_squares / static_cast<double>(s.finite())) : kNaN;
 }
 
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 double MedianOf(const std::deque<double>& d) {
   std::vector<double> v(d.begin(), d.end());
   return Median(v);
@@ -32,7 +28,7 @@ std::vector<std::pair<std::string, const TensorStats*>> WeightGradsByDepth(const
     std::string_view rest;
     if (!HasPrefix(tag, "grad/", &rest)) continue;
     const std::string p(rest);
-    if (IsBiasOrNormParam(p, facts) || Lower(p).find("emb") != std::string::npos || s.numel < 2) continue;
+    if (ClassifyParam(p, facts) != ParamRole::kWeight || s.numel < 2) continue;
     if (facts.ParamIndex(p) < 0) continue;
     out.emplace_back(p, &s);
   }
@@ -42,26 +38,6 @@ std::vector<std::pair<std::string, const TensorStats*>> WeightGradsByDepth(const
 }
 
 }  // namespace
-
-bool IsNormModule(const std::string& module, const RunFacts& facts) {
-  const std::string type = Lower(facts.ModuleType(module));
-  if (!type.empty()) return type.find("norm") != std::string::npos;
-  const std::string last = Lower(module.substr(module.rfind('.') == std::string::npos ? 0 : module.rfind('.') + 1));
-  if (last.find("norm") != std::string::npos) return true;
-  // bn, bn1, ln, ln_f, ln2, gn: the usual short names.
-  for (const char* p : {"bn", "ln", "gn"}) {
-    if (last.rfind(p, 0) == 0) {
-      const std::string tail = last.substr(2);
-      if (tail.empty() || tail[0] == '_' || std::isdigit(static_cast<unsigned char>(tail[0]))) return true;
-    }
-  }
-  return false;
-}
-
-bool IsBiasOrNormParam(const std::string& param, const RunFacts& facts) {
-  if (EndsWith(param, "bias") || param.find("running_") != std::string::npos) return true;
-  return IsNormModule(RunFacts::ModuleOfParam(param), facts);
-}
 
 // ---- explosion ----
 
@@ -407,7 +383,7 @@ void NormScaleDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
     std::string_view rest;
     if (!HasPrefix(tag, "weight/", &rest)) continue;
     const std::string p(rest);
-    if (!EndsWith(p, "weight") || !IsNormModule(RunFacts::ModuleOfParam(p), ctx.facts)) continue;
+    if (ClassifyParam(p, ctx.facts) != ParamRole::kNormScale) continue;
     const double rms = Rms(s);
     if (!std::isfinite(rms)) continue;
     auto [it, added] = baseline_.try_emplace(p, rms);

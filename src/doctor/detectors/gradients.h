@@ -8,14 +8,9 @@
 #include <set>
 
 #include "doctor/detector.h"
+#include "doctor/param_roles.h"  // ClassifyParam, IsBiasOrNormParam, IsNormModule
 
 namespace trainscope::doctor {
-
-// A parameter that is a bias or the scale/shift of a normalisation layer: its statistics
-// follow other rules (biases start at 0, norm scales at 1), so the weight checks skip it.
-bool IsBiasOrNormParam(const std::string& param, const RunFacts& facts);
-// Whether the module is a normalisation layer (by meta type, else by its name).
-bool IsNormModule(const std::string& module, const RunFacts& facts);
 
 struct GradExplosionOptions {
   size_t window = 50;

@@ -121,6 +121,24 @@ TEST(UpdateRatio, Edges) {
   EXPECT_TRUE(UpdateRun(5e-6, 1e-4, 0.1).empty());  // a schedule decayed the LR: intended
 }
 
+// An LSTM's biases are bias_ih_l0/bias_hh_l0: a large update there is not a weight's
+// (issue 15: UPDATE_RATIO_HIGH on rnn.bias_ih_l0).
+TEST(UpdateRatio, RecurrentBiasesAndNormScalesAreNotWeights) {
+  Feed feed({"update_ratio"});
+  for (int64_t s = 0; s < 60; ++s) {
+    feed.Scalar("opt/lr", s, 0.1);
+    for (const char* w : {"rnn.weight_ih_l0", "rnn.weight_hh_l0"}) {
+      feed.Stats(std::string("weight/") + w, s, WithRms(100, 1.0));
+      feed.Stats(std::string("update/") + w, s, WithRms(100, 1e-3, s));
+    }
+    for (const char* b : {"rnn.bias_ih_l0", "rnn.bias_hh_l0_reverse", "ln_1.weight", "norm.weight"}) {
+      feed.Stats(std::string("weight/") + b, s, WithRms(16, 1e-2));
+      feed.Stats(std::string("update/") + b, s, WithRms(16, 1e-2, s));  // ratio 1
+    }
+  }
+  EXPECT_TRUE(feed.Finish().empty());
+}
+
 TEST(WeightSymmetry, ConstantInitButNotNormScales) {
   Feed feed({"weight_symmetry"});
   const std::vector<double> c(64, 0.5), z(64, 0.0), one(8, 1.0);
