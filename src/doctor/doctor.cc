@@ -407,6 +407,66 @@ void SortFindings(std::vector<Finding>* findings) {
   });
 }
 
+namespace {
+
+std::string WithoutLocation(std::string text, const std::string& location) {
+  if (location.empty()) return text;
+  for (size_t at = text.find(location); at != std::string::npos; at = text.find(location, at + 1)) {
+    text.replace(at, location.size(), "\x01");
+  }
+  return text;
+}
+
+json EvidenceWithoutLocation(const json& value, const std::string& location) {
+  if (value.is_string()) return WithoutLocation(value.get<std::string>(), location);
+  if (value.is_array() || value.is_object()) {
+    json out = value;
+    for (auto& item : out) item = EvidenceWithoutLocation(item, location);
+    return out;
+  }
+  return value;
+}
+
+std::string GroupKey(const Finding& f) {
+  std::string key = f.code + '\x02' + SeverityName(f.severity) + '\x02' + std::to_string(f.step) + '\x02' +
+                    std::to_string(f.last_step) + '\x02' + WithoutLocation(f.summary, f.location) + '\x02';
+  for (const Cause& c : f.causes) key += c.id + '=' + FormatNumber(c.confidence, 6) + ';';
+  key += '\x02';
+  for (const std::string& a : f.actions) key += WithoutLocation(a, f.location) + '\x03';
+  const json evidence = json::parse(f.evidence_json, nullptr, false);
+  key += '\x02' + (evidence.is_discarded() ? f.evidence_json : EvidenceWithoutLocation(evidence, f.location).dump());
+  return key;
+}
+
+}  // namespace
+
+void GroupFindings(std::vector<Finding>* findings) {
+  std::map<std::string, size_t> first;             // group key -> index in `out`
+  std::vector<std::vector<std::string>> places;    // per kept finding: its locations
+  std::vector<Finding> out;
+  for (Finding& f : *findings) {
+    const std::string key = GroupKey(f);
+    auto [it, added] = first.try_emplace(key, out.size());
+    if (added) {
+      places.push_back({f.location});
+      out.push_back(std::move(f));
+      continue;
+    }
+    auto& where = places[it->second];
+    if (std::find(where.begin(), where.end(), f.location) == where.end()) where.push_back(f.location);
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    json evidence = json::parse(out[i].evidence_json, nullptr, false);
+    if (!evidence.is_object()) continue;
+    if (places[i].size() < 2) continue;  // a repeat of the same place: one finding, no list
+    evidence["locations"] = places[i];
+    evidence["count"] = places[i].size();
+    out[i].evidence_json = evidence.dump();
+    out[i].summary += " (and " + std::to_string(places[i].size() - 1) + " more places like it: evidence.locations)";
+  }
+  *findings = std::move(out);
+}
+
 std::vector<Finding> Doctor::findings() const {
   std::vector<Finding> out = findings_;
   for (const Finding& r : recorded_) {
@@ -415,6 +475,7 @@ std::vector<Finding> Doctor::findings() const {
     });
     if (!dup) out.push_back(r);
   }
+  GroupFindings(&out);
   SortFindings(&out);
   return out;
 }

@@ -161,6 +161,11 @@ Diagnosis Diagnose(const RunData& run, const DoctorOptions& options = {});
 
 // Sorts findings worst first, then by step, then by code.
 void SortFindings(std::vector<Finding>* findings);
+// Findings that differ only by their location (same code, severity, steps, causes, and
+// summary, actions and evidence once the location is taken out of them) become one: the
+// first keeps its `location`, and its evidence gains "locations" (every place, in order)
+// and "count". One Dropout(0.9) config in 13 layers is one finding, not 13.
+void GroupFindings(std::vector<Finding>* findings);
 
 // The `diagnose --json` object of DESIGN.md for one run, plus "not_checked":
 // {"source", "format", "steps", "findings": [...], "not_checked": [{"check", "codes",

@@ -112,6 +112,37 @@ TEST(Doctor, BatchesGroupedByKindAreJudgedAtTheBatchEnd) {
   EXPECT_EQ(eager.findings()[0].code, "NONFINITE_LOSS");
 }
 
+// Issue 15: one Dropout(0.9) config in 13 layers gave 13 ARCHITECTURE_WARNINGs.
+TEST(Doctor, FindingsThatDifferOnlyByLocationAreOne) {
+  Doctor doctor;
+  auto dropout = [](const std::string& m, double p) {
+    Finding f;
+    f.code = "ARCHITECTURE_WARNING";
+    f.location = m;
+    f.summary = "Dropout " + m + " drops 90% of its inputs";
+    f.evidence_json = nlohmann::json{{"module", m}, {"type", "Dropout"}, {"p", p}, {"check", "dropout_above_half"}}.dump();
+    f.causes = {{"dropout_too_high", 0.7}};
+    f.actions = {"Use p <= 0.5 in " + m};
+    return f;
+  };
+  for (int i = 0; i < 13; ++i) doctor.OnFinding(dropout("h." + std::to_string(i) + ".drop", 0.9));
+  doctor.OnFinding(dropout("h.0.drop", 0.9));  // the same place again
+  doctor.OnFinding(dropout("head.drop", 0.8));  // another value: its own finding
+  doctor.Finish();
+  const auto findings = doctor.findings();
+  ASSERT_EQ(findings.size(), 2u);
+  const Finding& f = findings[0].location == "h.0.drop" ? findings[0] : findings[1];
+  EXPECT_EQ(f.location, "h.0.drop");
+  const auto evidence = nlohmann::json::parse(f.evidence_json);
+  EXPECT_EQ(evidence["count"], 13);
+  ASSERT_EQ(evidence["locations"].size(), 13u);
+  EXPECT_EQ(evidence["locations"][12], "h.12.drop");
+  EXPECT_EQ(evidence["module"], "h.0.drop");
+  const Finding& other = findings[0].location == "h.0.drop" ? findings[1] : findings[0];
+  EXPECT_EQ(other.location, "head.drop");
+  EXPECT_FALSE(nlohmann::json::parse(other.evidence_json).contains("locations"));
+}
+
 TEST(FlightRecorder, KeepsOnlyTheCensusTypesThatChanged) {
   FlightRecorder flight(32);
   for (int64_t s = 0; s < 40; ++s) {
