@@ -171,6 +171,8 @@ class Run:
         self._finished = False
         self._clock = None        # watch.StepClock once watch()/data()/step() is used
         self._watchers = []
+        self._lr_tags = ()        # the opt/lr tags watch() logs
+        self._user_lr_tags = set()  # those of them the script logs itself: watch() leaves them to it
         self._sampler = None      # the C++ system-metrics thread (watch())
         self._classification = {}
         _live_runs.add(self)
@@ -190,6 +192,10 @@ class Run:
                 self._step = step + 1
         elif self._auto_step and step >= self._step:
             self._step = step + 1
+        if self._lr_tags:  # watch() logs these unless the script does (docs/watch.md)
+            for tag in self._lr_tags:
+                if tag in data and tag not in self._user_lr_tags:
+                    self._user_lr_tags.add(tag)
         rest = self._recorder.log_dict(data, step)
         if rest is not None:
             self._log_slow(rest, step)

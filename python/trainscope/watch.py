@@ -126,6 +126,7 @@ class StepClock:
         self._time_ids = {}            # phase -> series id of time/<phase>
         self.listeners = []            # callables(step) at the end of each step
         self.data_listeners = []       # callables() before run.data() fetches a batch
+        self.close_listeners = []      # callables() when a step closes (the next begins, or the run ends)
         self.sampler = None
         self.device_timed = False      # a watcher times its phases with CUDA events
 
@@ -137,6 +138,8 @@ class StepClock:
         """Starts the next step if the last one ended; started: its perf_counter start."""
         if self.pending:
             self.pending = False
+            for listener in list(self.close_listeners):
+                listener()
             now = time.perf_counter() if started is None else started
             # The last step ends where this one starts: a batch's wait is this step's only.
             self._close_step(self.run._step, now)
@@ -197,6 +200,8 @@ class StepClock:
             rec.log_scalar_ids(ids, values, step)
 
     def finish(self):
+        for listener in list(self.close_listeners):
+            listener()
         if self.step_started is not None or self.phase_seconds:
             self._close_step(self.run._step)
             self.step_started = None
@@ -353,6 +358,7 @@ class Watcher:
         # No watched optimizer: a backward of a training forward's output has completed
         # since the last step end (the next training forward or zero_grad then ends the step).
         self._backward_done = False
+        self._lr_pending = None     # (step, [(tag, lr)]) until the step closes
         # After non-finite gradients, the next forward records every activation (between
         # sampled steps too), so the first non-finite producer can be named.
         self._act_force = False
@@ -448,6 +454,8 @@ class Watcher:
         self._backward_finished_hook = self._guarded("backward", self._backward_finished)
         self._step_listener = self._guarded("step end", self._on_step_end)
         self.clock.listeners.append(self._step_listener)
+        self._lr_listener = self._guarded("lr", self._flush_lr)
+        self.clock.close_listeners.append(self._lr_listener)
         self._data_listener = self._guarded("forward", self._end_backward)
         self.clock.data_listeners.append(self._data_listener)
 
@@ -496,6 +504,9 @@ class Watcher:
         self._handles.clear()
         if self.optimizer is not None:
             _unwatch_grad_scalers(self)
+        self._lr_listener()
+        if self._lr_listener in self.clock.close_listeners:
+            self.clock.close_listeners.remove(self._lr_listener)
         if self._step_listener in self.clock.listeners:
             self.clock.listeners.remove(self._step_listener)
         if self._data_listener in self.clock.data_listeners:
@@ -1208,16 +1219,19 @@ class Watcher:
             ids.append(self._id("train/grad_zeroed", "scalar"))
             values.append(1.0 if self._grads_were_zeroed() else 0.0)
             groups = self.optimizer.param_groups
+            lrs = []
+            self._flush_lr()
             for index, group in enumerate(groups):
                 lr = group.get("lr")
                 if lr is None:
                     continue
                 tag = "opt/lr" if len(groups) == 1 else f"opt/lr/{index}"
-                if type(lr) is float or type(lr) is int:
-                    ids.append(self._id(tag, "scalar"))
-                    values.append(lr)
-                else:  # a tensor LR (capturable optimizers): run.log's deferred copy
-                    self.run.log({tag: lr}, step=step)
+                if tag not in self.run._lr_tags:
+                    self.run._lr_tags += (tag,)
+                lrs.append((tag, lr))
+            # Logged when the step closes, and only where the training script does not log
+            # that tag itself (README's run.log({"opt/lr": ...}) after optimizer.step()).
+            self._lr_pending = (step, lrs)
         if self._amp_skip:
             pass  # a fused step its GradScaler skips: no update's gradients, as when optimizer.step is not called
         elif due and self._amp_scale is not None:
@@ -1252,6 +1266,25 @@ class Watcher:
             self._guarded("inputs", self._measure_held_inputs)()
             self._inputs_held = []
         return self.guard and nonfinite
+
+    def _flush_lr(self):
+        """Logs the lr of the last optimizer step, less the tags the user logs."""
+        pending, self._lr_pending = self._lr_pending, None
+        if pending is None:
+            return
+        step, lrs = pending
+        user = self.run._user_lr_tags
+        ids, values = [], []
+        for tag, lr in lrs:
+            if tag in user:
+                continue
+            if type(lr) is float or type(lr) is int:
+                ids.append(self._id(tag, "scalar"))
+                values.append(lr)
+            else:  # a tensor LR (capturable optimizers): run.log's deferred copy
+                self.run.log({tag: lr}, step=step)
+        if ids:
+            self.rec.log_scalar_ids(ids, values, step)
 
     def _weight_plan(self):
         """What the CPU weight/update pass needs of each parameter, computed once the

@@ -100,3 +100,21 @@ def test_step_time_is_the_sum_of_its_phases(tmp_path):
     assert times["step"]["value"].sum() <= wall + 0.005
     # Each step's data wait is its own: what the phases leave over is small.
     assert np.median(times["other"]["value"]) < 0.02
+
+
+def test_a_user_logged_lr_replaces_watchs(tmp_path):
+    """The README's pattern: run.log({"opt/lr": ...}) after optimizer.step() with watch()."""
+    model = mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = ts.init(tmp_path, name="lr", doctor=False)
+    run.watch(model, optimizer, system_interval=0, checks=False)
+    for x, y in run.data([batch(i) for i in range(5)]):
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        run.log({"train/loss": 1.0, "opt/lr": 0.25})
+    run.finish()
+    lr = ts.open_run(tmp_path / "lr").scalars("opt/lr")
+    assert list(lr["step"]) == list(range(5))
+    assert list(lr["value"]) == [0.25] * 5
+
