@@ -515,6 +515,7 @@ class Run:
         if exc_type is None or issubclass(exc_type, StopTraining):
             self.finish()
         else:
+            self._recorder.set_meta("exception", f"{exc_type.__name__}: {exc}")
             self.finish("crashed", exc_type.__name__)
         return False
 
@@ -564,6 +565,8 @@ def _install_exit_handlers():
 
     def excepthook(exc_type, exc, tb):
         _exit_reason.append(exc_type.__name__)  # KeyboardInterrupt for Ctrl-C
+        for run in list(_live_runs):  # the message too (meta "exception"), for the dashboard
+            run._recorder.set_meta("exception", f"{exc_type.__name__}: {exc}")
         previous_hook(exc_type, exc, tb)
 
     sys.excepthook = excepthook
