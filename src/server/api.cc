@@ -174,7 +174,9 @@ std::vector<size_t> PickTensorPoints(const std::vector<TensorStatsPoint>& points
   return keep;
 }
 
-const char* Health(const std::vector<Finding>& findings) {
+// A crashed run is critical whatever its findings said: it did not finish.
+const char* Health(const std::vector<Finding>& findings, const std::string& status) {
+  if (status == "crashed") return "critical";
   Severity worst = Severity::kInfo;
   bool any = false;
   for (const Finding& f : findings) {
@@ -286,8 +288,11 @@ ApiReply Api::Runs() {
     for (const SeriesInfo& info : series) max_step = std::max(max_step, info.points ? info.last_step : 0);
     json config = json::parse(meta.config_json, nullptr, false);
     if (config.is_discarded()) config = json::object();
-    entry.update({{"status", store->EffectiveStatus(meta)},
-                  {"health", Health(findings)},
+    const std::string status = store->EffectiveStatus(meta);
+    if (!meta.exit_reason.empty()) entry["exit_reason"] = meta.exit_reason;
+    if (auto e = meta.extra.find("exception"); e != meta.extra.end()) entry["exception"] = e->second;
+    entry.update({{"status", status},
+                  {"health", Health(findings, status)},
                   {"findings", counts},
                   {"start_time", meta.start_time},
                   {"end_time", meta.end_time},

@@ -58,6 +58,29 @@ void MakeRun(const std::string& logdir, const std::string& name, int steps = 200
   ASSERT_TRUE(store->Close("finished", "").ok());
 }
 
+// Issue 15: a crashed run kept health "ok" and showed no exception text.
+TEST(ApiTest, ACrashedRunIsCriticalWithItsException) {
+  const std::string root = TempDir();
+  RunMeta meta;
+  meta.name = "crash";
+  std::unique_ptr<RunStore> store;
+  ASSERT_TRUE(RunStore::Create(root + "/crash", meta, &store).ok());
+  ASSERT_TRUE(store->SetMetaValue("exception", "ValueError: bad batch").ok());
+  ASSERT_TRUE(store->Close("crashed", "ValueError").ok());
+  store.reset();
+  std::unique_ptr<RunRegistry> registry;
+  ASSERT_TRUE(RunRegistry::Open(root, &registry).ok());
+  Api api(registry.get());
+  ApiReply reply = api.Handle("runs", {});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  json j = json::parse(reply.body);
+  ASSERT_EQ(j["runs"].size(), 1u);
+  EXPECT_EQ(j["runs"][0]["status"], "crashed");
+  EXPECT_EQ(j["runs"][0]["health"], "critical");
+  EXPECT_EQ(j["runs"][0]["exit_reason"], "ValueError");
+  EXPECT_EQ(j["runs"][0]["exception"], "ValueError: bad batch");
+}
+
 TEST(RunRegistryTest, ValidatesNames) {
   EXPECT_TRUE(RunRegistry::ValidateName("run1").ok());
   EXPECT_TRUE(RunRegistry::ValidateName("sweep/lr=0.1").ok());
