@@ -438,14 +438,16 @@ class Watcher:
                     self._handles.append(p.register_post_accumulate_grad_hook(self._grad_accumulated(slot)))
         if self.optimizer is not None:
             self.clock.optimizer_owned = True
-            if not self.guard and hasattr(self.optimizer, "register_step_pre_hook"):
+            if not self.guard and hasattr(self.optimizer, "register_step_pre_hook") \
+                    and not _step_hooks_may_nest(self.optimizer):
                 # torch 2.x: the optimizer's own step hooks. optimizer.step stays torch's, so
                 # LR schedulers, pickling and a torch.compile'd step see nothing of ours.
                 pre, post = _outside_graphs(self._step_pre_hook), _outside_graphs(self._step_post_hook)
                 self._handles.append(self.optimizer.register_step_pre_hook(pre))
                 self._handles.append(self.optimizer.register_step_post_hook(post))
             else:
-                # torch 1.13 has no step hooks; guard mode must be able to skip the step.
+                # torch 1.13 has no step hooks; guard mode must be able to skip the step; a
+                # subclass's step would run the hooks once per class.
                 self._wrap(self.optimizer, "step", self._optimizer_step)
             self._wrap(self.optimizer, "zero_grad", self._zero_grad)
             self._guarded("amp", _watch_grad_scalers)(self)  # a failure leaves the rest watched
@@ -1640,6 +1642,14 @@ class _BoundWrapper:
 
     def __deepcopy__(self, memo):
         return getattr(copy.deepcopy(self.__self__, memo), self.__name__)
+
+
+def _step_hooks_may_nest(optimizer):
+    """torch 2.x runs an optimizer's step hooks around each step() of its class chain: a
+    subclass whose step calls super().step() (class MyAdam(Adam)) runs them twice a step."""
+    own_steps = [cls for cls in type(optimizer).__mro__
+                 if "step" in cls.__dict__ and cls is not torch.optim.Optimizer]
+    return len(own_steps) > 1
 
 
 def _outside_graphs(hook):

@@ -447,3 +447,34 @@ def test_ddp_no_sync_accumulation_records_once_per_optimizer_step(tmp_path):
             assert_matches(s, a[param] - b[param], rel=1e-5)
     assert [step for step, _ in scalars(view, "time/data")] == [0, 1, 2]
     assert [v for _, v in scalars(view, "train/grad_zeroed")] == [1.0, 1.0, 1.0]
+
+
+class _LoggingSGD(torch.optim.SGD):
+    """A subclass whose step calls super().step(): torch 2.x runs step hooks once per class."""
+
+    def step(self, closure=None):
+        return super().step(closure)
+
+
+def test_an_optimizer_subclass_is_measured_once_a_step(tmp_path):
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # torch hooks SGD.step itself too
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    optimizer = _LoggingSGD(model.parameters(), lr=0.1)
+    run = ts.init(tmp_path, "sub")
+    run.watch(model, optimizer)
+    norms = []
+    for i in range(4):
+        g = torch.Generator().manual_seed(i)
+        optimizer.zero_grad()
+        model(torch.randn(4, 3, generator=g)).pow(2).sum().backward()
+        norms.append(float(model.weight.grad.double().norm()))
+        optimizer.step()
+        run.log({"train/loss": 1.0})
+    run.finish()
+    view = ts.open_run(tmp_path / "sub")
+    stats = view.tensor_stats("grad/weight")
+    assert [s["step"] for s in stats] == [0, 1, 2, 3]
+    assert [s["l2_norm"] for s in stats] == pytest.approx(norms, rel=1e-6)
+    assert view.scalars("train/loss")["step"].tolist() == [0, 1, 2, 3]
+    assert view.scalars("time/optimizer")["step"].tolist() == [0, 1, 2, 3]
