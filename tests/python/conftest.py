@@ -1,6 +1,6 @@
 """Shared fixtures: which trainscope is under test, and running Python snippets in a child process.
 
-Two ways to test (README, "Tests"):
+Two ways to test (README: the two CI legs):
 - the build (default): `build/python` first on sys.path and the CLI `build/trainscope`;
 - an installed package (TRAINSCOPE_TEST_INSTALLED=1, the torch-2 leg): `trainscope` as
   the interpreter imports it (pip install .) and the `trainscope` command pip put beside
