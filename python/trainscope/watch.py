@@ -147,8 +147,8 @@ class StepClock:
             self.step_started = now
             if self.sampler is not None:
                 self.sampler.set_step(self.run._step)
-        elif self.step_started is None:
-            self.step_started = time.perf_counter()
+        elif self.step_started is None:  # the run's first step: it starts with its batch's wait
+            self.step_started = time.perf_counter() if started is None else started
 
     def end(self):
         if self.pending:
