@@ -385,23 +385,12 @@ void Recorder::Tick() {
   {
     std::lock_guard lock(mu_);
     SyncWriterTagsLocked();
-    for (Ticked& t : ticked_) {
-      t.scalars.clear();
-      t.stats.clear();
-      for (size_t i = tick_seen_scalars_; i < queue_.scalars.size(); ++i) {
-        if (t.watched[queue_.scalars[i].series_id]) t.scalars.push_back(queue_.scalars[i]);
-      }
-      for (size_t i = tick_seen_stats_; i < queue_.tensor_stats.size(); ++i) {
-        if (t.watched[queue_.tensor_stats[i].series_id]) t.stats.push_back(queue_.tensor_stats[i]);
-      }
-    }
+    CollectWatched(queue_, tick_seen_scalars_, tick_seen_stats_);
     tick_seen_scalars_ = queue_.scalars.size();
     tick_seen_stats_ = queue_.tensor_stats.size();
   }
   std::vector<Finding> findings;
-  for (Ticked& t : ticked_) {
-    if (!t.scalars.empty() || !t.stats.empty()) t.observer->OnTick({writer_tags_, t.scalars, t.stats}, &findings);
-  }
+  HandOverWatched(&findings);
   if (findings.empty()) return;
   std::lock_guard lock(mu_);
   for (Finding& f : findings) {
@@ -413,15 +402,26 @@ void Recorder::Tick() {
 
 void Recorder::TickBatch(const WriteBatch& batch, size_t seen_scalars, size_t seen_stats,
                          std::vector<Finding>* findings) {
+  CollectWatched(batch, seen_scalars, seen_stats);
+  HandOverWatched(findings);
+}
+
+// Each ticked observer's points of `from` past the ones already seen, of the series it watches.
+void Recorder::CollectWatched(const WriteBatch& from, size_t seen_scalars, size_t seen_stats) {
   for (Ticked& t : ticked_) {
     t.scalars.clear();
     t.stats.clear();
-    for (size_t i = seen_scalars; i < batch.scalars.size(); ++i) {
-      if (t.watched[batch.scalars[i].series_id]) t.scalars.push_back(batch.scalars[i]);
+    for (size_t i = seen_scalars; i < from.scalars.size(); ++i) {
+      if (t.watched[from.scalars[i].series_id]) t.scalars.push_back(from.scalars[i]);
     }
-    for (size_t i = seen_stats; i < batch.tensor_stats.size(); ++i) {
-      if (t.watched[batch.tensor_stats[i].series_id]) t.stats.push_back(batch.tensor_stats[i]);
+    for (size_t i = seen_stats; i < from.tensor_stats.size(); ++i) {
+      if (t.watched[from.tensor_stats[i].series_id]) t.stats.push_back(from.tensor_stats[i]);
     }
+  }
+}
+
+void Recorder::HandOverWatched(std::vector<Finding>* findings) {
+  for (Ticked& t : ticked_) {
     if (!t.scalars.empty() || !t.stats.empty()) t.observer->OnTick({writer_tags_, t.scalars, t.stats}, findings);
   }
 }

@@ -189,6 +189,8 @@ class Recorder {
   void Tick();  // writer thread, between commits
   // Hands each ticked observer its watched points of batch past the seen counts.
   void TickBatch(const WriteBatch& batch, size_t seen_scalars, size_t seen_stats, std::vector<Finding>* findings);
+  void CollectWatched(const WriteBatch& from, size_t seen_scalars, size_t seen_stats);  // into ticked_
+  void HandOverWatched(std::vector<Finding>* findings);  // ticked_'s points to their observers
   // Batches given back by observers that took them over, emptied with their capacity.
   std::mutex spare_mu_;
   std::vector<WriteBatch> spare_batches_;  // guarded by spare_mu_
