@@ -692,7 +692,10 @@ SeriesKind KindByName(const std::string& name) {
 
 }  // namespace
 
+void RegisterHostExecutor(py::module_& m);  // watch_host_bindings.cc
+
 void RegisterWatch(py::module_& m) {
+  RegisterHostExecutor(m);
   // These extend the Recorder class registered by recorder_bindings.cc.
   auto recorder = py::reinterpret_borrow<py::object>(m.attr("Recorder"));
   auto def = [&](const char* name, py::cpp_function f) { py::setattr(recorder, name, f); };

@@ -48,4 +48,19 @@ double SaturatedFraction(const void* data, size_t n, DType dtype, Saturation kin
 // Resident set size of this process in bytes, from /proc/self/statm (0 if unreadable).
 uint64_t ProcessRssBytes();
 
+// Calls row(offset) for the first element of every innermost row of a strided tensor
+// (offsets and strides in elements), in row-major order; sizes must have no zero.
+template <typename F>
+void ForEachRow(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, F&& row) {
+  std::vector<int64_t> index(sizes.size() > 1 ? sizes.size() - 1 : 0, 0);
+  while (true) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < index.size(); ++d) offset += index[d] * strides[d];
+    row(offset);
+    size_t d = index.size();
+    while (d > 0 && ++index[d - 1] == sizes[d - 1]) index[--d] = 0;
+    if (d == 0) return;
+  }
+}
+
 }  // namespace trainscope::watch

@@ -1,0 +1,446 @@
+// The host executor of run.watch() (python/trainscope/_watch/executors.py): statistics of
+// host tensors taken by the C++ core on the tensors' own memory (Python passes data_ptr()
+// and the family's plan; nothing is copied), on one helper thread (watch/helper_thread.h)
+// beside the training, and logged straight into the Recorder. Every submit returns a
+// Ticket, which owns the references to the tensors the job reads until the job has
+// finished: Python keeps no lists of its own, and a ticket dropped early waits for its job
+// before letting the tensors go.
+//
+// On a bad dtype code or mismatched list lengths a ValueError is raised before any memory
+// is read or any job is queued.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "recorder/recorder.h"
+#include "watch/helper_thread.h"
+#include "watch/system_sampler.h"
+#include "watch/tensor_passes.h"
+
+namespace py = pybind11;
+
+namespace trainscope::python {
+
+namespace {
+
+using watch::DType;
+using watch::HelperThread;
+
+struct Totals {
+  double sum_squares = 0;  // over finite values of every tensor
+  uint64_t nan = 0;
+  uint64_t inf = 0;
+};
+
+void CheckLengths(size_t n, std::initializer_list<size_t> others) {
+  for (size_t m : others) {
+    if (m != n) throw py::value_error("trainscope watch: argument lists differ in length");
+  }
+}
+
+size_t ElementSize(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64: return 8;
+    case DType::kFloat32: return 4;
+    default: return 2;
+  }
+}
+
+DType ToDType(int code) {
+  if (!watch::ValidDType(code)) throw py::value_error("trainscope watch: unknown dtype code " + std::to_string(code));
+  return static_cast<DType>(code);
+}
+
+std::vector<DType> DTypes(const std::vector<int>& codes) {
+  std::vector<DType> out;
+  out.reserve(codes.size());
+  for (int c : codes) out.push_back(ToDType(c));
+  return out;
+}
+
+double GlobalNorm(const Totals& t) {
+  return t.nan ? std::nan("") : (t.inf ? std::numeric_limits<double>::infinity() : std::sqrt(t.sum_squares));
+}
+
+// What a statistics pass needs of each tensor of a family, fixed when watch() plans it
+// (rebuilt only when a parameter changes shape): per step only the addresses cross.
+// rows[i] > 0: the L2 norm of each of the tensor's rows too (a unit norm), as unit_ids[i].
+struct StatsPlan {
+  StatsPlan(std::vector<uint32_t> ids_, std::vector<uint64_t> numels_, const std::vector<int>& codes,
+            std::vector<uint64_t> rows_, std::vector<uint32_t> unit_ids_)
+      : ids(std::move(ids_)), numels(std::move(numels_)), dtypes(DTypes(codes)), rows(std::move(rows_)),
+        unit_ids(std::move(unit_ids_)) {
+    CheckLengths(ids.size(), {numels.size(), dtypes.size()});
+    if (!rows.empty()) CheckLengths(ids.size(), {rows.size(), unit_ids.size()});
+  }
+  size_t size() const { return ids.size(); }
+  std::vector<uint32_t> ids;
+  std::vector<uint64_t> numels;
+  std::vector<DType> dtypes;
+  std::vector<uint64_t> rows;
+  std::vector<uint32_t> unit_ids;
+};
+
+// The weight/update pass's constants: per parameter its weight/<name>, update/<name> and
+// update_ratio/<name> series, numel and dtype.
+struct WeightPlan {
+  WeightPlan(std::vector<uint32_t> weight_ids_, std::vector<uint32_t> update_ids_, std::vector<uint32_t> ratio_ids_,
+             std::vector<uint64_t> numels_, const std::vector<int>& codes)
+      : weight_ids(std::move(weight_ids_)), update_ids(std::move(update_ids_)), ratio_ids(std::move(ratio_ids_)),
+        numels(std::move(numels_)), dtypes(DTypes(codes)) {
+    CheckLengths(weight_ids.size(), {update_ids.size(), ratio_ids.size(), numels.size(), dtypes.size()});
+  }
+  size_t size() const { return weight_ids.size(); }
+  std::vector<uint32_t> weight_ids, update_ids, ratio_ids;
+  std::vector<uint64_t> numels;
+  std::vector<DType> dtypes;
+};
+
+// Activation kinds, as Python passes them.
+enum ActivationKind { kPlain = 0, kDeadUnits = 1, kTanh = 2, kSigmoid = 3 };
+
+// One module output (or model input) of an activation job. strides empty: contiguous; else
+// its strides in elements (its sizes in sizes), gathered row-major on the helper first, so
+// the training thread does not copy (attention outputs are transposes).
+struct ActivationJob {
+  uint32_t id;
+  uintptr_t ptr;
+  uint64_t numel;
+  DType dtype;
+  uint64_t outer, units, inner;
+  int kind;
+  bool histogram;
+  std::vector<int64_t> sizes, strides;
+};
+
+struct Activation {
+  uint32_t id;
+  TensorStats stats;
+};
+
+// What a job hands back: written by the job before its ticket counts as done, read after.
+struct TicketState {
+  HelperThread::Ticket number = 0;
+  int64_t step = 0;
+  Totals totals;
+  std::vector<Activation> activations;
+};
+
+// One submitted job. Owns the references to what the job reads (kept) until the job has
+// finished; dropped before that (an exception on the training thread, a watcher closed),
+// it waits for the job first. Holds the worker (and through it the recorder) alive too.
+class Ticket {
+ public:
+  Ticket(std::shared_ptr<HelperThread> helper, std::shared_ptr<TicketState> state, Recorder* recorder,
+         py::object owner, py::object kept)
+      : helper_(std::move(helper)), state_(std::move(state)), recorder_(recorder), owner_(std::move(owner)),
+        kept_(std::move(kept)) {}
+  ~Ticket() { WaitForJob(); }  // before kept_ goes (members are destroyed after this body)
+  Ticket(const Ticket&) = delete;
+  Ticket& operator=(const Ticket&) = delete;
+
+  bool Done() const { return waited_ || helper_->Done(state_->number); }
+
+  // Waits for the job, lets its tensors go; returns (sum of squares, nan, inf) of a stats job.
+  std::tuple<double, uint64_t, uint64_t> Wait() {
+    WaitForJob();
+    kept_ = py::none();
+    return {state_->totals.sum_squares, state_->totals.nan, state_->totals.inf};
+  }
+
+  // The tensors the job reads (None once waited for).
+  py::object Kept() const { return kept_; }
+
+  // An activation job: waits, then logs the results (in submission order) whose keep flag is
+  // set: the caller drops those whose tensor a later op changed in place while the job ran.
+  void LogActivations(const std::vector<bool>& keep) {
+    WaitForJob();
+    CheckLengths(state_->activations.size(), {keep.size()});
+    for (size_t i = 0; i < keep.size(); ++i) {
+      if (keep[i]) recorder_->LogTensorStats(state_->activations[i].id, state_->step, state_->activations[i].stats);
+    }
+    state_->activations.clear();
+    kept_ = py::none();
+  }
+
+ private:
+  void WaitForJob() {
+    if (waited_) return;
+    {
+      py::gil_scoped_release release;
+      helper_->WaitFor(state_->number);
+    }
+    waited_ = true;
+  }
+
+  std::shared_ptr<HelperThread> helper_;
+  std::shared_ptr<TicketState> state_;
+  Recorder* recorder_;
+  bool waited_ = false;
+  py::object owner_;
+  py::object kept_;
+};
+
+// The statistics of plan's tensors at ptrs (0: none this time), logged; returns the totals.
+Totals StatsPass(Recorder& recorder, int64_t step, const StatsPlan& plan, const std::vector<uintptr_t>& ptrs,
+                 bool histogram, bool units) {
+  Totals totals;
+  std::vector<float> norms;
+  const bool with_rows = units && !plan.rows.empty();
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (ptrs[i] == 0) continue;
+    const void* data = reinterpret_cast<const void*>(ptrs[i]);
+    TensorStats s;
+    if (with_rows && plan.rows[i] > 0 && plan.numels[i] % plan.rows[i] == 0) {
+      s = watch::StatsWithRowNorms(data, plan.rows[i], plan.numels[i] / plan.rows[i], plan.dtypes[i], histogram,
+                                   &norms);
+      recorder.LogVector(plan.unit_ids[i], step, norms);
+    } else {
+      s = watch::StatsOf(data, plan.numels[i], plan.dtypes[i], histogram);
+    }
+    totals.sum_squares += s.sum_squares;
+    totals.nan += s.nan;
+    totals.inf += s.inf;
+    recorder.LogTensorStats(plan.ids[i], step, s);
+  }
+  return totals;
+}
+
+// Weight stats, update stats (current - previous) and update_ratio = ||update|| / ||weight||
+// of each parameter; previous[i] is refreshed to current[i] in the same pass.
+void WeightPass(Recorder& recorder, int64_t step, const WeightPlan& plan, const std::vector<uintptr_t>& current,
+                const std::vector<uintptr_t>& previous, bool histogram) {
+  for (size_t i = 0; i < plan.size(); ++i) {
+    TensorStats w, u;
+    watch::WeightAndUpdateStats(reinterpret_cast<const void*>(current[i]), reinterpret_cast<void*>(previous[i]),
+                                plan.numels[i], plan.dtypes[i], histogram, &w, &u);
+    const double ratio = w.l2_norm() > 0 ? u.l2_norm() / w.l2_norm()
+                                         : (u.l2_norm() > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+    recorder.LogTensorStats(plan.weight_ids[i], step, w);
+    recorder.LogTensorStats(plan.update_ids[i], step, u);
+    recorder.LogScalar(plan.ratio_ids[i], step, (u.nan || u.inf || w.nan || w.inf) ? std::nan("") : ratio);
+  }
+}
+
+void CheckStrided(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  CheckLengths(sizes.size(), {strides.size()});
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] < 0 || strides[d] < 0) throw py::value_error("trainscope watch: negative size or stride");
+  }
+}
+
+TensorStats ActivationStats(const ActivationJob& j, const void* data) {
+  TensorStats s = watch::StatsOf(data, j.numel, j.dtype, j.histogram);
+  if (j.kind == kDeadUnits) s.dead_fraction = watch::DeadFraction(data, j.outer, j.units, j.inner, j.dtype);
+  if (j.kind == kTanh) s.saturated_fraction = watch::SaturatedFraction(data, j.numel, j.dtype, watch::Saturation::kTanh);
+  if (j.kind == kSigmoid) {
+    s.saturated_fraction = watch::SaturatedFraction(data, j.numel, j.dtype, watch::Saturation::kSigmoid);
+  }
+  return s;
+}
+
+// The host executor's C++ half: every pass a job on the helper thread, every submit a Ticket.
+class HostWorker {
+ public:
+  using Record = std::tuple<uint32_t, uintptr_t, uint64_t, int, uint64_t, uint64_t, uint64_t, int, bool,
+                            std::vector<int64_t>, std::vector<int64_t>>;
+
+  // Logs into recorder, which Python keeps alive as long as this worker (keep_alive on the
+  // constructor; the tickets hold the worker).
+  explicit HostWorker(Recorder& recorder) : recorder_(recorder), helper_(std::make_shared<HelperThread>()) {}
+
+  // The statistics of plan's tensors (ptrs[i] == 0: none), unit norms when units; then the
+  // global norm as norm_id (0: none). Also logged from the helper: scalars (lr, grad_zeroed)
+  // and, when rss_id is not 0, the process's RSS: a recorder call or an RSS read costs the
+  // training thread ~0.1-0.2 ms when its code is cold, as it is at an optimizer step.
+  std::unique_ptr<Ticket> SubmitStats(py::object self, int64_t step, std::shared_ptr<StatsPlan> plan,
+                                      std::vector<uintptr_t> ptrs, bool histogram, bool units, uint32_t norm_id,
+                                      std::vector<uint32_t> scalar_ids, std::vector<double> scalar_values,
+                                      uint32_t rss_id, py::object kept) {
+    CheckLengths(plan->size(), {ptrs.size()});
+    CheckLengths(scalar_ids.size(), {scalar_values.size()});
+    auto state = NewState(step);
+    Recorder* rec = &recorder_;
+    return Push(std::move(self), state, std::move(kept),
+                [rec, state, step, plan, ptrs = std::move(ptrs), histogram, units, norm_id,
+                 scalar_ids = std::move(scalar_ids), scalar_values = std::move(scalar_values), rss_id] {
+                  for (size_t i = 0; i < scalar_ids.size(); ++i) rec->LogScalar(scalar_ids[i], step, scalar_values[i]);
+                  if (rss_id) rec->LogScalar(rss_id, step, static_cast<double>(watch::ProcessRssBytes()));
+                  state->totals = StatsPass(*rec, step, *plan, ptrs, histogram, units);
+                  if (norm_id) rec->LogScalar(norm_id, step, GlobalNorm(state->totals));
+                });
+  }
+
+  // The weight/update pass: current[i] the weights, previous[i] their snapshot (refreshed).
+  std::unique_ptr<Ticket> SubmitWeights(py::object self, int64_t step, std::shared_ptr<WeightPlan> plan,
+                                        std::vector<uintptr_t> current, std::vector<uintptr_t> previous,
+                                        bool histogram, py::object kept) {
+    CheckLengths(plan->size(), {current.size(), previous.size()});
+    auto state = NewState(step);
+    Recorder* rec = &recorder_;
+    return Push(std::move(self), state, std::move(kept),
+                [rec, step, plan, current = std::move(current), previous = std::move(previous), histogram] {
+                  WeightPass(*rec, step, *plan, current, previous, histogram);
+                });
+  }
+
+  // memcpy of each src[i] into dst[i] (the weight snapshots).
+  std::unique_ptr<Ticket> SubmitCopies(py::object self, std::vector<uintptr_t> dst, std::vector<uintptr_t> src,
+                                       std::vector<uint64_t> bytes, py::object kept) {
+    CheckLengths(dst.size(), {src.size(), bytes.size()});
+    auto state = NewState(0);
+    return Push(std::move(self), state, std::move(kept), [dst = std::move(dst), src = std::move(src),
+                                                          bytes = std::move(bytes)] {
+      for (size_t i = 0; i < dst.size(); ++i) {
+        std::memcpy(reinterpret_cast<void*>(dst[i]), reinterpret_cast<const void*>(src[i]), bytes[i]);
+      }
+    });
+  }
+
+  // One forward's module outputs and inputs: records of (id, ptr, numel, dtype, outer, units,
+  // inner, kind, histogram, sizes, strides); the results wait in the ticket for
+  // Ticket.log_activations.
+  std::unique_ptr<Ticket> SubmitActivations(py::object self, int64_t step, const std::vector<Record>& records,
+                                            py::object kept) {
+    std::vector<ActivationJob> jobs;
+    jobs.reserve(records.size());
+    for (const Record& r : records) {
+      ActivationJob j{std::get<0>(r), std::get<1>(r), std::get<2>(r), ToDType(std::get<3>(r)), std::get<4>(r),
+                      std::get<5>(r), std::get<6>(r), std::get<7>(r), std::get<8>(r), {}, {}};
+      if (j.kind == kDeadUnits && j.outer * j.units * j.inner != j.numel) {
+        throw py::value_error("trainscope watch: activation layout does not match its size");
+      }
+      if (!std::get<10>(r).empty()) {
+        CheckStrided(std::get<9>(r), std::get<10>(r));
+        int64_t count = 1;
+        for (int64_t size : std::get<9>(r)) count *= size;
+        if (static_cast<uint64_t>(count) != j.numel) {
+          throw py::value_error("trainscope watch: activation sizes do not match its numel");
+        }
+        j.sizes = std::get<9>(r);
+        j.strides = std::get<10>(r);
+      }
+      jobs.push_back(std::move(j));
+    }
+    auto state = NewState(step);
+    state->activations.resize(jobs.size());
+    return Push(std::move(self), state, std::move(kept), [state, jobs = std::move(jobs)] {
+      std::vector<unsigned char> gathered;
+      for (size_t i = 0; i < jobs.size(); ++i) {
+        const ActivationJob& j = jobs[i];
+        const void* data = reinterpret_cast<const void*>(j.ptr);
+        if (!j.strides.empty() && j.numel) {
+          const size_t bytes = ElementSize(j.dtype);
+          const int64_t inner = j.sizes.back(), inner_stride = j.strides.back();
+          gathered.resize(j.numel * bytes);
+          unsigned char* out = gathered.data();
+          const auto* in = reinterpret_cast<const unsigned char*>(j.ptr);
+          watch::ForEachRow(j.sizes, j.strides, [&](int64_t offset) {
+            for (int64_t k = 0; k < inner; ++k, out += bytes) {
+              std::memcpy(out, in + (offset + k * inner_stride) * bytes, bytes);
+            }
+          });
+          data = gathered.data();
+        }
+        state->activations[i] = {j.id, ActivationStats(j, data)};
+      }
+    });
+  }
+
+  void Pause() { helper_->Pause(); }
+  void Resume() { helper_->Resume(); }
+  void WaitAll() {
+    py::gil_scoped_release release;
+    helper_->WaitAll();
+  }
+
+ private:
+  std::shared_ptr<TicketState> NewState(int64_t step) {
+    auto state = std::make_shared<TicketState>();
+    state->step = step;
+    return state;
+  }
+
+  std::unique_ptr<Ticket> Push(py::object self, const std::shared_ptr<TicketState>& state, py::object kept,
+                               std::function<void()> job) {
+    // The ticket exists (and owns kept) before the job can run: nothing is freed under it.
+    auto ticket = std::make_unique<Ticket>(helper_, state, &recorder_, std::move(self), std::move(kept));
+    state->number = helper_->Push(std::move(job));
+    return ticket;
+  }
+
+  Recorder& recorder_;
+  std::shared_ptr<HelperThread> helper_;
+};
+
+}  // namespace
+
+// Called by RegisterWatch (watch_bindings.cc).
+void RegisterHostExecutor(py::module_& m) {
+  py::class_<StatsPlan, std::shared_ptr<StatsPlan>>(m, "StatsPlan")
+      .def(py::init<std::vector<uint32_t>, std::vector<uint64_t>, const std::vector<int>&, std::vector<uint64_t>,
+                    std::vector<uint32_t>>(),
+           py::arg("ids"), py::arg("numels"), py::arg("dtypes"), py::arg("rows"), py::arg("unit_ids"))
+      .def("__len__", &StatsPlan::size);
+  py::class_<WeightPlan, std::shared_ptr<WeightPlan>>(m, "WeightPlan")
+      .def(py::init<std::vector<uint32_t>, std::vector<uint32_t>, std::vector<uint32_t>, std::vector<uint64_t>,
+                    const std::vector<int>&>(),
+           py::arg("weight_ids"), py::arg("update_ids"), py::arg("ratio_ids"), py::arg("numels"), py::arg("dtypes"))
+      .def("__len__", &WeightPlan::size);
+  py::class_<Ticket>(m, "Ticket")
+      .def("done", &Ticket::Done)
+      .def("wait", &Ticket::Wait, "Waits for the job, lets its tensors go; (sum of squares, nan, inf) of a stats job.")
+      .def("log_activations", &Ticket::LogActivations, py::arg("keep"))
+      .def_property_readonly("kept", &Ticket::Kept);
+  py::class_<HostWorker>(m, "HostWorker")
+      .def(py::init<Recorder&>(), py::arg("recorder"), py::keep_alive<1, 2>())
+      .def(
+          "submit_stats",
+          [](py::object self, int64_t step, std::shared_ptr<StatsPlan> plan, std::vector<uintptr_t> ptrs,
+             bool histogram, bool units, uint32_t norm_id, std::vector<uint32_t> scalar_ids,
+             std::vector<double> scalar_values, uint32_t rss_id, py::object kept) {
+            return self.cast<HostWorker&>().SubmitStats(self, step, std::move(plan), std::move(ptrs), histogram,
+                                                        units, norm_id, std::move(scalar_ids),
+                                                        std::move(scalar_values), rss_id, std::move(kept));
+          },
+          py::arg("step"), py::arg("plan"), py::arg("ptrs"), py::arg("histogram"), py::arg("units"),
+          py::arg("norm_id") = 0, py::arg("scalar_ids") = std::vector<uint32_t>{},
+          py::arg("scalar_values") = std::vector<double>{}, py::arg("rss_id") = 0, py::arg("kept") = py::none())
+      .def(
+          "submit_weights",
+          [](py::object self, int64_t step, std::shared_ptr<WeightPlan> plan, std::vector<uintptr_t> current,
+             std::vector<uintptr_t> previous, bool histogram, py::object kept) {
+            return self.cast<HostWorker&>().SubmitWeights(self, step, std::move(plan), std::move(current),
+                                                          std::move(previous), histogram, std::move(kept));
+          },
+          py::arg("step"), py::arg("plan"), py::arg("current"), py::arg("previous"), py::arg("histogram"),
+          py::arg("kept") = py::none())
+      .def(
+          "submit_copies",
+          [](py::object self, std::vector<uintptr_t> dst, std::vector<uintptr_t> src, std::vector<uint64_t> bytes,
+             py::object kept) {
+            return self.cast<HostWorker&>().SubmitCopies(self, std::move(dst), std::move(src), std::move(bytes),
+                                                         std::move(kept));
+          },
+          py::arg("dst"), py::arg("src"), py::arg("bytes"), py::arg("kept") = py::none())
+      .def(
+          "submit_activations",
+          [](py::object self, int64_t step, const std::vector<HostWorker::Record>& records, py::object kept) {
+            return self.cast<HostWorker&>().SubmitActivations(self, step, records, std::move(kept));
+          },
+          py::arg("step"), py::arg("records"), py::arg("kept") = py::none())
+      .def("wait_all", &HostWorker::WaitAll)
+      .def("pause", &HostWorker::Pause)
+      .def("resume", &HostWorker::Resume);
+}
+
+}  // namespace trainscope::python
