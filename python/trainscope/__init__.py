@@ -12,7 +12,8 @@ from trainscope.reader import RunView, diagnose, open_run, list_runs
 from trainscope.run import Run, StopTraining, init, on_alert
 from trainscope.metrics import classification_metrics
 from trainscope.checks import check_model, overfit_check
+from trainscope.flops import count_flops
 
-__all__ = ["Run", "RunView", "StopTraining", "check_model", "classification_metrics", "diagnose", "init", "list_runs",
+__all__ = ["Run", "RunView", "StopTraining", "check_model", "classification_metrics", "count_flops", "diagnose", "init", "list_runs",
            "on_alert", "open_run", "overfit_check"]
 __version__ = "0.1.0"
