@@ -474,6 +474,79 @@ def watch_checks(run, model, loss_fn=None, batch_size=None):
     return None
 
 
+# ---- targets against inputs (run.data) ----
+
+# How many of run.data()'s first batches are compared: enough to see a pattern, and free
+# after that (a comparison costs two passes over the batch's integer tensors).
+TARGET_CHECK_BATCHES = 20
+_TARGET_KEYS = ("labels", "targets", "target", "label", "y")
+_INPUT_KEYS = ("input_ids", "inputs", "input", "idx", "x", "tokens", "src")
+
+
+def _integer_pair(batch):
+    """(inputs, targets) when a batch holds integer token inputs and integer targets of the
+    same number of elements (a language model's (x, y)); else None."""
+    is_int = lambda t: isinstance(t, torch.Tensor) and not t.is_floating_point() and not t.is_complex() \
+        and t.dtype != torch.bool and t.numel() > 1
+    if isinstance(batch, dict):
+        target = next((batch[k] for k in _TARGET_KEYS if k in batch and is_int(batch[k])), None)
+        source = next((batch[k] for k in _INPUT_KEYS if k in batch and is_int(batch[k])), None)
+    elif isinstance(batch, (tuple, list)):
+        ints = [t for t in batch if is_int(t)]
+        source, target = (ints[0], ints[-1]) if len(ints) >= 2 else (None, None)
+    else:
+        return None
+    if source is None or target is None or source is target or source.numel() != target.numel():
+        return None
+    return source, target
+
+
+def target_match(source, target):
+    """(copy, next): the fraction of target positions equal to the input at the same
+    position, and the largest fraction equal to the input one position later along any
+    dimension (a next-token target). An honest next-token target has copy ~ the rate of
+    repeated tokens and next ~ 1; a target that is the input has copy = 1."""
+    source = source.detach()
+    target = target.detach().reshape(source.shape)
+    copy_fraction = float((source == target).float().mean())
+    next_fraction = 0.0
+    for dim in range(source.dim()):
+        n = source.shape[dim]
+        if n < 2:
+            continue
+        later = source.narrow(dim, 1, n - 1)
+        same = target.narrow(dim, 0, n - 1)
+        next_fraction = max(next_fraction, float((later == same).float().mean()))
+    return copy_fraction, next_fraction
+
+
+def batch_target_check(run, iterable):
+    """Yields iterable's batches; for the first TARGET_CHECK_BATCHES that hold integer inputs
+    and integer targets of one size, logs data/target_copy_fraction and
+    data/target_next_fraction (target_match) at the batch's step. The doctor's TARGET_LEAK
+    reads them beside the loss (docs/doctor.md). Never raises into the loop."""
+    checked = 0
+    for batch in iterable:
+        if checked < TARGET_CHECK_BATCHES:
+            checked += 1
+            try:
+                _ensure_torch()
+                pair = _integer_pair(batch)
+                if pair is None:
+                    checked = TARGET_CHECK_BATCHES  # not a token batch: stop looking
+                else:
+                    copy_fraction, next_fraction = target_match(*pair)
+                    clock = run._clock
+                    step = run._step + (1 if clock is not None and clock.pending else 0)
+                    run._recorder.log_scalar("data/target_copy_fraction", copy_fraction, step)
+                    run._recorder.log_scalar("data/target_next_fraction", next_fraction, step)
+            except Exception as error:
+                checked = TARGET_CHECK_BATCHES
+                print(f"trainscope: the target check of run.data() failed, training goes on "
+                      f"({type(error).__name__}: {error})", file=sys.stderr)
+        yield batch
+
+
 # ---- ts.overfit_check ----
 
 class OverfitResult:

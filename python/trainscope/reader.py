@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import numpy as np
@@ -40,6 +41,20 @@ _check_packing()
 
 _FIRST = -(1 << 63)
 _LAST = (1 << 63) - 1
+
+
+_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def _finite_floats(value):
+    """value with JSON's "nan"/"inf"/"-inf" strings turned into floats (in dicts and lists)."""
+    if isinstance(value, dict):
+        return {k: _finite_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite_floats(v) for v in value]
+    if isinstance(value, str):
+        return _NONFINITE.get(value, value)
+    return value
 
 
 def list_runs(logdir):
@@ -84,7 +99,10 @@ class RunView:
         return _arrays(self._reader.decimated(tag, buckets, start, end))
 
     def tensor_stats(self, tag, start=_FIRST, end=_LAST):
-        return json.loads(self._reader.tensor_stats_json(tag, start, end))
+        """[{step, count, min, max, mean, ...}] in step order. Non-finite values are floats
+        (float('nan'), float('inf')), as everywhere in the Python API: the store's JSON
+        writes them as the strings "nan"/"inf"/"-inf" (docs/architecture.md)."""
+        return [_finite_floats(row) for row in json.loads(self._reader.tensor_stats_json(tag, start, end))]
 
     def vectors(self, tag, start=_FIRST, end=_LAST):
         """[(step, float32 numpy array)] in the order logged."""

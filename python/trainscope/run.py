@@ -409,12 +409,22 @@ class Run:
         print(f"trainscope: [{finding['severity']}] {finding['code']} at step {finding['step']}{location}: "
               f"{finding['summary']}", file=sys.stderr)
 
-    def data(self, iterable):
-        """Yields from iterable, recording the wait for each batch as time/data."""
+    def data(self, source, steps=None):
+        """Yields the batches of source, recording the wait for each as time/data.
+
+        source: any iterable (a DataLoader, a list, a generator such as
+        `(get_batch(data, i) for i in range(0, n, bptt))`), or a batch function called
+        with no arguments (`run.data(get_batch)`, `run.data(lambda: get_batch("train"))`):
+        it is called once per batch, without end, until it raises StopIteration; `next()`
+        on the result or `steps=` bounds it. steps: at most this many batches.
+        Each step's batch is timed from the call to the batch's return.
+        """
         from trainscope.watch import timed_data
+        from trainscope.checks import batch_target_check
         clock = self._step_clock()
+        iterable = _batches_of(source, steps)
         inspect = self._watchers[-1].inspect_batch if self._watchers else None
-        return timed_data(self, clock, iterable, inspect)
+        return timed_data(self, clock, batch_target_check(self, iterable), inspect)
 
     def step(self):
         """`with run.step():` marks one training step explicitly."""
@@ -531,6 +541,31 @@ class Run:
         except Exception:
             pass
         return meta
+
+
+def _batches_of(source, steps):
+    """An iterator over source's batches: an iterable as it is, a no-argument batch
+    function called once per batch (until it raises StopIteration); at most `steps`."""
+    import itertools
+    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 0):
+        raise ValueError(f"run.data(steps={steps!r}): steps must be a non-negative int or None")
+    try:
+        iterator = iter(source)
+    except TypeError:
+        if not callable(source):
+            raise TypeError(f"run.data() takes an iterable (a DataLoader, a list, a generator) or a "
+                            f"batch function, not a {type(source).__name__}") from None
+        iterator = _call_forever(source)
+    return iterator if steps is None else itertools.islice(iterator, steps)
+
+
+def _call_forever(batch_fn):
+    while True:
+        try:
+            batch = batch_fn()
+        except StopIteration:  # the function's way of saying "no more batches"
+            return
+        yield batch
 
 
 # ---- ending cleanly: normal exit, uncaught exception, SIGINT, SIGTERM ----
