@@ -1,12 +1,16 @@
 #include "ingest/detect.h"
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "ingest/csv_reader.h"
 #include "ingest/formats.h"
 #include "ingest/mapped_file.h"
+#include "ingest/mlflow_reader.h"
+#include "ingest/wandb_reader.h"
 #include "ingest/parse_util.h"
 #include "ingest/text_log_reader.h"
 #include "ingest/tfrecord.h"
@@ -56,6 +60,29 @@ bool IsJsonObjectLine(std::string_view line) {
   return nlohmann::json::accept(copy);
 }
 
+// A CSV header names columns: no escape codes or tabs-as-layout, short cells, not a
+// sentence. (A console log's first line often holds a comma.)
+bool LooksLikeCsvHeader(std::string_view line) {
+  if (line.find('\x1b') != std::string_view::npos) return false;
+  size_t cells = 1, cell_len = 0, longest = 0;
+  for (char c : line) {
+    if (c == ',' || c == '\t' || c == ';') {
+      ++cells;
+      longest = std::max(longest, cell_len);
+      cell_len = 0;
+    } else {
+      ++cell_len;
+    }
+  }
+  longest = std::max(longest, cell_len);
+  return cells >= 2 && longest <= 80;
+}
+
+bool LooksLikeWandbDatastore(std::string_view prefix) {
+  return prefix.size() >= 7 && prefix.substr(0, 4) == ":W&B" && static_cast<unsigned char>(prefix[4]) == 0xE1 &&
+         static_cast<unsigned char>(prefix[5]) == 0xBE;
+}
+
 }  // namespace
 
 const char* FormatName(Format format) {
@@ -86,6 +113,10 @@ Status DetectFormatFromPrefix(std::string_view prefix, const std::string& name, 
     *format = Format::kTfEvents;
     return Status::Ok();
   }
+  if (LooksLikeWandbDatastore(prefix)) {
+    *format = Format::kWandb;
+    return Status::Ok();
+  }
   std::string_view text = prefix;
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // UTF-8 byte order mark
   const std::string_view trimmed = Trim(text);
@@ -94,17 +125,30 @@ Status DetectFormatFromPrefix(std::string_view prefix, const std::string& name, 
     return Status::Error(name + ": offset 0: binary data that is not a TFRecord event file (its first record header's "
                                 "checksum does not match) nor a trainscope store");
   }
-  const std::vector<std::string_view> lines = FirstLines(text, 40, whole_file);
+  // Enough lines to pass any preamble: modded-nanoGPT prints its whole source, nvidia-smi
+  // and the model before the first metric (~70 lines), fairseq its config, AutoTrain
+  // hundreds of blank progress-bar lines.
+  const std::vector<std::string_view> lines = FirstLines(text, kDetectLines, whole_file);
+  auto any_text_family = [&]() {
+    for (std::string_view line : lines) {
+      if (!TextLineFamily(line).empty()) return true;
+    }
+    return false;
+  };
   if (trimmed.front() == '[') {
     // "[2023-04-18 01:46:52,554] [INFO] ..." is a log, "[{...}, ...]" is a JSON array.
-    for (std::string_view line : lines) {
-      if (!TextLineFamily(line).empty()) {
-        *format = Format::kTextLog;
-        return Status::Ok();
-      }
+    if (any_text_family()) {
+      *format = Format::kTextLog;
+      return Status::Ok();
     }
-    return Status::Error(name + ": line 1: expected a JSON object (trainer_state.json, Megatron golden values) or one "
-                                "object a line (JSONL), found a JSON array");
+    const std::string_view first = Trim(lines.empty() ? trimmed : lines[0]);
+    const std::string_view after = Trim(first.substr(1));
+    const bool json_array = !after.empty() && (after.front() == '{' || after.front() == '[' || after.front() == '"' ||
+                                               after.front() == ']' || nlohmann::json::accept(first));
+    if (json_array) {
+      return Status::Error(name + ": line 1: expected a JSON object (trainer_state.json, Megatron golden values) or one "
+                                  "object a line (JSONL), found a JSON array");
+    }
   }
   if (trimmed.front() == '{') {
     if (lines.size() >= 1 && IsJsonObjectLine(lines[0]) && (lines.size() >= 2 || whole_file)) {
@@ -139,8 +183,10 @@ Status DetectFormatFromPrefix(std::string_view prefix, const std::string& name, 
     *format = Format::kHfTrainerState;  // a large object: let the reader say what is missing
     return Status::Ok();
   }
-  // CSV: a header with two or more cells, and the next lines with as many.
-  if (lines.size() >= 2) {
+  // CSV: a header with two or more cells, and the next lines with as many. A console line
+  // that happens to hold a comma is not a header: the header names columns (no escape
+  // codes, no long prose cells), and most rows below it have its width and numeric cells.
+  if (lines.size() >= 2 && LooksLikeCsvHeader(lines[0])) {
     const std::string_view header = lines[0];
     char delimiter = ',';
     if (header.find(',') == std::string_view::npos) delimiter = header.find('\t') != std::string_view::npos ? '\t' : ';';
@@ -155,12 +201,19 @@ Status DetectFormatFromPrefix(std::string_view prefix, const std::string& name, 
     }
     // A header names columns; a line that already reads as metrics ("iter 1: loss 2.0, ...") is a log.
     if (width >= 2 && !numeric_header && header.find('|') == std::string_view::npos && TextLineFamily(header).empty()) {
-      size_t same = 0, checked = 0;
+      size_t same = 0, checked = 0, numeric_rows = 0;
       for (size_t i = 1; i < lines.size() && checked < 10; ++i, ++checked) {
         SplitCsvLine(lines[i], delimiter, &cells, &unquoted);
-        if (cells.size() == width) ++same;
+        if (cells.size() != width) continue;
+        ++same;
+        size_t numeric = 0;
+        for (std::string_view c : cells) {
+          double v;
+          if (Trim(c).empty() || ParseNumber(c, &v)) ++numeric;
+        }
+        if (numeric * 2 >= cells.size()) ++numeric_rows;
       }
-      if (checked > 0 && same > 0 && same * 2 >= checked) {
+      if (checked > 0 && same > 0 && same * 2 >= checked && numeric_rows * 2 >= same) {
         *format = Format::kCsv;
         return Status::Ok();
       }
@@ -174,7 +227,7 @@ Status DetectFormatFromPrefix(std::string_view prefix, const std::string& name, 
   }
   // A header of names over rows that are mostly ragged is still a CSV: the reader names
   // the bad rows.
-  if (lines.size() >= 2) {
+  if (lines.size() >= 2 && LooksLikeCsvHeader(lines[0])) {
     std::vector<std::string_view> cells;
     std::vector<std::string> unquoted;
     SplitCsvLine(lines[0], ',', &cells, &unquoted);
@@ -194,6 +247,11 @@ Status DetectFormatFromPrefix(std::string_view prefix, const std::string& name, 
 }
 
 Status DetectFormat(const std::string& path, Format* format) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    *format = IsMlflowRunFolder(path) ? Format::kMlflow : IsWandbRunFolder(path) ? Format::kWandb : Format::kUnknown;
+    return Status::Ok();
+  }
   std::string prefix;
   Status s = ReadFilePrefix(path, kDetectBytes, &prefix);
   if (!s.ok()) return s;

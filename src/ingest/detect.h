@@ -18,6 +18,8 @@ enum class Format {
   kJsonl,            // one JSON object a line
   kCsv,              // a header line and rows with as many cells
   kTextLog,          // lines some text-log family recognises
+  kWandb,            // a W&B run folder, or its binary run-*.wandb datastore (":W&B" header)
+  kMlflow,           // an MLflow file-store run folder (meta.yaml, metrics/, params/, tags/)
 };
 
 const char* FormatName(Format format);
@@ -27,7 +29,11 @@ bool ParseFormatName(std::string_view name, Format* format);
 // Decides the format of a file from at most its first kDetectBytes bytes. Returns an error
 // naming the file and what was found when no reader fits (empty file, a JSON array,
 // binary data, text with no metrics in it).
-inline constexpr size_t kDetectBytes = 64 * 1024;
+inline constexpr size_t kDetectBytes = 1024 * 1024;
+inline constexpr size_t kDetectLines = 4000;  // text: lines looked at for a metrics line
+// A directory is a run folder (W&B: wandb-summary.json, config.yaml, output.log,
+// wandb-history.jsonl or run-*.wandb, directly or under files/; MLflow: meta.yaml beside
+// metrics/ or params/), or kUnknown without an error.
 Status DetectFormat(const std::string& path, Format* format);
 Status DetectFormatFromPrefix(std::string_view prefix, const std::string& name, bool whole_file, Format* format);
 

@@ -5,8 +5,10 @@
 #include "ingest/csv_reader.h"
 #include "ingest/json_readers.h"
 #include "ingest/mapped_file.h"
+#include "ingest/mlflow_reader.h"
 #include "ingest/text_log_reader.h"
 #include "ingest/tfevents_reader.h"
+#include "ingest/wandb_reader.h"
 
 namespace trainscope::ingest {
 
@@ -63,6 +65,16 @@ const std::vector<FormatEntry>& Formats() {
       {Format::kTextLog, "text_log", {"text", "log"},
        [](const ImportSource& src, SampleSink* sink, ImportStats* stats, const ImportOptions& o) {
          return ReadTextLog(src.path, sink, stats, o.progress);
+       }},
+      // A W&B run folder (or a lone run-*.wandb datastore): wandb_reader.h.
+      {Format::kWandb, "wandb", {"wandb_run", "wandb_datastore"},
+       [](const ImportSource& src, SampleSink* sink, ImportStats* stats, const ImportOptions&) {
+         return ReadWandbRun(src.path, sink, stats);
+       }},
+      // An MLflow file-store run folder: mlflow_reader.h.
+      {Format::kMlflow, "mlflow", {"mlflow_run"},
+       [](const ImportSource& src, SampleSink* sink, ImportStats* stats, const ImportOptions&) {
+         return ReadMlflowRun(src.path, sink, stats);
        }},
   };
   return formats;

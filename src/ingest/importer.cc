@@ -52,7 +52,9 @@ class TagCollector : public SampleSink {
 };
 
 // A finer name for the role map and the user: which writer made a CSV or event file.
-std::string SubFormat(Format format, const std::vector<std::string>& tags) {
+std::string SubFormat(Format format, const std::vector<std::string>& tags, const std::string& reader_format) {
+  // A reader that knows the writer says so ("text_log/llmc", "wandb/datastore").
+  if (reader_format.rfind(std::string(FormatName(format)) + "/", 0) == 0) return reader_format;
   auto has = [&](const char* t) { return std::find(tags.begin(), tags.end(), t) != tags.end(); };
   if (format == Format::kCsv || format == Format::kTfEvents) {
     const std::string base = FormatName(format);
@@ -97,6 +99,19 @@ Status FindImportSources(const std::string& path, std::vector<ImportSource>* sou
     sources->push_back(std::move(src));
     return Status::Ok();
   }
+  // A run folder (W&B, MLflow) is one run, whatever files it holds.
+  Format folder = Format::kUnknown;
+  DetectFormat(path, &folder);
+  if (folder != Format::kUnknown) {
+    ImportSource src;
+    src.name = fs::path(path).filename().string();
+    if (src.name.empty()) src.name = fs::path(path).parent_path().filename().string();
+    src.path = path;
+    src.format = folder;
+    *considered = 1;
+    sources->push_back(std::move(src));
+    return Status::Ok();
+  }
   // TensorBoard runs: directories holding event files.
   std::vector<TfEventsRun> runs;
   Status s = FindTfEventsRuns(path, &runs);
@@ -112,11 +127,28 @@ Status FindImportSources(const std::string& path, std::vector<ImportSource>* sou
     *considered += run.files.size();
     sources->push_back(std::move(src));
   }
-  // Other files a reader recognises, three levels down at most.
+  // Run folders (W&B, MLflow) and other files a reader recognises, three levels down at
+  // most (a run folder's own files belong to it; symlinks such as wandb/latest-run are
+  // not followed, so a run is found once).
   fs::recursive_directory_iterator it(path, fs::directory_options::skip_permission_denied, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
     if (it.depth() > 3) {
       it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_symlink(ec)) continue;
+    if (it->is_directory(ec)) {
+      Format f = Format::kUnknown;
+      DetectFormat(it->path().string(), &f);
+      if (f != Format::kUnknown) {
+        ImportSource src;
+        src.path = it->path().string();
+        src.format = f;
+        src.name = fs::relative(it->path(), path, ec).string();
+        sources->push_back(std::move(src));
+        it.disable_recursion_pending();
+        ++*considered;
+      }
       continue;
     }
     if (!it->is_regular_file(ec) || taken.count(it->path().string())) continue;
@@ -149,7 +181,7 @@ Status ImportSourceTo(const ImportSource& source, SampleSink* sink, ImportStats*
   if (entry == nullptr) return Status::Error(source.path + ": unrecognised format");
   if (entry->read == nullptr) return Status::Error(source.path + ": already a trainscope store (nothing to import)");
   Status s = entry->read(source, &collector, stats, options);
-  const std::string sub = SubFormat(format, collector.tags());
+  const std::string sub = SubFormat(format, collector.tags(), stats->format);
   sink->OnMeta("format", sub);
   sink->OnMeta("source", source.path);
   sink->OnMeta("roles", RoleMapToJson(ResolveRoles(sub, collector.tags(), options.roles)));
@@ -162,7 +194,13 @@ Status ImportPath(const std::string& path, SampleSink* sink, ImportStats* stats,
   source.path = path;
   source.name = fs::path(path).filename().string();
   std::error_code ec;
-  if (fs::is_directory(path, ec)) {
+  Format folder = Format::kUnknown;
+  if (fs::is_directory(path, ec) && options.format == Format::kUnknown) DetectFormat(path, &folder);
+  if (folder != Format::kUnknown) {
+    source.format = folder;
+  } else if (fs::is_directory(path, ec) && options.format != Format::kUnknown && options.format != Format::kTfEvents) {
+    source.format = options.format;
+  } else if (fs::is_directory(path, ec)) {
     std::vector<TfEventsRun> runs;
     Status s = FindTfEventsRuns(path, &runs);
     if (!s.ok()) return s;

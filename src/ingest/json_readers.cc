@@ -269,7 +269,10 @@ namespace {
 Status ReadJsonlLines(LineReader& lines, SampleSink* sink, ImportStats* stats) {
   stats->format = "jsonl";
   sink->OnMeta("format", "jsonl");
-  static const char* kStepKeys[] = {"step", "global_step", "iteration", "iter", "_step", "trainer/global_step", "epoch"};
+  // current_steps: LLaMA-Factory's trainer_log.jsonl (its "epoch" is fractional, and
+  // taking it collapsed 1,358 records onto 8 steps).
+  static const char* kStepKeys[] = {"step",  "global_step",         "current_steps", "iteration",
+                                    "iter",  "_step", "trainer/global_step", "num_updates", "epoch"};
   std::string_view line;
   int64_t index = 0;
   for (;;) {

@@ -6,6 +6,8 @@
 #include <ctime>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -77,6 +79,9 @@ std::string_view StripPrefix(std::string_view line, double* wall_time, bool* has
       // A bracket that is a value list (lr=[...]) never starts a line; a "[deepspeed]"
       // marker is kept as the word before the message by the OVERFLOW check.
       s = Trim(s.substr(close + 1));
+      // "[default0]:iteration ..." (torchrun's rank prefix), "[ts][train_inner][INFO] - {...}" (fairseq)
+      if (StartsWith(s, ":")) s = Trim(s.substr(1));
+      if (StartsWith(s, "- ")) s = Trim(s.substr(2));
       continue;
     }
     double t;
@@ -92,8 +97,10 @@ std::string_view StripPrefix(std::string_view line, double* wall_time, bool* has
   return s;
 }
 
-// "12.5ms" -> 12.5, unit "ms". Accepts a trailing "(...)" remark, which is dropped.
-bool ParseValueUnit(std::string_view s, double* value, std::string* unit) {
+// "12.5ms" -> 12.5, unit "ms". Accepts a trailing "(...)" remark, which is dropped. With
+// unit_words, any short word after the number is accepted and dropped ("loss 2.1 BPC",
+// nanoGPT forks print the unit of the loss).
+bool ParseValueUnit(std::string_view s, double* value, std::string* unit, bool unit_words = false) {
   s = Trim(s);
   unit->clear();
   if (!s.empty() && s.back() == ')') {
@@ -124,7 +131,11 @@ bool ParseValueUnit(std::string_view s, double* value, std::string* unit) {
   if (!ParseNumber(s.substr(0, n), value)) return false;
   const std::string_view rest = Trim(s.substr(n));
   if (rest.empty()) return true;
-  static const char* kUnits[] = {"ms", "s", "%", "GB", "MB", "KB", "GiB", "MiB", "KiB", "B", "us", "TFLOPs", "it/s", "samples/s", "tokens/s"};
+  if (unit_words && rest.size() <= 8 && std::all_of(rest.begin(), rest.end(), [](char c) { return IsAlpha(c); }) &&
+      rest != "ms" && rest != "s" && rest != "us") {
+    return true;
+  }
+  static const char* kUnits[] = {"ms", "s", "%", "GB", "MB", "KB", "GiB", "MiB", "KiB", "B", "us", "TFLOPs", "it/s", "samples/s", "tokens/s", "tok/s"};
   for (const char* u : kUnits) {
     if (rest == u) {
       *unit = rest == "%" ? "pct" : std::string(rest);
@@ -186,7 +197,7 @@ struct Pair {
 };
 
 // "key: value" or "key=value" (or, when allow_space, "key value" with the value last).
-bool ParsePair(std::string_view part, bool allow_space, Pair* out) {
+bool ParsePair(std::string_view part, bool allow_space, Pair* out, bool unit_words = false) {
   part = Trim(part);
   size_t sep = part.find('=');
   const size_t colon = part.find(':');
@@ -196,7 +207,19 @@ bool ParsePair(std::string_view part, bool allow_space, Pair* out) {
     key = part.substr(0, sep);
     value = part.substr(sep + 1);
   } else if (allow_space) {
-    const size_t sp = part.find_last_of(" \t");
+    // "train loss 2.1" or "loss 2.1 BPC": the key is the words before the first number.
+    size_t sp = std::string_view::npos;
+    for (size_t i = 1; i < part.size(); ++i) {
+      if ((part[i - 1] == ' ' || part[i - 1] == '\t') && part[i] != ' ' && part[i] != '\t') {
+        const char c = part[i];
+        const bool numeric = IsDigit(c) || c == '-' || c == '+' || c == '.' ||
+                             EqualsIgnoreCase(part.substr(i, 3), "nan") || EqualsIgnoreCase(part.substr(i, 3), "inf");
+        if (numeric) {
+          sp = i - 1;
+          break;
+        }
+      }
+    }
     if (sp == std::string_view::npos) return false;
     key = part.substr(0, sp);
     value = part.substr(sp + 1);
@@ -204,7 +227,7 @@ bool ParsePair(std::string_view part, bool allow_space, Pair* out) {
     return false;
   }
   std::string unit;
-  if (!ParseValueUnit(value, &out->value, &unit)) {
+  if (!ParseValueUnit(value, &out->value, &unit, unit_words)) {
     // "key value unit" in tables: "time: 35.58s" handled above; try the last token only.
     return false;
   }
@@ -229,12 +252,128 @@ bool IsStepKey(std::string_view k) {
          k == "Step" || k == "Iteration" || k == "it";
 }
 
+// Removes ANSI escape sequences (colour codes of loguru, rich, tqdm): ESC [ ... final byte,
+// and ESC followed by one character.
+std::string_view StripAnsi(std::string_view line, std::string* buffer) {
+  if (line.find('\x1b') == std::string_view::npos) return line;
+  buffer->clear();
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] != '\x1b') {
+      buffer->push_back(line[i]);
+      continue;
+    }
+    if (i + 1 < line.size() && line[i + 1] == '[') {
+      size_t j = i + 2;
+      while (j < line.size() && !(line[j] >= 0x40 && line[j] <= 0x7e)) ++j;
+      i = j;
+    } else {
+      ++i;
+    }
+  }
+  return *buffer;
+}
+
+// "1,234" -> "1234" (torchtitan prints thousands separators); anything else unchanged.
+std::string_view DropThousands(std::string_view v, std::string* buffer) {
+  if (v.find(',') == std::string_view::npos) return v;
+  size_t digits_since_comma = 0;
+  bool seen_comma = false;
+  buffer->clear();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const char c = v[i];
+    if (c == ',') {
+      if (buffer->empty() || (seen_comma && digits_since_comma != 3) || digits_since_comma > 3) return v;
+      seen_comma = true;
+      digits_since_comma = 0;
+      continue;
+    }
+    if (!IsDigit(c)) {
+      if (seen_comma && digits_since_comma != 3) return v;
+      buffer->append(v.substr(i));
+      return *buffer;
+    }
+    ++digits_since_comma;
+    buffer->push_back(c);
+  }
+  if (seen_comma && digits_since_comma != 3) return v;
+  return *buffer;
+}
+
+// Compact "key:value key:value" or "key: value  key: value" pairs separated by whitespace
+// (llm.c "s:0 trl:11.0091 lr:0.000001 norm:15.37", modded-nanoGPT "step:0/4400
+// val_loss:10.8258 train_time:0ms", torchtitan "step:  1  loss: 12.25  memory: 34.5GiB").
+// Keys are single words here; a step key's value may be "N/M". Returns the pairs found.
+std::vector<Pair> ScanWordPairs(std::string_view s, bool* has_step, int64_t* step) {
+  std::vector<Pair> pairs;
+  std::string buffer;
+  size_t i = 0;
+  while (i < s.size()) {
+    const bool boundary = i == 0 || IsSpace(s[i - 1]) || s[i - 1] == ',' || s[i - 1] == '|' || s[i - 1] == ';';
+    if (!boundary || !(IsAlpha(s[i]) || s[i] == '_')) {
+      ++i;
+      continue;
+    }
+    size_t k = i;
+    while (k < s.size() && (IsAlpha(s[k]) || IsDigit(s[k]) || s[k] == '_' || s[k] == '/' || s[k] == '.' || s[k] == '-')) ++k;
+    std::string_view key = s.substr(i, k - i);
+    size_t j = k;
+    while (j < s.size() && s[j] == ' ') ++j;
+    if (j >= s.size() || (s[j] != ':' && s[j] != '=')) {
+      i = k;
+      continue;
+    }
+    ++j;
+    while (j < s.size() && s[j] == ' ') ++j;
+    size_t e = j;
+    while (e < s.size() && !IsSpace(s[e])) ++e;
+    std::string_view value = s.substr(j, e - j);
+    while (!value.empty() && (value.back() == ',' || value.back() == ';' || value.back() == '|')) value.remove_suffix(1);
+    i = e;
+    const bool step_key = IsStepKey(key) || key == "s";
+    if (step_key) {
+      std::string_view first = value.substr(0, value.find('/'));
+      int64_t n;
+      if (ParseStep(first, &n)) {
+        *has_step = true;
+        *step = n;
+      }
+      continue;
+    }
+    Pair p;
+    std::string unit;
+    if (!ParseValueUnit(DropThousands(value, &buffer), &p.value, &unit)) continue;
+    p.key = NormalizeKey(key);
+    if (p.key.empty()) continue;
+    if (!unit.empty()) p.key += "_" + unit;
+    pairs.push_back(std::move(p));
+  }
+  return pairs;
+}
+
 class TextLogParser {
  public:
   TextLogParser(const std::string& name, SampleSink* sink, ImportStats* stats) : name_(name), sink_(sink), stats_(stats) {}
 
   void Line(std::string_view raw, uint64_t line_number) {
     line_number_ = line_number;
+    raw = StripAnsi(raw, &ansi_buffer_);
+    // A progress bar redraws itself with '\r'; a metrics line may follow it on the same
+    // physical line. Each segment is a line of its own.
+    if (raw.find('\r') != std::string_view::npos) {
+      const std::string whole(raw);
+      size_t start = 0;
+      while (start <= whole.size()) {
+        size_t end = whole.find('\r', start);
+        if (end == std::string::npos) end = whole.size();
+        if (end > start) Segment(std::string_view(whole).substr(start, end - start));
+        start = end + 1;
+      }
+      return;
+    }
+    Segment(raw);
+  }
+
+  void Segment(std::string_view raw) {
     bool has_time = false;
     double t = wall_time_;
     std::string_view s = StripPrefix(raw, &t, &has_time);
@@ -257,14 +396,22 @@ class TextLogParser {
   }
 
  private:
-  void Emit(const std::string& tag, int64_t step, double value) {
-    if (!valid_tags_.count(tag)) {
+  // event: each line is an occurrence (an overflow skip), never a repeat of another.
+  void Emit(const std::string& tag, int64_t step, double value, bool event = false) {
+    auto last = last_point_.find(tag);
+    if (last == last_point_.end()) {
       if (!ValidateTag(tag).ok()) {
         ++stats_->damaged;
         return;
       }
-      valid_tags_.insert(tag);
+      last = last_point_.emplace(tag, std::pair<int64_t, double>{step, std::nan("")}).first;
+    } else if (!event && last->second.first == step && (last->second.second == value ||
+                                              (std::isnan(value) && std::isnan(last->second.second)))) {
+      // The same record printed again (each rank of a job prints it): kept once.
+      ++repeated_;
+      return;
     }
+    last->second = {step, value};
     sink_->OnScalar(tag, step, wall_time_, value);
     ++stats_->scalars;
     ++points_;
@@ -278,6 +425,13 @@ class TextLogParser {
 
   std::string Dispatch(std::string_view s) {
     if (s.find("OVERFLOW!") != std::string_view::npos) return Overflow(s) ? "deepspeed" : "";
+    if (s.find("gradient overflow detected") != std::string_view::npos) return Overflow(s) ? "fairseq" : "";
+    if (s.find("%|") != std::string_view::npos) return "";  // a tqdm progress bar ("Upload: 100%|####| 3/3")
+    if (StartsWith(s, "Traceback (most recent call last)")) {
+      in_traceback_ = true;
+      return "";
+    }
+    if (in_traceback_ && Exception(s)) return "";
     if (StartsWith(s, "Namespace(") || StartsWith(s, "cmd =")) {
       if (args_.empty()) {
         args_ = std::string(s.substr(0, 64 << 10));
@@ -291,28 +445,66 @@ class TextLogParser {
     if ((StartsWith(s, "iter ") || StartsWith(s, "step ")) && s.find(':') != std::string_view::npos) {
       if (NanoGpt(s)) return "nanogpt";
     }
-    if (s.front() == '{' && s.back() == '}' && s.find('\'') != std::string_view::npos) return HfDict(s) ? "hf_dict" : "";
+    if (s.back() == '}') {
+      // A printed dict, alone or after a logger's prefix ("INFO | ... - {'loss': 1.2}").
+      const size_t py = s.find("{'");
+      const size_t js = s.find("{\"");
+      if (py != std::string_view::npos && (js == std::string_view::npos || py < js)) {
+        if (HfDict(s.substr(py))) return "hf_dict";
+      } else if (js != std::string_view::npos) {
+        if (JsonDict(s.substr(js))) return "fairseq";
+      }
+      if (s.front() == '{') return "";
+    }
     if (s.find("step=") != std::string_view::npos || s.find("global_step=") != std::string_view::npos) {
       if (KeyValues(s, /*deepspeed=*/true)) return "deepspeed";
     }
     return KeyValues(s, false) ? "kv" : "";
   }
 
+  // The line that ends a Python traceback: "torch.cuda.OutOfMemoryError: CUDA out of
+  // memory. ...", "KeyboardInterrupt". Kept as meta "exception" (the last one), as a
+  // recorded run that crashed keeps its exception.
+  bool Exception(std::string_view s) {
+    size_t n = 0;
+    while (n < s.size() && (IsAlpha(s[n]) || IsDigit(s[n]) || s[n] == '_' || s[n] == '.')) ++n;
+    const std::string_view type = s.substr(0, n);
+    if (n == 0 || !IsAlpha(type.front())) return false;
+    const bool named = type.size() >= 5 && (type.find("Error") != std::string_view::npos ||
+                                            type.find("Exception") != std::string_view::npos ||
+                                            type.find("Interrupt") != std::string_view::npos || type.find("Exit") != std::string_view::npos);
+    if (!named || (n < s.size() && s[n] != ':')) return false;
+    std::string text(s.substr(0, 500));
+    if (IsValidUtf8(text)) sink_->OnMeta("exception", text);
+    in_traceback_ = false;
+    return true;
+  }
+
   bool Overflow(std::string_view s) {
     ++overflow_since_;
     const int64_t step = AddSat(step_, overflow_since_);
-    Emit("amp/overflow_skip", step, 1.0);
+    Emit("amp/overflow_skip", step, 1.0, /*event=*/true);
     double scale;
     std::string unit;
     size_t at = s.find("reducing to ");
-    if (at != std::string_view::npos) {
+    const size_t arrow = s.find("->");
+    const size_t set_to = s.find("loss scale to:");
+    if (set_to != std::string_view::npos) {  // fairseq: "setting loss scale to: 64.0"
+      std::string_view v = Trim(s.substr(set_to + 14));
+      v = v.substr(0, v.find_first_of(" ,"));
+      if (ParseNumber(v, &scale)) Emit("amp/loss_scale", step, scale, /*event=*/true);
+    } else if (arrow != std::string_view::npos && at == std::string_view::npos) {  // "Scale value A -> B"
+      std::string_view v = Trim(s.substr(arrow + 2));
+      v = v.substr(0, v.find_first_of(" ,"));
+      if (ParseNumber(v, &scale)) Emit("amp/loss_scale", step, scale, /*event=*/true);
+    } else if (at != std::string_view::npos) {
       std::string_view v = s.substr(at + 12);
       v = v.substr(0, v.find_first_of(" ,."));
-      if (ParseNumber(v, &scale)) Emit("amp/loss_scale", step, scale);
+      if (ParseNumber(v, &scale)) Emit("amp/loss_scale", step, scale, /*event=*/true);
     } else if ((at = s.find("loss scale: ")) != std::string_view::npos) {
       std::string_view v = s.substr(at + 12);
       v = v.substr(0, v.find_first_of(" ,"));
-      if (ParseNumber(v, &scale)) Emit("amp/loss_scale", step, scale);
+      if (ParseNumber(v, &scale)) Emit("amp/loss_scale", step, scale, /*event=*/true);
     }
     return true;
   }
@@ -375,10 +567,43 @@ class TextLogParser {
     std::vector<Pair> pairs;
     for (std::string_view part : SplitTop(s.substr(colon + 1), ',')) {
       Pair p;
-      if (ParsePair(part, true, &p)) pairs.push_back(std::move(p));
+      if (ParsePair(part, true, &p, /*unit_words=*/true)) pairs.push_back(std::move(p));
     }
     if (pairs.empty()) return false;
     SetStep(step);
+    for (const Pair& p : pairs) Emit(p.key, step, p.value);
+    return true;
+  }
+
+  // A JSON object printed by a logger: fairseq's json log format, where numbers are JSON
+  // strings ("loss": "9.276"). The step is num_updates (or valid_/train_num_updates),
+  // step, iteration or global_step; else the last step seen.
+  bool JsonDict(std::string_view s) {
+    nlohmann::json obj = nlohmann::json::parse(s, nullptr, /*allow_exceptions=*/false);
+    if (!obj.is_object()) return false;
+    std::vector<Pair> pairs;
+    bool has_step = false;
+    int64_t step = step_;
+    for (auto it = obj.begin(); it != obj.end(); ++it) {
+      double v;
+      if (it->is_number()) {
+        v = it->get<double>();
+      } else if (it->is_string()) {
+        if (!ParseNumber(it->get_ref<const std::string&>(), &v)) continue;
+      } else {
+        continue;
+      }
+      const std::string& key = it.key();
+      const bool updates = key == "num_updates" || (key.size() > 12 && key.compare(key.size() - 12, 12, "_num_updates") == 0);
+      if ((updates || IsStepKey(key)) && std::isfinite(v) && std::fabs(v) < 9e18) {
+        if (!has_step || updates) step = static_cast<int64_t>(v);
+        has_step = true;
+        continue;
+      }
+      if (ValidateTag(key).ok()) pairs.push_back({key, v});
+    }
+    if (pairs.empty()) return false;
+    if (has_step) SetStep(step);
     for (const Pair& p : pairs) Emit(p.key, step, p.value);
     return true;
   }
@@ -449,6 +674,18 @@ class TextLogParser {
         pairs.push_back(std::move(p));
       }
     }
+    if (parts.size() == 1 && pairs.size() + (step_found ? 1 : 0) < 2) {
+      bool word_step = false;
+      int64_t wstep = 0;
+      std::vector<Pair> words = ScanWordPairs(s, &word_step, &wstep);
+      if (words.size() + (word_step ? 1 : 0) >= 2 && words.size() + (word_step ? 1 : 0) > pairs.size() + (step_found ? 1 : 0)) {
+        pairs = std::move(words);
+        step_found = word_step;
+        step = wstep;
+        // llm.c's compact "s:N trl:X" lines: its own family, so the role map can name trl/tel.
+        if (StartsWith(s, "s:")) compact_llmc_ = true;
+      }
+    }
     if (pairs.empty() && !step_found) return false;
     if (!deepspeed && !step_found && pairs.size() == 1 && sep == ',' && s.size() > 200) return false;  // prose
     if (step_found) {
@@ -462,6 +699,7 @@ class TextLogParser {
       step = step_;
     }
     for (const Pair& p : pairs) Emit(p.key, step, p.value);
+    if (compact_llmc_ && StartsWith(s, "s:")) llmc_lines_++;
     return true;
   }
 
@@ -480,7 +718,18 @@ class TextLogParser {
   uint64_t points_ = 0;
   std::string args_;
   std::map<std::string, uint64_t> families_;
-  std::unordered_set<std::string> valid_tags_;
+  std::unordered_map<std::string, std::pair<int64_t, double>> last_point_;  // per tag: the last (step, value)
+  std::string ansi_buffer_;
+  uint64_t repeated_ = 0;
+  bool compact_llmc_ = false;
+  bool in_traceback_ = false;
+
+ public:
+  uint64_t repeated() const { return repeated_; }
+  uint64_t llmc_lines() const { return llmc_lines_; }
+
+ private:
+  uint64_t llmc_lines_ = 0;
 };
 
 }  // namespace
@@ -522,6 +771,17 @@ Status ReadTextLogLines(LineReader& lines, SampleSink* sink, ImportStats* stats)
     return Status::Error(lines.name() + ": no training metrics recognised in " + std::to_string(stats->records) +
                          " lines (expected Megatron-LM, nanoGPT, DeepSpeed, PyTorch-examples, Hugging Face or "
                          "key: value / key=value lines)");
+  }
+  // llm.c prints trl/tel/norm (train loss, val loss, grad norm): a family of its own,
+  // and a sub-format ("text_log/llmc") the role map names those series for.
+  if (parser.llmc_lines() * 2 > stats->records) {
+    family = "llmc";
+    stats->format = "text_log/llmc";
+  }
+  if (parser.repeated() > 0) {
+    stats->Warn(lines.name() + ": " + std::to_string(parser.repeated()) +
+                " values repeated at the same step with the same value (a record printed twice, e.g. by each rank, or a "
+                "field two records share); kept once");
   }
   sink->OnMeta("log_family", family);
   return Status::Ok();
