@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
 #ifdef TRAINSCOPE_WITH_SERVER
   trainscope::cli::AddServeCommand(app, &exit_code);
 #endif
+#ifdef TRAINSCOPE_WITH_PERF
+  trainscope::cli::AddTraceCommand(app, &exit_code);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
