@@ -111,7 +111,13 @@ export interface TensorSeries {
   tag: string;
   step: number[];
   wall: number[];
+  points?: number;
   l2_norm: Num[];
+  mean?: Num[];
+  std?: Num[];
+  min?: Num[];
+  max?: Num[];
+  abs_max?: Num[];
   dead_fraction: Num[];
   saturated_fraction: Num[];
   nan: number[];

@@ -1,13 +1,17 @@
 // Curves on uPlot: the scalar chart (runs overlaid, min/max band per decimation bucket, EMA
 // smoothing with bias correction, log scale, step/wall/relative x, zoom that asks the
-// server again at full fidelity, finding markers), and plain line and stacked charts.
+// server again at full fidelity, finding markers), line, stacked, percentile-band charts
+// and sparklines. Every chart: tick labels as short as they can be (util.tickLabels) in an
+// axis sized to its widest label, a step axis over the run's steps (xRange) so charts line
+// up, points drawn where a series has too few to make a line, and a linear axis of values
+// that are never negative starting at 0 (no learning rate below zero).
 
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import { Buckets, Finding, Num } from './api';
 import { XMode } from './state';
 import { emaSmooth } from './smooth';
-import { el, fmt } from './util';
+import { el, fmtNum, tickLabels } from './util';
 
 export { emaSmooth };
 
@@ -28,7 +32,97 @@ export interface ScalarChartOptions {
   width: number;
   onZoom: (range: [number, number] | null) => void;
   onFinding: (f: Finding) => void;
+  xRange?: [number, number];  // steps shown (x = step only)
+  height?: number;
 }
+
+export const AXIS_FONT = '11px system-ui, -apple-system, "Segoe UI", sans-serif';
+let measureCtx: CanvasRenderingContext2D | null = null;
+export function textWidth(text: string, font = AXIS_FONT): number {
+  measureCtx ??= document.createElement('canvas').getContext('2d')!;
+  measureCtx.font = font;
+  return measureCtx.measureText(text).width;
+}
+
+// The value axis: labels from tickLabels, the axis as wide as its widest label.
+function valueAxis(label?: string): uPlot.Axis {
+  return {
+    font: AXIS_FONT, label, labelSize: label ? 18 : 0, gap: 4,
+    values: (_u, vals) => tickLabels(vals),
+    size: (_u, values) => (values ? Math.ceil(Math.max(16, ...values.map((v) => textWidth(String(v))))) + 10 + 4 + 6 : 40),
+  };
+}
+
+function stepAxis(label = 'step', time = false): uPlot.Axis {
+  return time ? { font: AXIS_FONT, label, labelSize: 16 } : {
+    font: AXIS_FONT, label, labelSize: 16, values: (_u, vals) => tickLabels(vals),
+    space: (_u, _i, _min, _max, dim) => Math.max(60, dim / 8),
+  };
+}
+
+// A linear y range that never crosses below zero when no value is negative.
+function yRange(log: boolean): uPlot.Scale {
+  if (log) return { distr: 3 };
+  return {
+    distr: 1,
+    range: (_u, min, max) => {
+      if (min === null || max === null || !Number.isFinite(min) || !Number.isFinite(max)) return [0, 1];
+      const [lo, hi] = uPlot.rangeNum(min, max, 0.1, true) as [number, number];
+      return [min >= 0 ? Math.max(0, lo) : lo, hi];
+    },
+  };
+}
+
+function xScale(xRange?: [number, number], time = false): uPlot.Scale {
+  if (time || !xRange) return { time };
+  const [lo, hi] = xRange[0] < xRange[1] ? xRange : [xRange[0] - 1, xRange[0] + 1];
+  return { time: false, range: () => [lo, hi] };
+}
+
+// Points where a line cannot be seen: a series with at most 3 values (a final test/loss).
+function points(values: ArrayLike<Num>): uPlot.Series.Points {
+  let n = 0;
+  for (let i = 0; i < values.length && n <= 3; i++) if (values[i] !== null && values[i] !== undefined) n++;
+  return n <= 3 ? { show: true, size: 7 } : { show: false };
+}
+
+export interface Marker {
+  step: number;
+  color: string;
+  code: string;
+  title: string;
+  onClick?: () => void;
+}
+
+// Finding markers: a thin bar per finding at its step, over the plot; x(step) maps a step to
+// the chart's x value (the step itself unless x is time).
+function markerLayer(wrap: HTMLElement, markers: Marker[], x: (step: number) => number | null) {
+  const bars = markers.map((mk) => {
+    const m = el('div', { class: 'finding-marker', title: mk.title, 'data-code': mk.code, 'data-step': String(mk.step) });
+    m.style.background = mk.color;
+    if (mk.onClick) {
+      m.addEventListener('click', (e) => {
+        e.stopPropagation();
+        mk.onClick!();
+      });
+    }
+    return { mk, m };
+  });
+  return (u: uPlot) => {
+    for (const { mk, m } of bars) {
+      const xv = x(mk.step);
+      const left = xv === null ? -1 : u.valToPos(xv, 'x');
+      const visible = xv !== null && left >= 0 && left <= u.over.clientWidth;
+      m.style.display = visible ? 'block' : 'none';
+      m.style.left = left - 1 + 'px';
+      if (!m.parentNode) u.over.append(m);
+    }
+    wrap.dataset.xmin = String(u.scales.x.min);
+    wrap.dataset.xmax = String(u.scales.x.max);
+  };
+}
+
+const PADDING: uPlot.Padding = [10, 22, 0, 0];
 
 function xOf(d: Buckets, i: number, mode: XMode, start: number): number | null {
   if (mode === 'step') return d.step[i];
@@ -61,7 +155,12 @@ function stepAtX(d: Buckets, x: number, mode: XMode, start: number): number {
   return d.step[best] ?? 0;
 }
 
-const SEVERITY_COLOR: Record<string, string> = { critical: '#d62728', warning: '#ff7f0e', info: '#1f77b4' };
+export const SEVERITY_COLOR: Record<string, string> = { critical: '#d62728', warning: '#ff7f0e', info: '#1f77b4' };
+
+export function findingMarker(f: Finding, onClick?: () => void): Marker {
+  return { step: f.step, color: SEVERITY_COLOR[f.severity] || '#888', code: f.code,
+           title: `${f.code} @ ${f.step}: ${f.summary}`, onClick };
+}
 
 export function scalarChart(o: ScalarChartOptions): HTMLElement {
   const wrap = el('div', { class: 'chart', 'data-tag': o.tag });
@@ -105,26 +204,21 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
       data.push(align(c.data.last));
       series.push({ label: `${c.run} raw`, stroke: c.color + '55', width: 1, spanGaps: true, points: { show: false } });
     }
-    data.push(align(emaSmooth(c.data.last, o.smooth)));
-    series.push({ label: c.run, stroke: c.color, width: 1.5, spanGaps: true, points: { show: false } });
+    const smoothed = align(emaSmooth(c.data.last, o.smooth));
+    data.push(smoothed);
+    series.push({ label: c.run, stroke: c.color, width: 1.5, spanGaps: true, points: { ...points(smoothed), fill: c.color } });
     legend.append(el('span', { class: 'key', style: `color:${c.color}` }, `■ ${c.run}`),
                   el('span', { class: 'muted' }, ` ${c.data.points.toLocaleString()} pts `));
   }
   if (nonfinite) legend.append(el('span', { class: 'badge critical' }, `${nonfinite} NaN/Inf`));
 
-  const markers = o.findings.map((f) => {
-    const m = el('div', { class: `finding-marker sev-${f.severity}`, title: `${f.code} @ ${f.step}: ${f.summary}`,
-                          'data-code': f.code, 'data-step': String(f.step) });
-    m.style.background = SEVERITY_COLOR[f.severity] || '#888';
-    m.addEventListener('click', (e) => {
-      e.stopPropagation();
-      o.onFinding(f);
-    });
-    return { f, m };
-  });
-
   let ready = false;
   const primary = curves[0];
+  // Each marker on its own run's curve (runs differ in wall time).
+  const drawMarkers = o.findings.map((f) => {
+    const c = curves.find((k) => k.run === f.run) || primary;
+    return markerLayer(wrap, [findingMarker(f, () => o.onFinding(f))], (step) => xAtStep(c.data, step, o.x, c.start_time));
+  });
   // x values -> the step range asked of the server (scales are not read back: uPlot applies
   // setScale after the hook returns).
   const zoomTo = (min: number, max: number) => {
@@ -134,26 +228,18 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
   };
   const opts: uPlot.Options = {
     width: o.width,
-    height: 220,
+    height: o.height ?? 220,
+    padding: PADDING,
     series,
     bands,
     legend: { show: false },
     cursor: { sync: { key: 'trainscope' }, drag: { x: true, y: false }, bind: { dblclick: () => () => null } },
-    scales: { x: { time: o.x === 'wall' }, y: { distr: o.log ? 3 : 1 } },
-    axes: [{ label: o.x === 'relative' ? 'seconds since start' : o.x === 'step' ? 'step' : undefined },
-           { size: 60, values: (_u, vals) => vals.map((v) => fmt(v)) }],
+    scales: { x: xScale(o.x === 'step' ? o.xRange : undefined, o.x === 'wall'), y: yRange(o.log) },
+    axes: [stepAxis(o.x === 'relative' ? 'seconds since start' : o.x === 'step' ? 'step' : 'wall time', o.x === 'wall'),
+           valueAxis()],
     hooks: {
       draw: [(u) => {
-        for (const { f, m } of markers) {
-          // Positioned on its own run's curve (runs differ in wall time).
-          const c = curves.find((k) => k.run === f.run) || primary;
-          const x = xAtStep(c.data, f.step, o.x, c.start_time);
-          const left = x === null ? -1 : u.valToPos(x, 'x');
-          const visible = x !== null && left >= 0 && left <= u.over.clientWidth;
-          m.style.display = visible ? 'block' : 'none';
-          m.style.left = left - 1 + 'px';
-          if (!m.parentNode) u.over.append(m);
-        }
+        for (const d of drawMarkers) d(u);
         wrap.dataset.xmin = String(u.scales.x.min);
         wrap.dataset.xmax = String(u.scales.x.max);
       }],
@@ -179,63 +265,96 @@ export interface LineSeries {
   label: string;
   color: string;
   values: Num[];
+  dash?: number[];
+}
+
+export interface LineChartOptions {
+  width: number;
+  name: string;
+  log?: boolean;
+  band?: [number, number];
+  reference?: number;
+  yLabel?: string;
+  xRange?: [number, number];
+  markers?: Marker[];
+  height?: number;
+  legend?: boolean;
+}
+
+function chartBox(title: string, name: string): HTMLElement {
+  const wrap = el('div', { class: 'chart', 'data-name': name });
+  wrap.append(el('div', { class: 'panel-title' }, title));
+  return wrap;
+}
+
+function hasData(lines: { values: Num[] }[]): boolean {
+  return lines.some((l) => l.values.some((v) => v !== null && v !== undefined));
 }
 
 // Several lines over one x axis (steps), optionally log-scaled, with an optional shaded
 // horizontal band (a healthy range) and a dashed reference line.
-export function lineChart(title: string, x: number[], lines: LineSeries[], opts: {
-  width: number; log?: boolean; band?: [number, number]; reference?: number; name: string; yLabel?: string;
-}): HTMLElement {
-  const wrap = el('div', { class: 'chart', 'data-name': opts.name });
-  wrap.append(el('div', { class: 'panel-title' }, title));
-  if (!x.length) {
+export function lineChart(title: string, x: number[], lines: LineSeries[], opts: LineChartOptions): HTMLElement {
+  const wrap = chartBox(title, opts.name);
+  const clean = (v: Num) => (opts.log && v !== null && v <= 0 ? null : v);
+  const values = lines.map((l) => l.values.map(clean));
+  if (!x.length || !hasData(values.map((v) => ({ values: v })))) {
     wrap.append(el('p', { class: 'empty' }, 'No data recorded for this view.'));
     return wrap;
   }
-  const legend = el('div', { class: 'chart-legend' });
-  for (const l of lines.slice(0, 24)) legend.append(el('span', { class: 'key', style: `color:${l.color}` }, `■ ${l.label} `));
-  wrap.append(legend);
-  const clean = (v: Num) => (opts.log && v !== null && v <= 0 ? null : v);
+  if (opts.legend !== false) {
+    const legend = el('div', { class: 'chart-legend' });
+    for (const l of lines.slice(0, 24)) legend.append(el('span', { class: 'key', style: `color:${l.color}` }, `■ ${l.label} `));
+    if (lines.length > 24) legend.append(el('span', { class: 'muted' }, `+${lines.length - 24} more`));
+    wrap.append(legend);
+  }
+  const drawMarkers = markerLayer(wrap, opts.markers || [], (s) => s);
   const u = new uPlot({
     width: opts.width,
-    height: 200,
+    height: opts.height ?? 200,
+    padding: PADDING,
     legend: { show: false },
     cursor: { sync: { key: 'trainscope' } },
-    scales: { x: { time: false }, y: { distr: opts.log ? 3 : 1 } },
-    axes: [{}, { size: 60, label: opts.yLabel, values: (_u, vals) => vals.map((v) => fmt(v)) }],
-    series: [{}, ...lines.map((l) => ({ label: l.label, stroke: l.color, width: 1.25, spanGaps: true, points: { show: false } }))],
+    scales: { x: xScale(opts.xRange), y: yRange(!!opts.log) },
+    axes: [stepAxis(), valueAxis(opts.yLabel)],
+    series: [{}, ...lines.map((l, i) => ({
+      label: l.label, stroke: l.color, width: 1.25, spanGaps: true, dash: l.dash, points: { ...points(values[i]), fill: l.color },
+    }))],
     hooks: {
+      draw: [drawMarkers],
       drawClear: [(u: uPlot) => {
         if (!opts.band && opts.reference === undefined) return;
         const ctx = u.ctx;
         ctx.save();
         if (opts.band) {
           const y0 = u.valToPos(opts.band[1], 'y', true), y1 = u.valToPos(opts.band[0], 'y', true);
+          const top = Math.max(u.bbox.top, Math.min(y0, y1)), bottom = Math.min(u.bbox.top + u.bbox.height, Math.max(y0, y1));
           ctx.fillStyle = 'rgba(44,160,44,0.12)';
-          ctx.fillRect(u.bbox.left, y0, u.bbox.width, y1 - y0);
+          if (bottom > top) ctx.fillRect(u.bbox.left, top, u.bbox.width, bottom - top);
         }
         if (opts.reference !== undefined) {
           const y = u.valToPos(opts.reference, 'y', true);
-          ctx.strokeStyle = 'rgba(44,160,44,0.8)';
-          ctx.setLineDash([5, 4]);
-          ctx.beginPath();
-          ctx.moveTo(u.bbox.left, y);
-          ctx.lineTo(u.bbox.left + u.bbox.width, y);
-          ctx.stroke();
+          if (y >= u.bbox.top && y <= u.bbox.top + u.bbox.height) {
+            ctx.strokeStyle = 'rgba(44,160,44,0.8)';
+            ctx.setLineDash([5, 4]);
+            ctx.beginPath();
+            ctx.moveTo(u.bbox.left, y);
+            ctx.lineTo(u.bbox.left + u.bbox.width, y);
+            ctx.stroke();
+          }
         }
         ctx.restore();
       }],
     },
-  }, [x, ...lines.map((l) => l.values.map(clean))] as uPlot.AlignedData, wrap);
+  }, [x, ...values] as uPlot.AlignedData, wrap);
   (wrap as HTMLElement & { plot?: uPlot }).plot = u;
   return wrap;
 }
 
 // Stacked areas: each layer drawn on top of the previous ones (step-time breakdown).
-export function stackedChart(title: string, x: number[], layers: LineSeries[], width: number, name: string): HTMLElement {
-  const wrap = el('div', { class: 'chart', 'data-name': name });
-  wrap.append(el('div', { class: 'panel-title' }, title));
-  if (!x.length) {
+export function stackedChart(title: string, x: number[], layers: LineSeries[], width: number, name: string,
+                             extra: { xRange?: [number, number]; markers?: Marker[]; height?: number } = {}): HTMLElement {
+  const wrap = chartBox(title, name);
+  if (!x.length || !hasData(layers)) {
     wrap.append(el('p', { class: 'empty' }, 'No spans recorded.'));
     return wrap;
   }
@@ -251,16 +370,98 @@ export function stackedChart(title: string, x: number[], layers: LineSeries[], w
   const series: uPlot.Series[] = [{}];
   const data: Num[][] = [x];
   for (const i of order) {
-    series.push({ label: layers[i].label, stroke: layers[i].color, fill: layers[i].color + 'aa', width: 1, points: { show: false } });
+    series.push({ label: layers[i].label, stroke: layers[i].color, fill: layers[i].color + 'aa', width: 1,
+                  points: { ...points(sums[i]), fill: layers[i].color } });
     data.push(sums[i]);
   }
   for (const l of layers) legend.append(el('span', { class: 'key', style: `color:${l.color}` }, `■ ${l.label} `));
   wrap.append(legend);
   const u = new uPlot({
-    width, height: 220, legend: { show: false }, series, cursor: { sync: { key: 'trainscope' } },
-    scales: { x: { time: false } },
-    axes: [{}, { size: 60, label: 'seconds / step', values: (_u, v) => v.map((s) => fmt(s)) }],
+    width, height: extra.height ?? 220, padding: PADDING, legend: { show: false }, series, cursor: { sync: { key: 'trainscope' } },
+    scales: { x: xScale(extra.xRange), y: yRange(false) },
+    axes: [stepAxis(), valueAxis('seconds / step')],
+    hooks: { draw: [markerLayer(wrap, extra.markers || [], (s) => s)] },
   }, data as uPlot.AlignedData, wrap);
   (wrap as HTMLElement & { plot?: uPlot }).plot = u;
+  return wrap;
+}
+
+// TensorBoard's distribution chart: nested percentile bands (outermost faintest) and the
+// median line over steps. percentiles[k] is the k-th percentile row (ascending), same
+// length as x; the middle row is the median.
+export function bandChart(title: string, x: number[], percentiles: Num[][], opts: LineChartOptions & { color?: string;
+  extra?: LineSeries[] }): HTMLElement {
+  const wrap = chartBox(title, opts.name);
+  const clean = (v: Num) => (opts.log && v !== null && v <= 0 ? null : v);
+  const rows = percentiles.map((r) => r.map(clean));
+  if (!x.length || !hasData(rows.map((v) => ({ values: v })))) {
+    wrap.append(el('p', { class: 'empty' }, 'No histograms recorded for this view.'));
+    return wrap;
+  }
+  const color = opts.color || '#e8590c';
+  const n = rows.length, mid = Math.floor(n / 2);
+  const series: uPlot.Series[] = [{}];
+  const data: Num[][] = [x];
+  const bands: uPlot.Band[] = [];
+  for (let k = 0; k < n; k++) {
+    data.push(rows[k]);
+    series.push({ label: `p${k}`, stroke: k === mid ? color : 'transparent', width: k === mid ? 1.5 : 0, spanGaps: true,
+                  points: k === mid ? { ...points(rows[k]), fill: color } : { show: false } });
+  }
+  for (let k = 0; k < mid; k++) {
+    const alpha = Math.round(255 * (0.12 + 0.1 * k)).toString(16).padStart(2, '0');
+    bands.push({ series: [n - k, k + 1], fill: color + alpha });
+  }
+  for (const l of opts.extra || []) {
+    data.push(l.values.map(clean));
+    series.push({ label: l.label, stroke: l.color, width: 1.25, dash: l.dash, spanGaps: true, points: { ...points(l.values), fill: l.color } });
+  }
+  const legend = el('div', { class: 'chart-legend' }, el('span', { class: 'key', style: `color:${color}` }, '■ median, bands: percentiles '),
+                    ...(opts.extra || []).map((l) => el('span', { class: 'key', style: `color:${l.color}` }, `■ ${l.label} `)));
+  wrap.append(legend);
+  const u = new uPlot({
+    width: opts.width, height: opts.height ?? 220, padding: PADDING, legend: { show: false }, series, bands,
+    cursor: { sync: { key: 'trainscope' } },
+    scales: { x: xScale(opts.xRange), y: yRange(!!opts.log) },
+    axes: [stepAxis(), valueAxis(opts.yLabel)],
+    hooks: { draw: [markerLayer(wrap, opts.markers || [], (s) => s)] },
+  }, data as uPlot.AlignedData, wrap);
+  (wrap as HTMLElement & { plot?: uPlot }).plot = u;
+  return wrap;
+}
+
+// A small evidence chart: one series, no axes, the finding's step marked; its range in text.
+export function sparkline(x: number[], values: Num[], o: { width: number; height?: number; color?: string; mark?: number;
+  markColor?: string; log?: boolean; name: string; xRange?: [number, number] }): HTMLElement {
+  const wrap = el('div', { class: 'spark', 'data-name': o.name });
+  const vals = values.map((v) => (o.log && v !== null && v <= 0 ? null : v));
+  const finite = vals.filter((v): v is number => v !== null && Number.isFinite(v));
+  if (!x.length || !finite.length) {
+    wrap.append(el('span', { class: 'empty' }, 'no series'));
+    return wrap;
+  }
+  const u = new uPlot({
+    width: o.width, height: o.height ?? 48, padding: [4, 4, 4, 4], legend: { show: false }, cursor: { show: false },
+    scales: { x: xScale(o.xRange), y: yRange(!!o.log) },
+    axes: [{ show: false }, { show: false }],
+    series: [{}, { stroke: o.color || '#1f77b4', width: 1.25, spanGaps: true, points: { ...points(vals), fill: o.color || '#1f77b4' } }],
+    hooks: {
+      draw: [(u: uPlot) => {
+        if (o.mark === undefined) return;
+        const px = u.valToPos(o.mark, 'x', true);
+        const ctx = u.ctx;
+        ctx.save();
+        ctx.strokeStyle = o.markColor || '#d62728';
+        ctx.lineWidth = 2;
+        ctx.beginPath();
+        ctx.moveTo(px, u.bbox.top);
+        ctx.lineTo(px, u.bbox.top + u.bbox.height);
+        ctx.stroke();
+        ctx.restore();
+      }],
+    },
+  }, [x, vals] as uPlot.AlignedData, wrap);
+  (wrap as HTMLElement & { plot?: uPlot }).plot = u;
+  wrap.append(el('span', { class: 'spark-range muted' }, `${fmtNum(Math.min(...finite))} … ${fmtNum(Math.max(...finite))}`));
   return wrap;
 }

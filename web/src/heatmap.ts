@@ -1,9 +1,15 @@
-// A canvas heatmap: rows (layers, units, exponent bins) x columns (step buckets). Log colour
+// A canvas heatmap: rows (layers, units, exponent bins) x columns over steps. Log colour
 // scale for quantities spanning decades (gradient norms, counts); non-finite cells in
 // magenta so a NaN never hides as "no data".
+//
+// Columns sit at their steps on the chart's step range (xRange), each reaching to the next
+// column's step: a histogram taken every 10 steps fills the panel and lines up with the
+// curves above and below it. Row labels are HTML beside the canvas, one row at least 12 px
+// tall so labels never overlap; past 40 rows the body scrolls (hundreds of parameters).
 
 import { Cell } from './api';
-import { el, fmt, viridis } from './util';
+import { el, fmt, fmtNum, tickLabels, viridis } from './util';
+import { AXIS_FONT, textWidth } from './chart';
 
 export interface HeatmapOptions {
   title: string;
@@ -17,23 +23,50 @@ export interface HeatmapOptions {
   onRowClick?: (row: number) => void;
   valueLabel?: string;
   name: string;  // data-name, for tests and styling
+  xRange?: [number, number];  // steps shown; default the columns' own
 }
 
-const LABEL_WIDTH = 140;
+export const LABEL_WIDTH = 150;
 const NONFINITE: [number, number, number] = [255, 0, 255];
+const MAX_BODY_HEIGHT = 480;
+
+// "Nice" ticks (1, 2, 5 x 10^k) over [lo, hi], about `count` of them.
+export function niceTicks(lo: number, hi: number, count = 6): number[] {
+  if (!(hi > lo)) return [lo];
+  const raw = (hi - lo) / count;
+  const mag = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) || 10 * mag;
+  const out: number[] = [];
+  for (let t = Math.ceil(lo / step) * step; t <= hi + 1e-9 * step; t += step) out.push(Math.round(t * 1e9) / 1e9);
+  return out;
+}
+
+// A label shortened from the left until it fits `width` px: the end of a parameter name
+// (layer4.1.conv2.weight) is what tells rows apart.
+function fitLabel(label: string, width: number): string {
+  if (textWidth(label) <= width) return label;
+  let s = label;
+  while (s.length > 2 && textWidth('…' + s) > width) s = s.slice(1);
+  return '…' + s;
+}
 
 export function heatmap(o: HeatmapOptions): HTMLElement {
   const wrap = el('div', { class: 'heatmap', 'data-name': o.name, 'data-rows': String(o.rows.length),
                            'data-cols': String(o.steps.length) });
   const title = el('div', { class: 'panel-title' }, o.title);
-  const tip = el('div', { class: 'tip' });
-  const canvas = el('canvas');
-  const legend = el('div', { class: 'legend' });
-  wrap.append(title, canvas, tip, legend);
+  wrap.append(title);
   if (!o.rows.length || !o.steps.length) {
     wrap.append(el('p', { class: 'empty' }, 'No data recorded for this view.'));
     return wrap;
   }
+  const tip = el('div', { class: 'tip' });
+  const canvas = el('canvas');
+  const labels = el('div', { class: 'hm-labels', style: `width:${LABEL_WIDTH}px` });
+  const body = el('div', { class: 'hm-body' }, labels, canvas);
+  const axis = el('div', { class: 'hm-axis', style: `margin-left:${LABEL_WIDTH}px` });
+  const legend = el('div', { class: 'legend' });
+  wrap.append(body, axis, tip, legend);
+
   let lo = Infinity, hi = -Infinity;
   for (const row of o.values) {
     for (const v of row) {
@@ -47,29 +80,60 @@ export function heatmap(o: HeatmapOptions): HTMLElement {
   const f = (v: number) => (o.log ? Math.log10(v) : v);
   const flo = f(o.log ? Math.max(lo, 1e-300) : lo), fhi = f(o.log ? Math.max(hi, 1e-300) : hi);
   const scale = (v: number) => (fhi > flo ? (f(v) - flo) / (fhi - flo) : 0.5);
-  legend.textContent = `${o.valueLabel || 'value'}: ${fmt(lo)} … ${fmt(hi)}${o.log ? ' (log colour; white = 0 or not recorded)' : ''}  ·  magenta = NaN/Inf`;
+  legend.textContent = `${o.valueLabel || 'value'}: ${fmtNum(lo)} … ${fmtNum(hi)}${o.log ? ' (log colour; white = 0 or not recorded)' : ''}  ·  magenta = NaN/Inf`;
 
-  const rowH = Math.max(4, Math.min(18, Math.floor(320 / o.rows.length)));
+  const rowH = Math.max(12, Math.min(18, Math.floor(320 / o.rows.length)));
+  const plotH = rowH * o.rows.length;
+  if (plotH > MAX_BODY_HEIGHT) body.classList.add('scroll');
+  labels.style.height = plotH + 'px';
+  o.rows.forEach((name, r) => {
+    const label = el('div', { class: r === o.selectedRow ? 'hm-label selected' : 'hm-label', title: name,
+                              style: `top:${r * rowH}px;height:${rowH}px;line-height:${rowH}px` },
+                     fitLabel(name, LABEL_WIDTH - 8));
+    if (o.onRowClick) label.addEventListener('click', () => o.onRowClick!(r));
+    labels.append(label);
+  });
+
+  // Only columns with a value: statistics taken every Nth step leave empty buckets between
+  // them, and each kept column reaches to the next.
+  const keep = o.steps.map((_, c) => c).filter((c) => o.values.some((row) => row[c] !== null && row[c] !== undefined));
+  if (keep.length && keep.length < o.steps.length) {
+    o = { ...o, steps: keep.map((c) => o.steps[c]), values: o.values.map((row) => keep.map((c) => row[c])) };
+  }
+  const cols = o.steps.length;
+  const first = o.xRange ? Math.min(o.xRange[0], o.steps[0]) : o.steps[0];
+  // A column reaches to the next one's step; the last one as wide as the one before it.
+  const lastWidth = cols > 1 ? o.steps[cols - 1] - o.steps[cols - 2] : 1;
+  const end = Math.max(o.xRange ? o.xRange[1] + 1 : o.steps[cols - 1] + lastWidth, o.steps[cols - 1] + 1);
+  const span = Math.max(1, end - first);
+
   const draw = () => {
-    const width = Math.max(300, wrap.clientWidth || 800);
-    const height = rowH * o.rows.length + 18;
+    const width = Math.max(300, body.clientWidth || wrap.clientWidth || 800);
+    const plotW = Math.max(50, width - LABEL_WIDTH);
     const dpr = window.devicePixelRatio || 1;
-    canvas.width = width * dpr;
-    canvas.height = height * dpr;
-    canvas.style.width = width + 'px';
-    canvas.style.height = height + 'px';
+    const pixels = Math.max(1, Math.round(plotW * dpr));
+    canvas.width = pixels;
+    canvas.height = Math.round(plotH * dpr);
+    canvas.style.width = plotW + 'px';
+    canvas.style.height = plotH + 'px';
     const ctx = canvas.getContext('2d')!;
-    ctx.scale(dpr, dpr);
     ctx.fillStyle = '#fff';
-    ctx.fillRect(0, 0, width, height);
-    const plotW = width - LABEL_WIDTH;
-    const cols = o.steps.length;
-    // Cells into an ImageData at one pixel per cell, then scaled: fast for any size.
-    const img = new ImageData(cols, o.rows.length);
+    ctx.fillRect(0, 0, canvas.width, canvas.height);
+    // One image pixel per device pixel across, one per row down (then scaled): each pixel
+    // column takes the data column whose steps cover it.
+    const colOf = new Int32Array(pixels).fill(-1);
+    let c = 0;
+    for (let p = 0; p < pixels; p++) {
+      const step = first + ((p + 0.5) / pixels) * span;
+      while (c + 1 < cols && o.steps[c + 1] <= step) c++;
+      if (step >= o.steps[c] && step < (c + 1 < cols ? o.steps[c + 1] : end)) colOf[p] = c;
+    }
+    const img = new ImageData(pixels, o.rows.length);
     for (let r = 0; r < o.rows.length; r++) {
-      for (let c = 0; c < cols; c++) {
-        const v = o.values[r]?.[c];
-        const k = (r * cols + c) * 4;
+      const row = o.values[r] || [];
+      for (let p = 0; p < pixels; p++) {
+        const k = (r * pixels + p) * 4;
+        const v = colOf[p] < 0 ? undefined : row[colOf[p]];
         let rgb: [number, number, number] | null = null;
         if (v === 'nonfinite') rgb = NONFINITE;
         else if (typeof v === 'number' && (!o.log || v > 0)) rgb = viridis(scale(v));
@@ -78,53 +142,49 @@ export function heatmap(o: HeatmapOptions): HTMLElement {
           img.data[k + 1] = rgb[1];
           img.data[k + 2] = rgb[2];
           img.data[k + 3] = 255;
-        } else {
-          img.data[k + 3] = 0;
         }
       }
     }
     const off = document.createElement('canvas');
-    off.width = cols;
+    off.width = pixels;
     off.height = o.rows.length;
     off.getContext('2d')!.putImageData(img, 0, 0);
     ctx.imageSmoothingEnabled = false;
-    ctx.drawImage(off, LABEL_WIDTH, 0, plotW, rowH * o.rows.length);
-    ctx.font = `${Math.min(11, rowH)}px sans-serif`;
-    ctx.textBaseline = 'middle';
-    for (let r = 0; r < o.rows.length; r++) {
-      ctx.fillStyle = r === o.selectedRow ? '#d62728' : '#333';
-      let label = o.rows[r];
-      if (label.length > 22) label = '…' + label.slice(-21);
-      if (rowH >= 8 || r % Math.ceil(8 / rowH) === 0) ctx.fillText(label, 2, r * rowH + rowH / 2);
-    }
+    ctx.drawImage(off, 0, 0, canvas.width, canvas.height);
+    ctx.scale(dpr, dpr);
+    const xOf = (step: number) => ((step - first) / span) * plotW;
     if (o.selectedRow !== undefined && o.selectedRow >= 0) {
       ctx.strokeStyle = '#d62728';
-      ctx.strokeRect(LABEL_WIDTH + 0.5, o.selectedRow * rowH + 0.5, plotW - 1, rowH - 1);
+      ctx.strokeRect(0.5, o.selectedRow * rowH + 0.5, plotW - 1, rowH - 1);
     }
-    const first = o.steps[0], last = o.steps[cols - 1];
-    const xOf = (step: number) => LABEL_WIDTH + ((step - first) / Math.max(1, last - first)) * plotW;
     for (const m of o.markers || []) {
-      if (m.step < first || m.step > last) continue;
+      if (m.step < first || m.step > end) continue;
       ctx.strokeStyle = m.color;
       ctx.setLineDash([3, 3]);
       ctx.beginPath();
       ctx.moveTo(xOf(m.step), 0);
-      ctx.lineTo(xOf(m.step), rowH * o.rows.length);
+      ctx.lineTo(xOf(m.step), plotH);
       ctx.stroke();
       ctx.setLineDash([]);
     }
-    ctx.fillStyle = '#555';
-    ctx.textBaseline = 'top';
-    ctx.fillText(`step ${first}`, LABEL_WIDTH, rowH * o.rows.length + 4);
-    const endLabel = `step ${last}`;
-    ctx.fillText(endLabel, width - ctx.measureText(endLabel).width - 2, rowH * o.rows.length + 4);
+    // The step axis, in HTML under the canvas: ticks kept inside the panel.
+    const ticks = niceTicks(first, end - 1, Math.max(2, Math.floor(plotW / 110)));
+    const text = tickLabels(ticks);
+    axis.replaceChildren(...ticks.map((t, i) => {
+      const w = textWidth(text[i], AXIS_FONT);
+      const left = Math.min(plotW - w, Math.max(0, xOf(t) - w / 2));
+      return el('span', { class: 'hm-tick', style: `left:${left}px` }, text[i]);
+    }), el('span', { class: 'hm-axis-label', style: `left:${Math.max(0, plotW / 2 - 12)}px` }, 'step'));
+    axis.style.width = plotW + 'px';
   };
   const cellAt = (ev: MouseEvent) => {
     const rect = canvas.getBoundingClientRect();
     const x = ev.clientX - rect.left, y = ev.clientY - rect.top;
     const r = Math.floor(y / rowH);
-    const c = Math.floor(((x - LABEL_WIDTH) / (rect.width - LABEL_WIDTH)) * o.steps.length);
-    return { r, c, inside: r >= 0 && r < o.rows.length && x >= 0 };
+    const step = first + (x / rect.width) * span;
+    let c = -1;
+    for (let i = 0; i < cols && o.steps[i] <= step; i++) c = i;
+    return { r, c, step, inside: r >= 0 && r < o.rows.length && x >= 0 && x <= rect.width };
   };
   canvas.addEventListener('mousemove', (ev) => {
     const { r, c, inside } = cellAt(ev);
@@ -132,18 +192,27 @@ export function heatmap(o: HeatmapOptions): HTMLElement {
       tip.style.display = 'none';
       return;
     }
-    const v = c >= 0 && c < o.steps.length ? o.values[r]?.[c] : undefined;
-    tip.textContent = `${o.rows[r]}${c >= 0 && c < o.steps.length ? ` · step ${o.steps[c]} · ${fmt(v)}` : ''}`;
+    const v = c >= 0 ? o.values[r]?.[c] : undefined;
+    tip.textContent = `${o.rows[r]}${c >= 0 ? ` · step ${o.steps[c]} · ${fmt(v)}` : ''}`;
     tip.style.display = 'block';
-    tip.style.left = ev.offsetX + 12 + 'px';
-    tip.style.top = ev.offsetY + 24 + 'px';
+    const box = wrap.getBoundingClientRect();
+    tip.style.left = ev.clientX - box.left + 12 + 'px';
+    tip.style.top = ev.clientY - box.top + 16 + 'px';
   });
   canvas.addEventListener('mouseleave', () => (tip.style.display = 'none'));
   canvas.addEventListener('click', (ev) => {
     const { r, inside } = cellAt(ev);
     if (inside && o.onRowClick) o.onRowClick(r);
   });
-  requestAnimationFrame(draw);
-  new ResizeObserver(() => draw()).observe(wrap);
+  let lastWidth0 = -1;
+  const redraw = () => {
+    const w = body.clientWidth;
+    if (w === lastWidth0) return;
+    lastWidth0 = w;
+    draw();
+  };
+  new ResizeObserver(redraw).observe(body);
+  // Drawn as soon as it is in the page (the observer fires then), not on a later frame.
+  queueMicrotask(() => { if (wrap.isConnected) redraw(); });
   return wrap;
 }

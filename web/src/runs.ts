@@ -3,6 +3,7 @@
 
 import { RunSummary } from './api';
 import { State } from './state';
+import { isUserSeries } from './groups';
 import { el, fmt, fmtTime, regex } from './util';
 
 // Nested config objects become dotted keys: {"optim": {"lr": 1}} -> "optim.lr".
@@ -17,7 +18,10 @@ export function flatten(obj: unknown, prefix = '', out: Record<string, unknown> 
 
 const METRIC_PREFERENCE = [/^val\//, /^test\//, /^train\//, /^eval\//];
 
-function pickColumns(runs: RunSummary[]): { config: string[]; metrics: string[] } {
+// Columns: the config keys that differ between runs first (what a comparison is about),
+// then the final values of the user's own metrics, losses and accuracies first; trainscope's
+// own series (census/, sys/, input/, train/grad_zeroed, opt/, grad/ ...) only when asked.
+function pickColumns(runs: RunSummary[], internal: boolean): { config: string[]; metrics: string[] } {
   const configCount = new Map<string, Set<string>>();
   const metricCount = new Map<string, number>();
   for (const r of runs) {
@@ -25,7 +29,7 @@ function pickColumns(runs: RunSummary[]): { config: string[]; metrics: string[] 
       if (!configCount.has(k)) configCount.set(k, new Set());
       configCount.get(k)!.add(JSON.stringify(v));
     }
-    for (const k of Object.keys(r.final || {})) metricCount.set(k, (metricCount.get(k) || 0) + 1);
+    for (const k of Object.keys(r.final || {})) if (internal || isUserSeries(k)) metricCount.set(k, (metricCount.get(k) || 0) + 1);
   }
   // Config keys that differ between runs first: they are what a comparison is about.
   const config = [...configCount.keys()]
@@ -33,9 +37,9 @@ function pickColumns(runs: RunSummary[]): { config: string[]; metrics: string[] 
     .slice(0, 8);
   const rank = (k: string) => {
     const i = METRIC_PREFERENCE.findIndex((re) => re.test(k));
-    return i < 0 ? METRIC_PREFERENCE.length : i;
+    return (i < 0 ? METRIC_PREFERENCE.length : i) * 3 + (/loss/.test(k) ? 0 : /acc/.test(k) ? 1 : 2);
   };
-  const metrics = [...metricCount.keys()].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b)).slice(0, 6);
+  const metrics = [...metricCount.keys()].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b)).slice(0, internal ? 40 : 8);
   return { config, metrics };
 }
 
@@ -54,10 +58,14 @@ export function runsTable(runs: RunSummary[], state: State, h: RunsTableHandlers
   const selected = new Set(state.runs);
   const diffButton = el('button', { id: 'diff-config' }, 'Diff config of 2 selected');
   diffButton.toggleAttribute('disabled', selected.size !== 2);
+  const internalBox = el('input', { id: 'internal-columns', type: 'checkbox' });
+  internalBox.checked = state.internal;
+  internalBox.addEventListener('change', () => h.onState({ internal: internalBox.checked }));
   const toolbar = el('div', { class: 'toolbar' }, filterInput, diffButton,
+                     el('label', { title: 'census/, sys/, input/, opt/, grad/ ... as columns' }, internalBox, ' trainscope\'s own series'),
                      el('span', { class: 'muted' }, `${runs.length} runs · ${selected.size} selected`));
   wrap.append(toolbar);
-  const { config, metrics } = pickColumns(runs);
+  const { config, metrics } = pickColumns(runs, state.internal);
   const shown = runs.filter((r) => !re || re.test(r.name) || re.test(JSON.stringify(r.config || {})));
   const columns: { key: string; label: string; value: (r: RunSummary) => unknown }[] = [
     { key: 'name', label: 'run', value: (r) => r.name },

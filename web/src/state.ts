@@ -1,7 +1,7 @@
 // The view's state, kept in the URL fragment so a view can be shared by its link:
 // #runs=a,b&tab=scalars&tags=loss&smooth=0.6&log=1&x=step&range=100:300&layer=fc1.weight
 
-export type Tab = 'scalars' | 'gradients' | 'activations' | 'findings' | 'performance';
+export type Tab = 'overview' | 'scalars' | 'distributions' | 'gradients' | 'activations' | 'findings' | 'performance';
 export type XMode = 'step' | 'wall' | 'relative';
 
 export interface State {
@@ -16,9 +16,11 @@ export interface State {
   range: [number, number] | null;  // step range of the charts, null = everything
   layer: string;
   family: string;  // heatmap family: grad | weight | update
+  internal: boolean;  // the runs table shows trainscope's own series as columns too
+  open: string;  // sections opened or closed by the user: '+key' / '-key', comma-separated
 }
 
-const TABS: Tab[] = ['scalars', 'gradients', 'activations', 'findings', 'performance'];
+export const TABS: Tab[] = ['overview', 'scalars', 'distributions', 'gradients', 'activations', 'findings', 'performance'];
 
 export function readState(): State {
   const h = new URLSearchParams(location.hash.slice(1));
@@ -27,7 +29,7 @@ export function readState(): State {
   const x = h.get('x') as XMode;
   return {
     runs: (h.get('runs') || '').split(',').filter(Boolean),
-    tab: TABS.includes(tab) ? tab : 'scalars',
+    tab: TABS.includes(tab) ? tab : 'overview',
     tags: h.get('tags') || '',
     filter: h.get('filter') || '',
     sort: h.get('sort') || '-start',
@@ -37,6 +39,8 @@ export function readState(): State {
     range: range.length === 2 && range.every(Number.isFinite) && range[0] < range[1] ? [range[0], range[1]] : null,
     layer: h.get('layer') || '',
     family: h.get('family') || 'grad',
+    internal: h.get('internal') === '1',
+    open: h.get('open') || '',
   };
 }
 
@@ -53,6 +57,8 @@ export function writeState(s: State): void {
   if (s.range) h.set('range', `${Math.floor(s.range[0])}:${Math.ceil(s.range[1])}`);
   if (s.layer) h.set('layer', s.layer);
   if (s.family !== 'grad') h.set('family', s.family);
+  if (s.internal) h.set('internal', '1');
+  if (s.open) h.set('open', s.open);
   const hash = '#' + h.toString();
   if (location.hash !== hash) history.replaceState(null, '', hash);
 }

@@ -27,6 +27,42 @@ export function fmt(v: unknown): string {
   return String(v);
 }
 
+// A number in at most ~7 characters, `digits` significant: plain between 1e-3 and 1e4,
+// SI suffixes above (12.5k, 3.2M, 1.5G, 2T), a short exponent beyond (1.5e32, 5e-4).
+const SI_UP: [number, string][] = [[1e12, 'T'], [1e9, 'G'], [1e6, 'M'], [1e3, 'k']];
+function trim(m: string): string {
+  return m.includes('.') ? m.replace(/0+$/, '').replace(/\.$/, '') : m;
+}
+export function fmtNum(v: number, digits = 3): string {
+  if (!Number.isFinite(v)) return Number.isNaN(v) ? 'NaN' : v > 0 ? '∞' : '-∞';
+  if (v === 0) return '0';
+  const a = Math.abs(v);
+  if (a >= 1e4 * (1 - 0.5 * 10 ** -digits) && a < 1e15) {
+    for (const [scale, suffix] of SI_UP) {
+      if (a >= scale * 0.99995) {
+        const m = trim((v / scale).toPrecision(digits));
+        // 999.96k rounds to 1000k: one prefix up.
+        if (Math.abs(Number(m)) >= 1000 && suffix !== 'T') continue;
+        return m + suffix;
+      }
+    }
+  }
+  if (a >= 1e-3 && a < 1e4) return trim(Number(v.toPrecision(digits)).toFixed(Math.max(0, digits - 1 - Math.floor(Math.log10(a)))));
+  const [m, e] = v.toExponential(Math.max(0, digits - 1)).split('e');
+  return `${trim(m)}e${Number(e)}`;
+}
+
+// Tick labels: the fewest significant digits (2..6) that keep distinct ticks distinct.
+export function tickLabels(vals: (number | null)[]): string[] {
+  const distinct = new Set(vals.filter((v) => v !== null)).size;
+  let labels: string[] = [];
+  for (let digits = 2; digits <= 6; digits++) {
+    labels = vals.map((v) => (v === null ? '' : fmtNum(v, digits)));
+    if (new Set(labels.filter(Boolean)).size >= distinct) break;
+  }
+  return labels;
+}
+
 export function fmtTime(unix?: number): string {
   if (!unix) return '–';
   const d = new Date(unix * 1000);

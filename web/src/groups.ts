@@ -1,0 +1,64 @@
+// Which series are the user's and which are trainscope's own bookkeeping, and the W&B-style
+// sections (by tag prefix) the charts are grouped in. The runs table, the Scalars and the
+// Performance views all ask here, so a tag is classified once.
+
+// Recorded by watch for its own use or for the doctor: not what a user logged.
+const INTERNAL = [/^census\//, /^sys\//, /^input\//, /^train\/grad_zeroed$/, /^time\//, /^mem\//, /^perf\//, /^guard\//];
+// Recorded by watch about the optimisation: useful curves, but not the user's metrics.
+const WATCH = [/^opt\//, /^grad\//, /^update_ratio\//, /^amp\//];
+// Shown on the Performance view, not on Scalars.
+export const PERFORMANCE = [/^mem\//, /^perf\//, /^time\//, /^sys\//, /^census\//];
+
+export function isInternal(tag: string): boolean {
+  return INTERNAL.some((re) => re.test(tag));
+}
+
+export function isUserSeries(tag: string): boolean {
+  return !isInternal(tag) && !WATCH.some((re) => re.test(tag));
+}
+
+export function isPerformance(tag: string): boolean {
+  return PERFORMANCE.some((re) => re.test(tag));
+}
+
+export interface Section {
+  key: string;  // the prefix ("train", "val", "census"), "" for tags without one
+  title: string;
+  tags: string[];
+  internal: boolean;  // collapsed until opened
+}
+
+const USER_ORDER = [/^train$/, /^val/, /^valid/, /^test$/, /^eval/];
+function userRank(prefix: string): number {
+  const i = USER_ORDER.findIndex((re) => re.test(prefix));
+  return i < 0 ? USER_ORDER.length : i;
+}
+
+function tagRank(tag: string): number {
+  return /loss/.test(tag) ? 0 : /acc|f1|auc|score|ppl|perplexity/.test(tag) ? 1 : 2;
+}
+
+// Sections by the tag's first path component: the user's own first (train, val, test, then
+// the rest by name), then watch's optimisation curves, then the internal ones (collapsed).
+// train/grad_zeroed is internal, so it leaves the train section for its own.
+export function sections(tags: string[]): Section[] {
+  const by = new Map<string, Section>();
+  for (const tag of tags) {
+    const slash = tag.indexOf('/');
+    let key = slash > 0 ? tag.slice(0, slash) : '';
+    const internal = isInternal(tag);
+    if (internal && !isInternal(key + '/x')) key = tag;  // a single internal tag under a user prefix
+    const id = (internal ? 'i:' : isUserSeries(tag) ? 'u:' : 'w:') + key;
+    let s = by.get(id);
+    if (!s) {
+      s = { key, title: key || 'other', tags: [], internal };
+      by.set(id, s);
+    }
+    s.tags.push(tag);
+  }
+  const kind = (id: string) => (id.startsWith('u:') ? 0 : id.startsWith('w:') ? 1 : 2);
+  const list = [...by.entries()].sort(([a, sa], [b, sb]) => kind(a) - kind(b)
+    || (kind(a) === 0 ? userRank(sa.key) - userRank(sb.key) : 0) || sa.key.localeCompare(sb.key));
+  for (const [, s] of list) s.tags.sort((a, b) => tagRank(a) - tagRank(b) || a.localeCompare(b));
+  return list.map(([, s]) => s);
+}

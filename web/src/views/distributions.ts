@@ -1,0 +1,84 @@
+// Distributions over time of any tensor family and layer, as TensorBoard's Distributions
+// and Histograms dashboards: percentile bands of |x| from the exponent histograms, the
+// histogram over steps as a heatmap, and the signed mean ± std from the moments.
+import { api, TensorSeries } from '../api';
+import { bandChart, lineChart } from '../chart';
+import { ctx, chartWidth, detail, findings, primaryRun, rangeParams, setState, xRange } from '../ctx';
+import { heatmap, LABEL_WIDTH } from '../heatmap';
+import { BAND_PERCENTILES, histogramPercentiles } from '../percentiles';
+import { el } from '../util';
+import { markersOf } from './layers';
+
+const FAMILIES: [string, string][] = [['grad', 'gradients'], ['weight', 'weights'], ['update', 'updates'],
+                                      ['act', 'activations'], ['input', 'inputs']];
+
+// The steps that carry a histogram (clients take one every Nth step), as a heatmap:
+// rows = powers of two of |x|, largest on top.
+export function histogramHeatmap(hist: TensorSeries, tag: string, markers: { step: number; color: string }[],
+                                 xr: [number, number]): HTMLElement {
+  const cols = hist.step.map((_, i) => i).filter((i) => !hist.has_hist || hist.has_hist[i]);
+  const bins = hist.hist?.[0]?.length ?? 0;
+  const rows: string[] = [];
+  for (let b = bins - 1; b >= 0; b--) rows.push(`2^${(hist.exponent_lo ?? 0) + b}`);
+  const values = rows.map((_, r) => cols.map((i) => hist.hist![i][bins - 1 - r] || null));
+  return heatmap({
+    name: 'exponent-histogram', title: `${tag}: |x| by power of two over steps (count, log colour; ${cols.length} histograms)`,
+    rows: hist.hist && cols.length ? rows : [], steps: cols.map((i) => hist.step[i]), values, log: true, markers,
+    valueLabel: 'count', xRange: xr,
+  });
+}
+
+export async function distributionsView(gen: number, box: HTMLElement): Promise<void> {
+  const run = primaryRun();
+  if (!run) return;
+  const [d, fs] = await Promise.all([detail(run), findings(run)]);
+  if (gen !== ctx.generation) return;
+  const present = FAMILIES.filter(([f]) => d.series.some((s) => s.kind === 'tensor_stats' && s.tag.startsWith(f + '/')));
+  const family = present.some(([f]) => f === ctx.state.family) ? ctx.state.family : present[0]?.[0];
+  if (!family) {
+    box.append(el('p', { class: 'empty' }, 'No tensor statistics recorded in this run (run.watch records them).'));
+    return;
+  }
+  const layers = d.series.filter((s) => s.kind === 'tensor_stats' && s.tag.startsWith(family + '/')).map((s) => s.tag.slice(family.length + 1));
+  const layer = layers.includes(ctx.state.layer) ? ctx.state.layer : layers[0];
+  const familySelect = el('select', { id: 'dist-family' }, ...present.map(([f, label]) => {
+    const o = el('option', { value: f }, label);
+    o.selected = f === family;
+    return o;
+  }));
+  familySelect.addEventListener('change', () => setState({ family: familySelect.value }));
+  const layerSelect = el('select', { id: 'dist-layer' }, ...layers.map((l) => {
+    const o = el('option', { value: l }, l);
+    o.selected = l === layer;
+    return o;
+  }));
+  layerSelect.addEventListener('change', () => setState({ layer: layerSelect.value }));
+  box.append(el('div', { class: 'toolbar' }, el('b', {}, run), ' · ', familySelect, ' · ', layerSelect));
+  const width = chartWidth();
+  const tag = `${family}/${layer}`;
+  const xr = xRange([d]);
+  const [hist, moments] = await Promise.all([
+    api<TensorSeries>('tensor_stats', { run, tag, hist: 1, width: Math.round(width - LABEL_WIDTH), ...rangeParams() }),
+    api<TensorSeries>('tensor_stats', { run, tag, width: Math.round(width), ...rangeParams() }),
+  ]);
+  if (gen !== ctx.generation) return;
+  const markers = markersOf(fs, layer).map((m) => ({ ...m, code: '', title: '' }));
+  // Percentile bands at the steps with a histogram.
+  const cols = hist.step.map((_, i) => i).filter((i) => hist.hist && (!hist.has_hist || hist.has_hist[i]));
+  const rows = BAND_PERCENTILES.map(() => [] as (number | null)[]);
+  for (const i of cols) {
+    const p = histogramPercentiles(hist.hist![i], hist.exponent_lo ?? 0, hist.zeros[i], BAND_PERCENTILES, hist.abs_max?.[i]);
+    p.forEach((v, k) => rows[k].push(v));
+  }
+  box.append(bandChart(`${tag}: |x| percentiles over steps (0, 7, 16, 31, 50, 69, 84, 93, 100 %; log)`,
+    cols.map((i) => hist.step[i]), rows, { width, name: 'percentile-bands', log: true, xRange: xr, markers }));
+  box.append(histogramHeatmap(hist, tag, markersOf(fs, layer), xr));
+  const mean = moments.mean || [], std = moments.std || [];
+  const up = mean.map((m, i) => (m === null || std[i] === null ? null : m + std[i]!));
+  const down = mean.map((m, i) => (m === null || std[i] === null ? null : m - std[i]!));
+  box.append(lineChart(`${tag}: mean ± std over steps`, moments.step, [
+    { label: 'mean', color: '#1f77b4', values: mean },
+    { label: 'mean + std', color: '#9ecae1', values: up, dash: [4, 3] },
+    { label: 'mean − std', color: '#9ecae1', values: down, dash: [4, 3] },
+  ], { width, name: 'moments', xRange: xr, markers }));
+}

@@ -1,0 +1,105 @@
+// Scalar charts grouped W&B-style: one collapsible section per tag prefix, the user's own
+// first, trainscope's internal series collapsed. Charts of an open section are drawn at
+// once (a few requests at a time), those of a closed one when it is opened: nothing is left
+// as an empty placeholder. Used by the Scalars and Performance views.
+
+import { api, Buckets, Finding, RunDetail } from '../api';
+import { RunCurve, scalarChart } from '../chart';
+import { ctx, chartWidth, detail, errorBox, findings, jumpTo, pooled, rangeParams, runStart, setState, xRange } from '../ctx';
+import { Section, sections } from '../groups';
+import { writeState } from '../state';
+import { el, regex, runColor } from '../util';
+
+// Which findings belong on the chart of `tag`.
+export function findingsFor(tag: string, all: Finding[]): Finding[] {
+  return all.filter((f) => f.location === tag
+    || (/loss/.test(tag) && (f.code.startsWith('LOSS_') || f.code === 'NONFINITE_LOSS' || f.location === 'loss'))
+    || (tag.startsWith('mem/') && f.code === 'MEMORY_LEAK')
+    || (tag === 'time/data' && f.code === 'DATALOADER_BOTTLENECK'));
+}
+
+function isOpen(s: Section, byDefault: boolean): boolean {
+  const marks = ctx.state.open.split(',');
+  if (marks.includes('+' + s.title)) return true;
+  if (marks.includes('-' + s.title)) return false;
+  return byDefault;
+}
+
+function remember(s: Section, open: boolean, byDefault: boolean): void {
+  const marks = ctx.state.open.split(',').filter((m) => m && m.slice(1) !== s.title);
+  if (open !== byDefault) marks.push((open ? '+' : '-') + s.title);
+  ctx.state.open = marks.join(',');
+  writeState(ctx.state);
+}
+
+export async function drawScalarChart(gen: number, tag: string, slot: HTMLElement, ds: RunDetail[], all: Finding[]): Promise<void> {
+  const selected = ctx.state.runs;
+  // Two charts a row on a wide screen, as W&B's panels.
+  const full = chartWidth();
+  const width = full >= 900 ? Math.floor((full - 12) / 2) - 18 : full - 18;
+  try {
+    const curves: RunCurve[] = [];
+    await Promise.all(selected.map(async (run, i) => {
+      if (!ds[i].series.some((s) => s.tag === tag)) return;
+      const data = await api<Buckets>('scalars', { run, tag, width: Math.round(width), ...rangeParams() });
+      curves[i] = { run, color: runColor(i), data, start_time: runStart(run) };
+    }));
+    if (gen !== ctx.generation) return;
+    if (!document.body.dataset.firstChartMs) document.body.dataset.firstChartMs = String(Math.round(performance.now()));
+    slot.replaceChildren(scalarChart({
+      tag, curves: curves.filter(Boolean), x: ctx.state.x, smooth: ctx.state.smooth, log: ctx.state.log,
+      findings: findingsFor(tag, all), width, xRange: xRange(ds),
+      onZoom: (range) => setState({ range }), onFinding: jumpTo,
+    }));
+  } catch (e) {
+    slot.replaceChildren(el('div', { class: 'panel-title' }, tag), errorBox(e));
+  }
+}
+
+// Sections of the scalar tags that pass `test`, into box. Resolves when the open sections'
+// charts are drawn.
+export async function scalarSections(gen: number, box: HTMLElement, test: (tag: string) => boolean,
+                                     openByDefault: (s: Section) => boolean = (s) => !s.internal,
+                                     limitPerSection = 48): Promise<void> {
+  const selected = ctx.state.runs;
+  const ds = await Promise.all(selected.map(detail));
+  const all = (await Promise.all(selected.map(findings))).flat();
+  if (gen !== ctx.generation) return;
+  const re = regex(ctx.state.tags);
+  const tags = [...new Set(ds.flatMap((d) => d.series.filter((s) => s.kind === 'scalar' && s.points > 0).map((s) => s.tag)))]
+    .filter(test).filter((t) => !re || re.test(t));
+  if (!tags.length) {
+    box.append(el('p', { class: 'empty' }, 'No scalar series match.'));
+    return;
+  }
+  const pending: Promise<void>[] = [];
+  for (const s of sections(tags)) {
+    const grid = el('div', { class: 'section-grid' });
+    const details = el('details', { class: s.internal ? 'section internal' : 'section', 'data-section': s.title },
+                       el('summary', {}, el('b', {}, s.title), el('span', { class: 'muted' },
+                         ` ${s.tags.length} chart${s.tags.length === 1 ? '' : 's'}${s.internal ? ' · recorded by trainscope' : ''}`)),
+                       grid);
+    box.append(details);
+    let drawn = false;
+    const drawAll = () => {
+      if (drawn) return Promise.resolve();
+      drawn = true;
+      const shown = s.tags.slice(0, limitPerSection);
+      const tasks = shown.map((tag) => {
+        const slot = el('div', { class: 'chart-slot', 'data-tag': tag }, el('div', { class: 'panel-title' }, tag));
+        grid.append(slot);
+        return () => drawScalarChart(gen, tag, slot, ds, all);
+      });
+      if (s.tags.length > shown.length) grid.append(el('p', { class: 'muted' }, `${s.tags.length - shown.length} more: narrow the tag filter.`));
+      return pooled(tasks, 4);
+    };
+    const byDefault = openByDefault(s);
+    details.open = isOpen(s, byDefault);
+    if (details.open) pending.push(drawAll());
+    details.addEventListener('toggle', () => {
+      remember(s, details.open, byDefault);
+      if (details.open) drawAll();
+    });
+  }
+  await Promise.all(pending);
+}
