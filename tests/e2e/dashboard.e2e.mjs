@@ -1,8 +1,13 @@
 // End-to-end test of the dashboard in a real headless Chromium (Debian's), driven by
-// playwright-core: a real training is recorded, `trainscope serve` is started on its
-// logdir, and the page must show the runs list, a loss chart with a finding marker, the
-// gradient heatmap and the findings panel; clicking a finding must move the charts.
-// Screenshots go to <build>/test-artifacts/dashboard/. Run through tests/e2e/run.sh.
+// playwright-core: real trainings are recorded (a loss spike, a healthy run, a NaN run, a
+// slow loader), `trainscope serve` is started on their logdir, and the page must show the
+// runs list, a loss chart with a finding marker, the gradient heatmap and the findings
+// panel; clicking a finding must move the charts. Every page of the three story runs is
+// audited in the page: no chart empty when its series has data, no tick label clipped, no
+// placeholder left, no overlapping heatmap labels; internal series are no runs-table
+// columns; the overview's findings are grouped. Screenshots go to
+// <build>/test-artifacts/dashboard/; TRAINSCOPE_DOCS_SCREENSHOTS=1 also writes the ones
+// docs/dashboard.md shows to docs/img/. Run through tests/e2e/run.sh.
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, existsSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -47,6 +52,10 @@ console.log(`e2e: recording a real training (${python}, torch on CPU)`);
 const trainOut = run(python, [join(here, 'train_fixture.py'), logdir, 'real-mlp', '300'],
                      { PYTHONPATH: pythonPath });
 console.log('  ' + trainOut.trim().split('\n').pop());
+for (const kind of ['healthy', 'nan', 'slow-loader']) {
+  const out = run(python, [join(here, 'train_fixture.py'), logdir, kind, '300', kind], { PYTHONPATH: pythonPath, OMP_NUM_THREADS: '1' });
+  console.log('  ' + out.trim().split('\n').pop());
+}
 run(generator, ['demo', logdir, 'synthetic-demo', '--steps', '600']);
 
 // ---- the server ----
@@ -123,12 +132,26 @@ try {
   await check('runs list renders with health badges, config and final metrics', async () => {
     const rows = page.locator('table.runs tbody tr');
     await rows.first().waitFor();
-    assert.equal(await rows.count(), 2);
+    assert.equal(await rows.count(), 5);
     assert.equal(await page.locator('tr[data-run="real-mlp"] .badge').count(), 1);
     assert.equal(await page.locator('tr[data-run="synthetic-demo"] .badge.critical').count(), 1);
     const headers = await page.locator('table.runs th').allTextContents();
     assert.ok(headers.some((h) => h.startsWith('lr')), `config column lr in ${headers}`);
     assert.ok(headers.some((h) => h.startsWith('train/loss')), `final metric column in ${headers}`);
+  });
+
+  await check('internal series are no runs-table columns unless asked for', async () => {
+    const internal = /^(census\/|sys\/|input\/|time\/|mem\/|train\/grad_zeroed)/;
+    const final = (await apiJson('api/runs')).body.runs.find((r) => r.name === 'healthy').final;
+    assert.ok(Object.keys(final).some((k) => k.startsWith('census/')), 'the API carries census/ final values (the UI must hide them)');
+    let headers = await page.locator('table.runs th').allTextContents();
+    assert.deepEqual(headers.filter((h) => internal.test(h)), [], `internal columns: ${headers}`);
+    await page.check('#internal-columns');
+    await page.waitForFunction(() => [...document.querySelectorAll('table.runs th')].some((t) => /^census\//.test(t.textContent)));
+    await page.uncheck('#internal-columns');
+    await page.waitForFunction(() => ![...document.querySelectorAll('table.runs th')].some((t) => /^census\//.test(t.textContent)));
+    headers = await page.locator('table.runs th').allTextContents();
+    assert.ok(headers.some((h) => h.startsWith('test/loss')), `the user's test/loss is a column: ${headers}`);
   });
 
   await check('filter by regex and config diff of two runs', async () => {
@@ -137,7 +160,7 @@ try {
     await page.waitForFunction(() => document.querySelectorAll('table.runs tbody tr').length === 1);
     await page.fill('#run-filter', '');
     await page.press('#run-filter', 'Enter');
-    await page.waitForFunction(() => document.querySelectorAll('table.runs tbody tr').length === 2);
+    await page.waitForFunction(() => document.querySelectorAll('table.runs tbody tr').length === 5);
     await page.check('tr[data-run="synthetic-demo"] input[type=checkbox]');
     await page.click('#diff-config');
     const diff = await page.locator('#config-diff').textContent();
@@ -199,7 +222,7 @@ try {
       return n;
     });
     assert.ok(coloured > 5000, `coloured pixels in the heatmap: ${coloured}`);
-    await page.locator('.chart[data-name="update-ratio"] canvas').first().waitFor({ timeout: 5000 });
+    await page.locator('[data-name="update-ratio"] canvas').first().waitFor({ timeout: 5000 });
     await shot('04-gradients');
   });
 
@@ -213,7 +236,7 @@ try {
     assert.ok(Number(await page.locator('.heatmap[data-name="unit-norms"]').getAttribute('data-rows')) >= 32);
     // Picking another layer by clicking its row changes the layer in the URL.
     const box = await norms.locator('canvas').boundingBox();
-    const rowHeight = (box.height - 18) / 8;
+    const rowHeight = box.height / 8;
     await page.mouse.click(box.x + box.width / 2, box.y + rowHeight * 2.5);
     await page.waitForFunction(() => /layer=2\.weight/.test(location.hash));
     await page.locator('.heatmap[data-name="unit-norms"] canvas').waitFor({ timeout: 5000 });
@@ -269,6 +292,195 @@ try {
     await page.locator('.chart[data-tag="train/loss"] canvas').first().waitFor();
     assert.match(await page.locator('#range').textContent(), /steps \d+–\d+/);
   });
+
+
+  // ---- every page of the three story runs, audited in the page ----
+  const PAGES = ['overview', 'scalars', 'gradients', 'activations', 'findings', 'performance'];
+  const STORY_RUNS = ['healthy', 'nan', 'slow-loader'];
+  const DOCS_SHOTS = { 'nan/overview': '01-overview-nan', 'healthy/scalars': '02-scalars-healthy',
+                       'healthy/gradients': '03-gradients-healthy', 'nan/activations': '04-activations-nan',
+                       'slow-loader/findings': '05-findings-slow-loader', 'slow-loader/performance': '06-performance-slow-loader',
+                       'nan/distributions': '07-distributions-nan', 'slow-loader/overview': '08-overview-slow-loader' };
+  const docsDir = join(repo, 'docs', 'img');
+  const docsShots = process.env.TRAINSCOPE_DOCS_SCREENSHOTS === '1';
+  if (docsShots) mkdirSync(docsDir, { recursive: true });
+
+  // What the API says each named chart has, per run: a chart saying "no data" for one of
+  // these is a failure.
+  async function dataOf(runName) {
+    const d = (await apiJson(`api/run?run=${encodeURIComponent(runName)}`)).body;
+    const has = (re) => d.series.some((s) => re.test(s.tag) && s.points > 0);
+    const spans = (await apiJson(`api/spans?run=${encodeURIComponent(runName)}&width=10`)).body.spans > 0;
+    return {
+      scalarPoints: new Map(d.series.filter((s) => s.kind === 'scalar').map((s) => [s.tag, s.points])),
+      named: {
+        'overview-loss': has(/^train\/loss$/), 'overview-lr': has(/^opt\/lr$/), 'overview-grad-norm': has(/^grad\/global_norm$/),
+        'step-time': spans, throughput: spans, 'layer-norms': has(/^grad\//), 'exponent-histogram': has(/^grad\//),
+        'update-ratio': has(/^update\//) && has(/^weight\//), 'unit-norms': has(/^grad_units\//),
+        'act-std': has(/^act\//), 'act-mean': has(/^act\//), 'dead-fraction': has(/^act\//), 'saturated-fraction': has(/^act\//),
+        'percentile-bands': has(/^(grad|act|weight)\//), moments: has(/^(grad|act|weight)\//), evidence: true,
+      },
+    };
+  }
+
+  // In the page: every chart's state, measured. uPlot draws ticks on its canvas, so their
+  // extents come from the text's width measured in the axis font at uPlot's own positions
+  // (axis._splits/_values/_pos/_size); heatmap labels are HTML and measured by their boxes.
+  const auditPage = () => {
+    const out = { charts: [], clipped: [], placeholders: [], overlaps: [], labels: 0 };
+    const measure = document.createElement('canvas').getContext('2d');
+    const coloured = (canvas) => {
+      const c = canvas.getContext('2d');
+      const d = c.getImageData(0, 0, canvas.width, canvas.height).data;
+      let n = 0;
+      for (let i = 0; i < d.length; i += 4) {
+        if (d[i + 3] < 128) continue;
+        if (Math.max(d[i], d[i + 1], d[i + 2]) - Math.min(d[i], d[i + 1], d[i + 2]) > 40) n++;
+      }
+      return n;
+    };
+    for (const slot of document.querySelectorAll('.chart-slot')) {
+      if (!slot.querySelector('.chart, .error')) out.placeholders.push(slot.dataset.tag || slot.dataset.curve || '?');
+    }
+    for (const wrap of document.querySelectorAll('.chart, .heatmap, .spark')) {
+      if (wrap.closest('details:not([open])')) continue;
+      const name = wrap.dataset.tag || wrap.dataset.name || '?';
+      const empty = wrap.querySelector('.empty');
+      const canvas = wrap.querySelector('canvas');
+      const u = wrap.plot;
+      const nonNull = u ? u.data.slice(1).reduce((n, s) => n + s.filter((v) => v !== null && v !== undefined).length, 0) : null;
+      out.charts.push({ name, tag: wrap.dataset.tag || null, empty: !!empty, pixels: canvas ? coloured(canvas) : 0, nonNull });
+      if (u) {
+        const W = u.width, H = u.height;
+        u.axes.forEach((ax, i) => {
+          if (!ax.show || !ax._show || !ax._values || !ax._splits) return;
+          measure.font = ax.font[0];
+          const scale = i === 0 ? 'x' : ax.scale || 'y';
+          ax._values.forEach((text, k) => {
+            const label = String(text);
+            if (!label) return;
+            out.labels++;
+            const w = measure.measureText(label).width;
+            const pos = u.valToPos(ax._splits[k], scale);
+            if (ax.side === 2) {
+              const cx = u.bbox.left / devicePixelRatio + pos;
+              if (cx - w / 2 < -0.5 || cx + w / 2 > W + 0.5) out.clipped.push(`${name}: x tick "${label}" at ${cx.toFixed(0)} of ${W}`);
+            } else if (ax.side === 3) {
+              const room = ax._size - (ax.ticks.show ? ax.ticks.size : 0) - ax.gap;
+              const cy = u.bbox.top / devicePixelRatio + pos;
+              if (w > room + 0.5) out.clipped.push(`${name}: y tick "${label}" ${w.toFixed(0)} px in ${room} px`);
+              if (cy < 4 || cy > H - 4) out.clipped.push(`${name}: y tick "${label}" at y ${cy.toFixed(0)} of ${H}`);
+            }
+          });
+        });
+      }
+      const box = wrap.getBoundingClientRect();
+      for (const t of wrap.querySelectorAll('.hm-tick')) {
+        const r = t.getBoundingClientRect();
+        if (r.left < box.left - 0.5 || r.right > box.right + 0.5) out.clipped.push(`${name}: step tick "${t.textContent}"`);
+      }
+      const labels = [...wrap.querySelectorAll('.hm-label')];
+      out.labels += labels.length;
+      labels.forEach((l, k) => {
+        if (l.scrollWidth > l.clientWidth + 1) out.clipped.push(`${name}: row label "${l.textContent}"`);
+        const next = labels[k + 1];
+        if (next && next.getBoundingClientRect().top < l.getBoundingClientRect().bottom - 0.5) out.overlaps.push(`${name}: "${l.textContent}"/"${next.textContent}"`);
+      });
+    }
+    return out;
+  };
+
+  for (const runName of STORY_RUNS) {
+    const data = await dataOf(runName);
+    for (const tab of [...PAGES, ...(runName === 'nan' ? ['distributions'] : [])]) {
+      await check(`${runName}: the ${tab} page has no empty chart, clipped label or placeholder`, async () => {
+        await page.goto('about:blank');
+        await page.setViewportSize({ width: 1280, height: 860 });
+        await page.goto(`${base}?static=1#runs=${encodeURIComponent(runName)}&tab=${tab}`);
+        await page.waitForSelector('body[data-ready="1"]', { timeout: 20000 });
+        const a = await page.evaluate(auditPage);
+        console.log(`       ${a.charts.length} charts, ${a.labels} tick and row labels measured`);
+        const problems = [];
+        for (const c of a.charts) {
+          const hasData = c.tag ? (data.scalarPoints.get(c.tag) || 0) > 0 : data.named[c.name];
+          if (hasData === undefined) problems.push(`chart "${c.name}" unknown to the test`);
+          else if (hasData && c.empty) problems.push(`chart "${c.name}" says no data but its series has data`);
+          else if (hasData && !c.empty && c.pixels < 8) problems.push(`chart "${c.name}" drew ${c.pixels} coloured pixels`);
+        }
+        problems.push(...a.clipped, ...a.placeholders.map((p) => `placeholder left: ${p}`), ...a.overlaps.map((o) => `overlap: ${o}`));
+        const shotName = `${runName}-${tab}`;
+        await page.screenshot({ path: join(artifacts, `p-${shotName}.png`), fullPage: true });
+        if (docsShots && DOCS_SHOTS[`${runName}/${tab}`]) {
+          await page.screenshot({ path: join(docsDir, DOCS_SHOTS[`${runName}/${tab}`] + '.png') });
+        }
+        assert.ok(a.charts.length > 0 || tab === 'findings', `no charts on ${tab}`);
+        assert.deepEqual(problems, []);
+        if (tab === 'scalars') {
+          // The user's series first; trainscope's own in closed sections.
+          const sections = await page.locator('details.section').evaluateAll((ds) => ds.map((d) => [d.dataset.section, d.open]));
+          assert.equal(sections[0][0], 'train', `first section ${sections}`);
+          for (const [title, open] of sections) {
+            if (/^(input|census|sys|train\/grad_zeroed)$/.test(title)) assert.equal(open, false, `${title} open`);
+          }
+          assert.equal(await page.locator('.chart[data-tag="train/grad_zeroed"]').count(), 0, 'train/grad_zeroed drawn among the user\'s charts');
+        }
+        if (tab === 'performance') {
+          const census = page.locator('details.section[data-section="census"]');
+          if (await census.count()) assert.equal(await census.evaluate((d) => d.open), false, 'census/ open on Performance');
+        }
+        if (tab === 'scalars' && runName === 'healthy') {
+          // A single point (the final test/loss) is drawn as a point.
+          const test = await page.locator('.chart[data-tag="test/loss"]').evaluate((w) => w.plot.series.some((s) => s.points && s.points.show));
+          assert.ok(test, 'test/loss points shown');
+        }
+        if (tab === 'overview') {
+          const groups = await page.locator('#finding-groups .finding-group').evaluateAll((gs) => gs.map((g) => [g.dataset.code, g.className]));
+          const codes = groups.map((g) => g[0]);
+          assert.equal(new Set(codes).size, codes.length, `one group per kind: ${codes}`);
+          const findingsApi = (await apiJson(`api/findings?run=${encodeURIComponent(runName)}`)).body.findings;
+          assert.deepEqual([...new Set(findingsApi.map((f) => f.code))].sort(), [...codes].sort());
+          const rank = { critical: 2, warning: 1, info: 0 };
+          const sev = groups.map((g) => rank[/sev-(\w+)/.exec(g[1])[1]]);
+          for (let i = 1; i < sev.length; i++) assert.ok(sev[i - 1] >= sev[i], `groups worst first: ${groups}`);
+          const expect = { healthy: [], nan: ['NONFINITE_LOSS'], 'slow-loader': ['DATALOADER_BOTTLENECK'] }[runName];
+          for (const code of expect) assert.ok(codes.includes(code), `${code} on the overview of ${runName}: ${codes}`);
+          assert.equal(await page.locator('.chart[data-name="overview-loss"] canvas').count() > 0, true);
+          // Findings marked on the four curves at their steps.
+          if (expect.length) assert.ok(await page.locator('.chart[data-name="overview-loss"] .finding-marker').count() > 0, 'marker on the loss');
+        }
+      });
+    }
+  }
+  await page.setViewportSize({ width: 1400, height: 1000 });
+
+  await check('?static=1 opens no event stream and plain headless chromium --screenshot captures the charts', async () => {
+    const png = join(artifacts, 'cli-screenshot.png');
+    rmSync(png, { force: true });
+    const prof = mkdtempSync(join(tmpdir(), 'ts-chromium-cli-'));
+    try {
+      const r = spawnSync('/usr/bin/chromium', ['--headless', '--no-sandbox', '--disable-gpu', `--user-data-dir=${prof}`,
+        '--hide-scrollbars', '--window-size=1280,900', '--virtual-time-budget=10000', `--screenshot=${png}`,
+        `${base}?static=1#runs=nan&tab=overview`], { encoding: 'utf8', timeout: 60000 });
+      assert.ok(r.status === 0 && existsSync(png), `chromium --screenshot: status ${r.status} ${r.error || ''}\n${(r.stderr || '').slice(-800)}`);
+    } finally {
+      rmSync(prof, { recursive: true, force: true });
+    }
+    // Its charts are in the picture: coloured pixels (series, heatmaps), counted with PIL
+    // when the Python has it.
+    const py = spawnSync(python, ['-c', 'import sys\nfrom PIL import Image\nim = Image.open(sys.argv[1]).convert("RGB")\n'
+      + 'print(sum(1 for p in im.getdata() if max(p) - min(p) > 40))', png], { encoding: 'utf8' });
+    if (py.status === 0) assert.ok(Number(py.stdout) > 3000, `coloured pixels in the --screenshot picture: ${py.stdout}`);
+    else console.log('       note: no PIL in ' + python + ': the picture\'s pixels are not counted');
+    // The static page opened no event stream.
+    await page.goto(`${base}?static=1#runs=nan&tab=overview`);
+    await page.waitForSelector('body[data-ready="1"]');
+    const streams = await page.evaluate(() => performance.getEntriesByType('resource').filter((e) => /api\/events/.test(e.name)).length);
+    assert.equal(streams, 0);
+  });
+
+  // Back to the live page (the audit used ?static=1, which has no event stream).
+  await page.goto(`${base}#runs=real-mlp&tab=scalars`);
+  await page.locator('.chart[data-tag="train/loss"] canvas').first().waitFor({ timeout: 10000 });
 
   await check('a run started while the page is open appears live', async () => {
     const writer = spawn(generator, ['writer', logdir, 'live-run', '--seconds', '4', '--series', '5'], { stdio: 'ignore' });

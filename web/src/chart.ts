@@ -61,14 +61,14 @@ function stepAxis(label = 'step', time = false): uPlot.Axis {
 }
 
 // A linear y range that never crosses below zero when no value is negative.
-function yRange(log: boolean): uPlot.Scale {
+function yRange(log: boolean, fromZero = false): uPlot.Scale {
   if (log) return { distr: 3 };
   return {
     distr: 1,
     range: (_u, min, max) => {
       if (min === null || max === null || !Number.isFinite(min) || !Number.isFinite(max)) return [0, 1];
       const [lo, hi] = uPlot.rangeNum(min, max, 0.1, true) as [number, number];
-      return [min >= 0 ? Math.max(0, lo) : lo, hi];
+      return [min >= 0 ? (fromZero ? 0 : Math.max(0, lo)) : lo, hi];
     },
   };
 }
@@ -378,7 +378,7 @@ export function stackedChart(title: string, x: number[], layers: LineSeries[], w
   wrap.append(legend);
   const u = new uPlot({
     width, height: extra.height ?? 220, padding: PADDING, legend: { show: false }, series, cursor: { sync: { key: 'trainscope' } },
-    scales: { x: xScale(extra.xRange), y: yRange(false) },
+    scales: { x: xScale(extra.xRange), y: yRange(false, true) },  // areas stand on zero
     axes: [stepAxis(), valueAxis('seconds / step')],
     hooks: { draw: [markerLayer(wrap, extra.markers || [], (s) => s)] },
   }, data as uPlot.AlignedData, wrap);

@@ -29,6 +29,11 @@ export interface Section {
 }
 
 const USER_ORDER = [/^train$/, /^val/, /^valid/, /^test$/, /^eval/];
+const INTERNAL_ORDER = ['mem', 'perf', 'time', 'input', 'sys', 'census'];
+function internalRank(key: string): number {
+  const i = INTERNAL_ORDER.indexOf(key);
+  return i < 0 ? INTERNAL_ORDER.length : i;
+}
 function userRank(prefix: string): number {
   const i = USER_ORDER.findIndex((re) => re.test(prefix));
   return i < 0 ? USER_ORDER.length : i;
@@ -58,7 +63,8 @@ export function sections(tags: string[]): Section[] {
   }
   const kind = (id: string) => (id.startsWith('u:') ? 0 : id.startsWith('w:') ? 1 : 2);
   const list = [...by.entries()].sort(([a, sa], [b, sb]) => kind(a) - kind(b)
-    || (kind(a) === 0 ? userRank(sa.key) - userRank(sb.key) : 0) || sa.key.localeCompare(sb.key));
+    || (kind(a) === 0 ? userRank(sa.key) - userRank(sb.key) : kind(a) === 2 ? internalRank(sa.key) - internalRank(sb.key) : 0)
+    || sa.key.localeCompare(sb.key));
   for (const [, s] of list) s.tags.sort((a, b) => tagRank(a) - tagRank(b) || a.localeCompare(b));
   return list.map(([, s]) => s);
 }

@@ -28,7 +28,7 @@ export async function findingsView(gen: number, box: HTMLElement): Promise<void>
   if (gen !== ctx.generation) return;
   all.sort((a, b) => SEVERITY_RANK[b.severity] - SEVERITY_RANK[a.severity] || a.step - b.step);
   box.append(el('div', { class: 'panel-title' }, `${all.length} findings, worst first`));
-  if (!all.length) box.append(el('p', { class: 'empty' }, 'Nothing found: the doctor is happy with these runs.'));
+  if (!all.length) box.append(el('p', { class: 'none' }, 'Nothing found: the doctor is happy with these runs.'));
   const list = el('div', { id: 'findings' });
   for (const f of all) list.append(findingCard(f));
   box.append(list);

@@ -128,7 +128,7 @@ export async function overviewView(gen: number, box: HTMLElement): Promise<void>
   const list = el('div', { id: 'finding-groups' });
   box.append(el('div', { class: 'panel-title' }, groups.length ? `Findings: ${groups.length} kind${groups.length === 1 ? '' : 's'}, worst first`
     : 'Findings: none'), list);
-  if (!groups.length) list.append(el('p', { class: 'empty' }, 'Nothing found: the doctor is happy with this run.'));
+  if (!groups.length) list.append(el('p', { class: 'none' }, 'Nothing found: the doctor is happy with this run.'));
   const evidence: Promise<void>[] = [];
   for (const g of groups.slice(0, 20)) {
     const first = g.findings[0];
