@@ -61,27 +61,39 @@ def one_folder(path, workdir):
     return folder
 
 
+def hta_breakdowns(folder):
+    _, rank, res = hta_analyses(folder)
+    entry = {"rank": int(rank)}
+    t = res["temporal"]
+    if isinstance(t, Exception):
+        entry["temporal_error"] = type(t).__name__
+    else:
+        row = t.iloc[0]
+        entry["temporal"] = {k: float(row[c]) for k, c in zip(KEYS, HTA_COLUMNS)}
+    idle = res["idle"]
+    if not isinstance(idle, Exception):
+        sums = idle.groupby("idle_category")["idle_time"].sum()
+        entry["idle_breakdown"] = {k + "_us": float(v) for k, v in sums.items()}
+    return entry
+
+
 def reference(files, out_path):
     import hta
     quiet()
     ref = {"produced_by": "bench/perf/hta_compare.py --reference, HolisticTraceAnalysis " +
-           getattr(hta, "__version__", "?") + " from PyPI, TraceAnalysis(trace_dir=<folder with the one file>) "
-           "then get_temporal_breakdown(visualize=False) and get_idle_time_breakdown(ranks=[rank]); "
-           "include_last_profiler_step=False (HTA's default)", "traces": {}}
+           getattr(hta, "__version__", "?") + " from PyPI: TraceAnalysis(trace_dir=<a folder with the one file>), "
+           "get_temporal_breakdown(visualize=False), get_idle_time_breakdown(ranks=[rank]) summed over streams; "
+           "include_last_profiler_step=False (HTA's default). 'hta' is HTA as it comes; 'hta_no_ns_rounding' is "
+           "HTA with HTA_DISABLE_NS_ROUNDING=1 (by default HTA rounds the events of traces with fractional "
+           "microseconds inward to whole microseconds: ts up, end down)", "traces": {}}
     with tempfile.TemporaryDirectory() as work:
         for f in files:
-            _, rank, res = hta_analyses(one_folder(f, work))
-            entry = {"rank": int(rank)}
-            t = res["temporal"]
-            if isinstance(t, Exception):
-                entry["temporal_error"] = type(t).__name__
-            else:
-                row = t.iloc[0]
-                entry["temporal"] = {k: float(row[c]) for k, c in zip(KEYS, HTA_COLUMNS)}
-            idle = res["idle"]
-            if not isinstance(idle, Exception):
-                sums = idle.groupby("idle_category")["idle_time"].sum()
-                entry["idle_breakdown"] = {k + "_us": float(v) for k, v in sums.items()}
+            folder = one_folder(f, work)
+            os.environ.pop("HTA_DISABLE_NS_ROUNDING", None)
+            entry = {"hta": hta_breakdowns(folder)}
+            os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"
+            entry["hta_no_ns_rounding"] = hta_breakdowns(folder)
+            os.environ.pop("HTA_DISABLE_NS_ROUNDING", None)
             ref["traces"][os.path.basename(f)] = entry
     with open(out_path, "w") as fh:
         json.dump(ref, fh, indent=1, sort_keys=True)

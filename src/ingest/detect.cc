@@ -83,6 +83,17 @@ bool LooksLikeWandbDatastore(std::string_view prefix) {
          static_cast<unsigned char>(prefix[5]) == 0xBE;
 }
 
+// A Chrome trace written by the PyTorch profiler (Kineto): "traceEvents" and one of Kineto's
+// marks. (perf/trace_reader.cc reads such files; ingest does not depend on perf.)
+bool LooksLikeProfilerTrace(std::string_view text) {
+  if (text.find("\"traceEvents\"") == std::string_view::npos) return false;
+  for (std::string_view mark : {"\"deviceProperties\"", "\"schemaVersion\"", "\"distributedInfo\"", "\"cpu_op\"",
+                                "\"user_annotation\"", "\"kernel\"", "ProfilerStep#"}) {
+    if (text.find(mark) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 const char* FormatName(Format format) {
@@ -121,6 +132,10 @@ Status DetectFormatFromPrefix(std::string_view prefix, const std::string& name, 
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // UTF-8 byte order mark
   const std::string_view trimmed = Trim(text);
   if (trimmed.empty()) return Status::Error(name + ": only whitespace (expected an event file, a JSON, CSV or text log)");
+  if (prefix.size() >= 2 && static_cast<unsigned char>(prefix[0]) == 0x1f && static_cast<unsigned char>(prefix[1]) == 0x8b) {
+    return Status::InvalidArgument(name + ": offset 0: gzip-compressed data; a profiler trace (.json.gz) is read by "
+                                          "`trainscope trace " + name + "`, other logs must be decompressed first");
+  }
   if (LooksBinary(text)) {
     return Status::Error(name + ": offset 0: binary data that is not a TFRecord event file (its first record header's "
                                 "checksum does not match) nor a trainscope store");
@@ -151,6 +166,12 @@ Status DetectFormatFromPrefix(std::string_view prefix, const std::string& name, 
     }
   }
   if (trimmed.front() == '{') {
+    // A profiler trace is timing, not metrics: refused here, with the command that reads it
+    // (before JSONL: a one-line trace is a complete object on its first line).
+    if (LooksLikeProfilerTrace(trimmed)) {
+      return Status::InvalidArgument(name + ": a PyTorch profiler (Kineto) trace, not a training log; analyse it with "
+                                            "`trainscope trace " + name + "`");
+    }
     if (lines.size() >= 1 && IsJsonObjectLine(lines[0]) && (lines.size() >= 2 || whole_file)) {
       // One complete object on the first line: JSONL, unless it is the whole file and is
       // itself a trainer state or golden-values object.

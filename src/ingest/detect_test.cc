@@ -80,5 +80,21 @@ TEST(Detect, EveryRealFileIsRecognised) {
   }
 }
 
+TEST(Detect, ProfilerTracesAreSentToTrainscopeTrace) {
+  Status s;
+  // One line, a complete object: not JSONL, and not a trainer_state without log_history.
+  EXPECT_EQ(Detect("{\"distributedInfo\": {\"rank\": 1}, \"traceEvents\": [{\"ph\": \"X\", \"cat\": \"cpu_op\"}]}", &s),
+            Format::kUnknown);
+  EXPECT_TRUE(s.IsInvalidArgument());
+  EXPECT_NE(s.message().find("f: a PyTorch profiler (Kineto) trace"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("trainscope trace f"), std::string::npos) << s.message();
+  EXPECT_EQ(Detect("{\n  \"schemaVersion\": 1,\n  \"traceEvents\": [\n", &s), Format::kUnknown);
+  EXPECT_NE(s.message().find("trainscope trace"), std::string::npos) << s.message();
+  EXPECT_EQ(Detect(std::string("\x1f\x8b\x08\0\0\0", 6), &s), Format::kUnknown);
+  EXPECT_NE(s.message().find("gzip-compressed"), std::string::npos) << s.message();
+  // A trainer state that mentions traceEvents nowhere is still one.
+  EXPECT_EQ(Detect("{\n  \"global_step\": 5,\n  \"log_history\": [\n"), Format::kHfTrainerState);
+}
+
 }  // namespace
 }  // namespace trainscope::ingest
