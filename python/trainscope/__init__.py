@@ -13,6 +13,7 @@ from trainscope.run import Run, StopTraining, init, on_alert
 from trainscope.metrics import classification_metrics
 from trainscope.checks import check_model, overfit_check
 from trainscope.flops import count_flops
+from trainscope import perf
 
 __all__ = ["Run", "RunView", "StopTraining", "check_model", "classification_metrics", "count_flops", "diagnose", "init", "list_runs",
            "on_alert", "open_run", "overfit_check"]

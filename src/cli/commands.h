@@ -15,7 +15,9 @@ void AddReportCommand(CLI::App& app, int* exit_code);
 void AddImportCommand(CLI::App& app, int* exit_code);
 void AddExportCommand(CLI::App& app, int* exit_code);
 void AddServeCommand(CLI::App& app, int* exit_code);
+void AddNumericsCommand(CLI::App& app, int* exit_code);
 void AddTraceCommand(CLI::App& app, int* exit_code);
+void AddPerfCommand(CLI::App& app, int* exit_code);
 
 // Directory holding the running trainscope executable.
 std::string ExecutableDir();

@@ -22,6 +22,10 @@ int main(int argc, char** argv) {
 #endif
 #ifdef TRAINSCOPE_WITH_PERF
   trainscope::cli::AddTraceCommand(app, &exit_code);
+  trainscope::cli::AddPerfCommand(app, &exit_code);
+#endif
+#ifdef TRAINSCOPE_WITH_NUMERICS
+  trainscope::cli::AddNumericsCommand(app, &exit_code);
 #endif
   try {
     app.parse(argc, argv);
