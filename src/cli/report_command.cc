@@ -72,6 +72,81 @@ void Decimate(Line* line, size_t buckets = 600) {
 
 std::string Num(double v) { return fmt::format("{:.4g}", v); }
 
+// Tick labels by the dashboard's rules (web/src/util.ts fmtNum, tickLabels): `digits`
+// significant, plain between 1e-3 and 1e4, SI suffixes up to T above, a short exponent
+// beyond; the fewest digits (2..6) that keep distinct ticks distinct. Same data, same labels.
+std::string Trim(std::string m) {
+  if (m.find('.') == std::string::npos) return m;
+  while (!m.empty() && m.back() == '0') m.pop_back();
+  if (!m.empty() && m.back() == '.') m.pop_back();
+  return m;
+}
+
+std::string TickNumber(double v, int digits) {
+  if (!std::isfinite(v)) return std::isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf";
+  if (v == 0) return "0";
+  const double a = std::fabs(v);
+  if (a >= 1e4 * (1 - 0.5 * std::pow(10.0, -digits)) && a < 1e15) {
+    static const std::pair<double, const char*> kSi[] = {{1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}};
+    for (const auto& [scale, suffix] : kSi) {
+      if (a < scale * 0.99995) continue;
+      std::string m = Trim(fmt::format("{:.{}g}", v / scale, digits));
+      if (std::fabs(std::stod(m)) >= 1000 && std::string(suffix) != "T") continue;
+      return m + suffix;
+    }
+  }
+  if (a >= 1e-3 && a < 1e4) {
+    const int decimals = std::max(0, digits - 1 - static_cast<int>(std::floor(std::log10(a))));
+    return Trim(fmt::format("{:.{}f}", std::stod(fmt::format("{:.{}g}", v, digits)), decimals));
+  }
+  std::string e = fmt::format("{:.{}e}", v, std::max(0, digits - 1));
+  const size_t at = e.find('e');
+  return Trim(e.substr(0, at)) + "e" + std::to_string(std::stoi(e.substr(at + 1)));
+}
+
+std::vector<std::string> TickLabels(const std::vector<double>& values) {
+  std::vector<double> sorted = values;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t distinct = std::unique(sorted.begin(), sorted.end()) - sorted.begin();
+  std::vector<std::string> labels;
+  for (int digits = 2; digits <= 6; ++digits) {
+    labels.clear();
+    for (double v : values) labels.push_back(TickNumber(v, digits));
+    std::vector<std::string> unique = labels;
+    std::sort(unique.begin(), unique.end());
+    if (static_cast<size_t>(std::unique(unique.begin(), unique.end()) - unique.begin()) >= distinct) break;
+  }
+  return labels;
+}
+
+// "Nice" ticks (1, 2, 5 x 10^k) inside [lo, hi], about `count` of them (web/src/heatmap.ts).
+std::vector<double> NiceTicks(double lo, double hi, int count = 5) {
+  if (!(hi > lo)) return {lo};
+  const double raw = (hi - lo) / count;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = 10 * mag;
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    if (m * mag >= raw) {
+      step = m * mag;
+      break;
+    }
+  }
+  std::vector<double> out;
+  for (double t = std::ceil(lo / step) * step; t <= hi + 1e-9 * step; t += step) out.push_back(std::round(t / step) * step);
+  return out;
+}
+
+// The dashboard's colour ramp (web/src/util.ts viridis), t in [0, 1].
+std::string Viridis(double t) {
+  static const int kStops[10][3] = {{68, 1, 84},   {72, 40, 120},  {62, 74, 137},  {49, 104, 142}, {38, 130, 142},
+                                    {31, 158, 137}, {53, 183, 121}, {109, 205, 89}, {180, 222, 44}, {253, 231, 37}};
+  const double x = std::clamp(t, 0.0, 1.0) * 9;
+  const int i = std::min(8, static_cast<int>(std::floor(x)));
+  const double f = x - i;
+  auto mix = [&](int c) { return static_cast<int>(std::lround(kStops[i][c] + (kStops[i + 1][c] - kStops[i][c]) * f)); };
+  return fmt::format("#{:02x}{:02x}{:02x}", mix(0), mix(1), mix(2));
+}
+
 // An SVG line chart; log y when every value is positive and they span > 2 decades.
 std::string LineChart(const std::string& title, std::vector<Line> lines, const std::vector<Mark>& marks,
                       const std::string& y_label) {
@@ -93,10 +168,16 @@ std::string LineChart(const std::string& title, std::vector<Line> lines, const s
   const bool logy = positive && y1 / y0 > 100;
   auto fy = [&](double v) { return logy ? std::log10(v) : v; };
   double ly0 = fy(y0), ly1 = fy(y1);
-  if (ly1 == ly0) ly1 = ly0 + 1;
+  if (ly1 == ly0) {
+    // A constant series (a fixed learning rate) sits mid-axis: [0, 2v] for a positive v.
+    if (!logy && ly0 > 0) ly1 = 2 * ly0, ly0 = 0;
+    else if (!logy && ly0 < 0) ly1 = -ly0, ly0 = 2 * ly0;
+    else ly1 = ly0 + 1;
+  }
   if (x1 == x0) x1 = x0 + 1;
   const double pad = 0.05 * (ly1 - ly0);
-  ly0 -= pad;
+  // Values that are never negative (a learning rate, a loss) keep their axis at or above 0.
+  ly0 = !logy && y0 >= 0 ? std::max(0.0, ly0 - pad) : ly0 - pad;
   ly1 += pad;
   auto px = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };
   auto py = [&](double y) { return T + (1 - (fy(y) - ly0) / (ly1 - ly0)) * (H - T - B); };
@@ -106,15 +187,25 @@ std::string LineChart(const std::string& title, std::vector<Line> lines, const s
       W, H, Escape(title), L, Escape(title));
   // Axes and ticks.
   svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"frame\"/>", L, T, W - L - R, H - T - B);
-  for (int i = 0; i <= 4; ++i) {
-    const double v = ly0 + (ly1 - ly0) * i / 4;
-    const double y = T + (1 - static_cast<double>(i) / 4) * (H - T - B);
+  // y ticks: nice values (whole decades on a log axis), labelled as the dashboard does.
+  std::vector<double> yt;
+  if (logy) {
+    for (double e = std::ceil(ly0); e <= ly1; e += std::max(1.0, std::ceil((ly1 - ly0) / 5))) yt.push_back(std::pow(10, e));
+  } else {
+    yt = NiceTicks(ly0, ly1, 4);
+  }
+  const std::vector<std::string> ylabels = TickLabels(yt);
+  for (size_t i = 0; i < yt.size(); ++i) {
+    const double y = py(yt[i]);
     svg += fmt::format("<line x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\" class=\"grid\"/>", L, W - R, y, y);
     svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"ax\" text-anchor=\"end\">{}</text>", L - 4, y + 4,
-                       Num(logy ? std::pow(10, v) : v));
-    const double xv = x0 + (x1 - x0) * i / 4;
-    svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"ax\" text-anchor=\"middle\">{}</text>", px(xv), H - B + 16,
-                       Num(xv));
+                       ylabels[i]);
+  }
+  const std::vector<double> xt = NiceTicks(x0, x1, 6);
+  const std::vector<std::string> xlabels = TickLabels(xt);
+  for (size_t i = 0; i < xt.size(); ++i) {
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"ax\" text-anchor=\"middle\">{}</text>", px(xt[i]),
+                       H - B + 16, xlabels[i]);
   }
   svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"ax\">step</text>", W - R - 30, H - 4);
   svg += fmt::format("<text x=\"8\" y=\"{}\" class=\"ax\">{}{}</text>", T - 6, Escape(y_label), logy ? " (log)" : "");
@@ -144,6 +235,15 @@ std::string LineChart(const std::string& title, std::vector<Line> lines, const s
     }
     svg += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.3\"{}/>", path, l.color,
                        l.dashed ? " stroke-dasharray=\"6 4\"" : "");
+    // A series of one to three values cannot be seen as a line: drawn as points.
+    size_t finite = 0;
+    for (double v : l.y) finite += std::isfinite(v) && !(logy && v <= 0);
+    if (finite <= 3) {
+      for (size_t i = 0; i < l.x.size(); ++i) {
+        if (!std::isfinite(l.y[i]) || (logy && l.y[i] <= 0)) continue;
+        svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"/>", px(l.x[i]), py(l.y[i]), l.color);
+      }
+    }
     // Non-finite values: red ticks on the top edge.
     for (size_t i = 0; i < l.x.size(); ++i) {
       if (!std::isfinite(l.y[i])) {
@@ -168,7 +268,7 @@ std::string GradHeatmap(const RunData& data, const std::vector<std::string>& for
     if (s.tag.rfind("grad/", 0) == 0 && std::find(rows.begin(), rows.end(), &s) == rows.end()) rows.push_back(&s);
   }
   if (rows.empty()) return "";
-  if (rows.size() > 80) rows.resize(80);
+  if (rows.size() > 2048) rows.resize(2048);  // the dashboard's bound
   int64_t s0 = INT64_MAX, s1 = INT64_MIN;
   for (const auto* r : rows) {
     for (int64_t s : r->steps) {
@@ -200,24 +300,24 @@ std::string GradHeatmap(const RunData& data, const std::vector<std::string>& for
   }
   if (!(hi >= lo)) hi = lo = 0;
   if (hi == lo) hi = lo + 1;
-  const double L = 220, T = 28, cw = 680.0 / static_cast<double>(cols), ch = std::clamp(220.0 / rows.size(), 4.0, 16.0);
+  // Rows at least 12 px for 10 px labels, so labels never overlap; hundreds of parameters
+  // make a tall picture that scrolls in its box (see BuildReport).
+  const double L = 220, T = 28, cw = 680.0 / static_cast<double>(cols),
+               ch = std::clamp(220.0 / static_cast<double>(rows.size()), 12.0, 16.0);
   const double W = L + 680 + 90, H = T + ch * static_cast<double>(rows.size()) + 30;
   std::string svg = fmt::format(
       "<svg viewBox=\"0 0 {} {}\" width=\"100%\" role=\"img\" aria-label=\"gradient norms\">"
       "<text x=\"{}\" y=\"18\" class=\"t\">Gradient L2 norm per layer (rows, forward order) x step (log10 colour; "
       "magenta = NaN/Inf)</text>",
       W, H, L);
-  auto color = [&](double lv) {
-    const double t = (lv - lo) / (hi - lo);  // viridis-like ramp: dark blue -> green -> yellow
-    const int r = static_cast<int>(std::clamp(68 + t * (253 - 68), 0.0, 255.0));
-    const int g = static_cast<int>(std::clamp(1 + t * (231 - 1), 0.0, 255.0));
-    const int b = static_cast<int>(std::clamp(84 + (t < 0.5 ? t * 2 * (140 - 84) : (1 - t) * 2 * 140), 0.0, 255.0));
-    return fmt::format("#{:02x}{:02x}{:02x}", r, g, b);
-  };
+  auto color = [&](double lv) { return Viridis((lv - lo) / (hi - lo)); };  // the dashboard's colours
   for (size_t r = 0; r < rows.size(); ++r) {
     const double y = T + ch * static_cast<double>(r);
-    svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"ax\" text-anchor=\"end\">{}</text>", L - 4, y + ch * 0.8,
-                       Escape(rows[r]->tag.substr(5)));
+    // Shortened from the left: the end of a parameter name tells rows apart (~5.6 px a character).
+    std::string label = rows[r]->tag.substr(5);
+    if (label.size() > 38) label = "\xe2\x80\xa6" + label.substr(label.size() - 37);
+    svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"ax\" text-anchor=\"end\">{}</text>", L - 4, y + ch * 0.75,
+                       Escape(label));
     for (size_t c = 0; c < cols; ++c) {
       std::string fill;
       if (bad[r][c]) fill = "#e0f";
@@ -292,6 +392,7 @@ std::string BuildReport(const LoadedRun& run, const doctor::Diagnosis& d) {
           "code,pre{font:12px ui-monospace,monospace}pre{white-space:pre-wrap;max-height:260px;overflow:auto;background:#f3f3f3;padding:6px}"
           "svg .t{font-size:13px;font-weight:600}svg .ax{font-size:10px;fill:#555}svg .lg{font-size:11px}"
           "svg .mk{font-size:10px}svg .frame{fill:none;stroke:#bbb}svg .grid{stroke:#eee}"
+          ".heat{max-height:640px;overflow-y:auto;border:1px solid #eee}"
           "</style></head><body>";
   html += fmt::format("<h1>trainscope report</h1><p><code>{}</code> ({}, {} steps judged) &mdash; {} finding(s)</p>",
                       Escape(run.source), Escape(run.format), d.steps, d.findings.size());
@@ -366,7 +467,8 @@ std::string BuildReport(const LoadedRun& run, const doctor::Diagnosis& d) {
   // Gradient heatmap.
   html += "<h2>Gradients per layer</h2>";
   const std::string heat = GradHeatmap(run.data, forward);
-  html += heat.empty() ? "<p>No per-parameter gradient statistics recorded.</p>" : heat;
+  html += heat.empty() ? "<p>No per-parameter gradient statistics recorded.</p>"
+                       : "<div class=\"heat\">" + heat + "</div>";
 
   // Memory with the leak fit.
   html += "<h2>Memory</h2>";

@@ -174,6 +174,17 @@ std::vector<size_t> PickTensorPoints(const std::vector<TensorStatsPoint>& points
   return keep;
 }
 
+// Series trainscope records itself (watch's bookkeeping and optimisation curves), as
+// opposed to what the user logged; web/src/groups.ts draws the same line for the UI.
+bool IsTrainscopeSeries(const std::string& tag) {
+  static const char* const kPrefixes[] = {"census/", "sys/", "input/", "time/", "mem/", "perf/", "guard/",
+                                          "opt/", "grad/", "update_ratio/", "amp/"};
+  for (const char* p : kPrefixes) {
+    if (tag.rfind(p, 0) == 0) return true;
+  }
+  return tag == "train/grad_zeroed";
+}
+
 // A crashed run is critical whatever its findings said: it did not finish.
 const char* Health(const std::vector<Finding>& findings, const std::string& status) {
   if (status == "crashed") return "critical";
@@ -278,12 +289,19 @@ ApiReply Api::Runs() {
     json counts = {{"critical", 0}, {"warning", 0}, {"info", 0}};
     for (const Finding& f : findings) counts[SeverityName(f.severity)] = counts[SeverityName(f.severity)].get<int>() + 1;
     json final_values = json::object();
+    // The user's own series first, then trainscope's (census/, input/, opt/, grad/,
+    // update_ratio/ ...: one per parameter on a big model), so the 64 kept always hold the
+    // user's metrics; the UI decides which are columns (web/src/groups.ts).
     int kept = 0;
-    for (const SeriesInfo& info : series) {
-      if (info.kind != SeriesKind::kScalar || info.points == 0) continue;
-      if (info.tag.rfind("sys/", 0) == 0 || info.tag.rfind("mem/", 0) == 0 || info.tag.rfind("time/", 0) == 0) continue;
-      if (++kept > 64) break;
-      final_values[info.tag] = JsonNumber(info.last_value);
+    for (const bool own : {true, false}) {
+      for (const SeriesInfo& info : series) {
+        if (info.kind != SeriesKind::kScalar || info.points == 0) continue;
+        if (info.tag.rfind("sys/", 0) == 0 || info.tag.rfind("mem/", 0) == 0 || info.tag.rfind("time/", 0) == 0) continue;
+        if (IsTrainscopeSeries(info.tag) == own) continue;
+        if (kept >= 64) break;
+        ++kept;
+        final_values[info.tag] = JsonNumber(info.last_value);
+      }
     }
     for (const SeriesInfo& info : series) max_step = std::max(max_step, info.points ? info.last_step : 0);
     json config = json::parse(meta.config_json, nullptr, false);

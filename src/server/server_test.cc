@@ -109,6 +109,38 @@ TEST(RunRegistryTest, RefusesSymlinksOutOfTheLogdir) {
   EXPECT_EQ(registry->Resolve(outside + "/secret").http_status, 400);  // absolute
 }
 
+// A big model's run: 100 census/ and 200 update_ratio/ series, created before the user's
+// metrics (as watch does); the runs list's 64 final values must still hold the user's.
+TEST(ApiTest, RunsListKeepsTheUsersFinalMetricsFirst) {
+  const std::string root = TempDir();
+  RunMeta meta;
+  meta.name = "big";
+  std::unique_ptr<RunStore> store;
+  ASSERT_TRUE(RunStore::Create(root + "/big", meta, &store).ok());
+  WriteBatch batch;
+  std::vector<std::string> tags;
+  for (int i = 0; i < 100; ++i) tags.push_back("census/type" + std::to_string(i));
+  for (int i = 0; i < 200; ++i) tags.push_back("update_ratio/layer" + std::to_string(i) + ".weight");
+  tags.insert(tags.end(), {"train/grad_zeroed", "train/loss", "val/acc", "test/loss"});
+  for (size_t i = 0; i < tags.size(); ++i) {
+    int64_t id;
+    ASSERT_TRUE(store->EnsureSeries(tags[i], SeriesKind::kScalar, &id).ok());
+    batch.scalars.push_back({id, 5, 1000.0, static_cast<double>(i)});
+  }
+  ASSERT_TRUE(store->Write(batch).ok());
+  ASSERT_TRUE(store->Close("finished", "").ok());
+  std::unique_ptr<RunRegistry> registry;
+  ASSERT_TRUE(RunRegistry::Open(root, &registry).ok());
+  Api api(registry.get());
+  json j = json::parse(api.Handle("runs", {}).body);
+  const json& final_values = j["runs"][0]["final"];
+  EXPECT_EQ(final_values.size(), 64u);
+  EXPECT_DOUBLE_EQ(final_values["train/loss"].get<double>(), 301);
+  EXPECT_DOUBLE_EQ(final_values["val/acc"].get<double>(), 302);
+  EXPECT_DOUBLE_EQ(final_values["test/loss"].get<double>(), 303);
+  EXPECT_TRUE(final_values.contains("census/type0"));  // trainscope's own fill the rest
+}
+
 TEST(ApiTest, DecimatesAndKeepsTheSpike) {
   const std::string root = TempDir();
   MakeRun(root, "r");
