@@ -431,6 +431,12 @@ class Run:
         from trainscope.watch import StepContext
         return StepContext(self._step_clock())
 
+    def profile(self, steps=3, **options):
+        """Profiles `steps` training steps with torch.profiler (after `wait` and `warmup` steps,
+        1 each) and analyses the trace into run.findings (trainscope/profile.py, docs/traces.md)."""
+        from trainscope.profile import Profile
+        return Profile(self, steps=steps, **options).start()
+
     def log_classification(self, outputs, targets, prefix="val", num_classes=None, window=None, commit=False):
         """Accumulates predictions (logits or labels) against targets; see trainscope/metrics.py."""
         from trainscope.metrics import ClassificationAccumulator

@@ -7,11 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "doctor/detectors/system.h"
-#include "perf/trace.h"
-#include "perf/trace_analysis.h"
-#include "perf/trace_json.h"
-#include "store/json_forms.h"
+#include "cli/trace_report.h"
 
 namespace trainscope::cli {
 
@@ -49,7 +45,8 @@ void PrintRank(const perf::RankTraceReport& r) {
       fmt::print("    ({} of {} GPU events: the last, incomplete profiler step's are left out, as HTA does)\n",
                  r.gpu_events_used, r.gpu_events);
     }
-    fmt::print("  idle: host wait {}, kernel wait {}, other {}\n", Us(r.idle.host_wait_us), Us(r.idle.kernel_wait_us),
+    fmt::print("  gaps between kernels of a stream, summed over streams: host wait {}, kernel wait {}, other {}\n",
+               Us(r.idle.host_wait_us), Us(r.idle.kernel_wait_us),
                Us(r.idle.other_us));
     if (r.comm_overlap_pct >= 0) {
       fmt::print("  communication {}: {:.1f}% of it overlapped with computation\n", Us(r.comm_us), r.comm_overlap_pct);
@@ -84,33 +81,17 @@ void PrintRank(const perf::RankTraceReport& r) {
 }
 
 int TraceCommand(const std::vector<std::string>& paths, bool as_json, size_t top, bool include_last_step) {
-  std::vector<std::string> files;
-  Status s = perf::ExpandTracePaths(paths, &files);
+  perf::TraceAnalysisOptions options;
+  options.top = top;
+  options.include_last_step = include_last_step;
+  perf::TraceReport report;
+  json out;
+  Status s = AnalyzeTraceFiles(paths, options, &report, &out);
   if (!s.ok()) {
     fmt::print(stderr, "trainscope trace: {}\n", s.message());
     return 2;
   }
-  std::vector<perf::Trace> traces(files.size());
-  for (size_t i = 0; i < files.size(); ++i) {
-    s = perf::ReadTraceFile(files[i], &traces[i]);
-    if (!s.ok()) {
-      fmt::print(stderr, "trainscope trace: {}\n", s.message());
-      return 2;
-    }
-  }
-  perf::TraceAnalysisOptions options;
-  options.top = top;
-  options.include_last_step = include_last_step;
-  // The doctor's own threshold, so a trace and a watched run judge the loader alike.
-  const doctor::DataloaderOptions loader;
-  options.dataloader_share = loader.share;
-  options.dataloader_min_wait_us = loader.min_wait_seconds * 1e6;
-  const perf::TraceReport report = perf::AnalyzeTraces(traces, options);
   if (as_json) {
-    json out = perf::TraceReportToJson(report);
-    json findings = json::array();
-    for (const Finding& f : report.findings) findings.push_back(FindingToJson(f));
-    out["findings"] = findings;
     fmt::print("{}\n", out.dump());
     return 0;
   }

@@ -9,5 +9,6 @@ void RegisterRecorder(pybind11::module_& m);  // recorder_bindings.cc: Recorder,
 void RegisterReader(pybind11::module_& m);    // reader_bindings.cc: RunReader, list_runs
 void RegisterWatch(pybind11::module_& m);     // watch_bindings.cc: tensor statistics for watch()
 void RegisterAlerts(pybind11::module_& m);    // alert_bindings.cc: alert polling (after RegisterRecorder)
+void RegisterTrace(pybind11::module_& m);     // trace_bindings.cc: analyze_traces (perf part)
 
 }  // namespace trainscope::python

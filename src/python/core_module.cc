@@ -7,4 +7,7 @@ PYBIND11_MODULE(_core, m) {
   trainscope::python::RegisterReader(m);
   trainscope::python::RegisterWatch(m);
   trainscope::python::RegisterAlerts(m);
+#ifdef TRAINSCOPE_WITH_PERF
+  trainscope::python::RegisterTrace(m);
+#endif
 }
