@@ -1,8 +1,8 @@
 // trainscope_server_gen: writes runs straight into run stores for the dashboard's
 // end-to-end tests and benchmark (docs/bench/dashboard.md).
 //
-//   trainscope_server_gen demo   LOGDIR NAME [--steps 600]
-//       a small classifier's run: loss with a spike at 60 % of the steps (and the
+//   trainscope_server_gen demo   LOGDIR NAME [--steps 600] [--layers N]
+//       a small classifier's run (or, with --layers, one of N parameters): loss with a spike at 60 % of the steps (and the
 //       LOSS_SPIKE finding), per-layer grad/weight/update/act tensor statistics with
 //       exponent histograms, per-unit gradient norms with one abnormal unit, step spans,
 //       a leaking mem/rss (and MEMORY_LEAK), sys/ metrics, a config.
@@ -57,7 +57,10 @@ Status NewRun(const std::string& logdir, const std::string& name, const std::str
   return RunStore::Create(logdir + "/" + name, meta, store);
 }
 
-int Demo(const std::string& logdir, const std::string& name, int steps) {
+// layers == 0: the small classifier's 8 parameters. Otherwise `layers` parameters of a
+// transformer-like model (blocks.K.{attn.qkv,attn.proj,mlp.fc1,mlp.fc2}.{weight,bias}), with
+// weights and updates every 10th step as run.watch records them.
+int Demo(const std::string& logdir, const std::string& name, int steps, int layer_count = 0) {
   std::unique_ptr<RunStore> store;
   Status s = NewRun(logdir, name,
                     R"({"lr": 0.05, "batch_size": 64, "optimizer": "sgd", "model": "mlp-4", "seed": 7})", &store,
@@ -65,8 +68,20 @@ int Demo(const std::string& logdir, const std::string& name, int steps) {
   if (!s.ok()) return Fail(s);
   std::mt19937 rng(7);
   std::normal_distribution<double> noise(0, 1);
-  const std::vector<std::string> layers = {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight",
-                                           "fc3.bias", "head.weight", "head.bias"};
+  std::vector<std::string> layers = {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight",
+                                     "fc3.bias", "head.weight", "head.bias"};
+  if (layer_count > 0) {
+    layers.clear();
+    const char* parts[] = {"attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2"};
+    for (int k = 0; static_cast<int>(layers.size()) < layer_count; ++k) {
+      for (const char* part : parts) {
+        for (const char* kind : {"weight", "bias"}) {
+          if (static_cast<int>(layers.size()) < layer_count) layers.push_back("blocks." + std::to_string(k) + "." + part + "." + kind);
+        }
+      }
+    }
+  }
+  const int weight_every = layer_count > 0 ? 10 : 1;
   const std::vector<std::string> modules = {"relu1", "relu2", "tanh3"};
   auto id = [&](const std::string& tag, SeriesKind kind) {
     int64_t out = 0;
@@ -112,9 +127,10 @@ int Demo(const std::string& logdir, const std::string& name, int steps) {
       const double scale = 0.02 / (1 + i) * (step == spike ? 100 : 1) * (1 + 0.2 * noise(rng));
       for (float& v : values) v = static_cast<float>(scale * noise(rng));
       batch.tensor_stats.push_back({grad[i], step, wall, ComputeTensorStats(values.data(), values.size(), true)});
+      if (step % weight_every != 0) continue;
       for (float& v : values) v = static_cast<float>(0.1 * noise(rng));
       batch.tensor_stats.push_back({weight[i], step, wall, ComputeTensorStats(values.data(), values.size(), true)});
-      const double ratio = (i == 7 ? 3e-2 : 1e-3) * (1 + 0.3 * noise(rng));  // head.bias steps too far
+      const double ratio = (i == layers.size() - 1 ? 3e-2 : 1e-3) * (1 + 0.3 * noise(rng));  // the last bias steps too far
       for (float& v : values) v = static_cast<float>(0.1 * ratio * noise(rng));
       batch.tensor_stats.push_back({update[i], step, wall, ComputeTensorStats(values.data(), values.size(), true)});
     }
@@ -255,7 +271,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string mode = argv[1], logdir = argv[2], name = argv[3];
-  if (mode == "demo") return Demo(logdir, name, static_cast<int>(Flag(argc, argv, "--steps", 600)));
+  if (mode == "demo") {
+    return Demo(logdir, name, static_cast<int>(Flag(argc, argv, "--steps", 600)),
+                static_cast<int>(Flag(argc, argv, "--layers", 0)));
+  }
   if (mode == "bulk") {
     return Bulk(logdir, name, static_cast<int>(Flag(argc, argv, "--series", 1000)),
                 static_cast<int>(Flag(argc, argv, "--steps", 100000)));
