@@ -1,0 +1,223 @@
+"""`trainscope perf`: the peak table and this machine's CPU peak (computed and measured), MFU and
+throughput of real CPU trainings, scaling efficiency and STRAGGLER on real gloo runs,
+collective bandwidth (docs/perf.md)."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import trainscope as ts
+from conftest import child_env, run_cli
+
+torch = pytest.importorskip("torch")
+
+
+def cli_json(*args):
+    result = run_cli(*args, "--json", check=True)
+    return json.loads(result.stdout)
+
+
+# --- peaks ---------------------------------------------------------------------------------
+
+def test_peak_table_lists_every_device_with_sources_and_this_cpu():
+    out = cli_json("perf", "peak", "--no-measure")
+    ids = {d["id"] for d in out["devices"]}
+    assert ids >= {"v100-sxm2", "a100-sxm", "a100-pcie", "h100-sxm", "h100-pcie", "h200-sxm", "b200", "l4", "t4", "a10",
+                   "rtx-4090", "mi250x", "mi300x"}
+    for device in out["devices"]:
+        assert set(device["tflops"]) == {"fp64", "fp32", "tf32", "fp16", "bf16", "fp8"}
+        assert device["source"] and device["url"].startswith("https://")
+    h100 = next(d for d in out["devices"] if d["id"] == "h100-sxm")
+    assert h100["tflops"]["bf16"] == 989.5 and h100["tflops"]["fp8"] == 1979  # dense: half the sparse figure
+    cpu = out["cpu"]
+    assert cpu["measured"] is None
+    if cpu["vendor"] in ("GenuineIntel", "AuthenticAMD"):
+        computed = cpu["computed"]
+        assert computed["known"]
+        assert computed["fp32_flops"] == pytest.approx(computed["cores"] * computed["ghz"] * 1e9 *
+                                                       computed["fp32_flops_per_cycle"])
+        assert computed["cores"] == cpu["physical_cores"]
+
+
+def test_measured_gemm_peak_stays_under_the_computed_one():
+    """A GEMM cannot beat the vector units: the measured peak above the computed one would mean
+    the computed one (FLOPs per cycle, cores, clock) is wrong."""
+    out = run_cli("perf", "peak", "--json", "--threads", "1", check=True)
+    cpu = json.loads(out.stdout)["cpu"]
+    measured = cpu["measured"]
+    assert "error" not in measured, measured
+    assert measured["threads"] == 1 and measured["dtype"] == "float32"
+    assert measured["flops"] > 1e9  # any x86 core does a GFLOP/s in float32 matmul
+    if cpu["computed"]["known"]:
+        # the clock in /proc/cpuinfo may sit below a boost clock: 10 % of room for it
+        assert measured["flops"] <= 1.1 * measured["computed_fp32_flops_same_cores"]
+        assert measured["fraction_of_computed"] == pytest.approx(
+            measured["flops"] / measured["computed_fp32_flops_same_cores"])
+
+
+# --- MFU of real CPU trainings ---------------------------------------------------------------
+
+TRAIN = textwrap.dedent("""
+    import sys, time, torch, trainscope as ts
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    batch, steps, sleep = 64, int(sys.argv[3]), float(sys.argv[4])
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
+                                torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    run = ts.init(logdir=sys.argv[1], name=sys.argv[2], config={"batch_size": batch})
+    run.watch(model, optimizer)
+    x, y = torch.randn(batch, 256), torch.randint(0, 10, (batch,))
+    flops = ts.count_flops(model, x)
+    extra = {} if len(sys.argv) < 6 else {"device_name": sys.argv[5], "precision": sys.argv[6]}
+    if not extra:
+        extra["precision"] = "fp32"
+    ts.perf.record(run, flops, samples_per_step=batch, **extra)
+    def batches():
+        for _ in range(steps):
+            if sleep:
+                time.sleep(sleep)  # a slow loader
+            yield x, y
+    for xb, yb in run.data(batches()):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(xb), yb)
+        loss.backward()
+        optimizer.step()
+        run.log({"train/loss": loss})
+    run.finish()
+    print(flops.training_flops)
+""")
+
+
+def train(tmp_path, name, steps=30, sleep=0.0, *extra):
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    result = subprocess.run([sys.executable, str(script), str(tmp_path / "runs"), name, str(steps), str(sleep), *extra],
+                            env=child_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return tmp_path / "runs" / name, float(result.stdout.strip().splitlines()[-1])
+
+
+def test_cpu_training_mfu_against_the_computed_peak(tmp_path):
+    run_dir, training_flops = train(tmp_path, "fast")
+    out = cli_json("perf", "run", run_dir, "--steps")
+    # 3 x 2 x MACs + 2 x elementwise of three Linear layers and two ReLUs at batch 64
+    macs = 64 * (256 * 512 + 512 * 512 + 512 * 10)
+    elementwise = 64 * (512 + 512 + 10) + 2 * 64 * 512
+    assert training_flops == 6 * macs + 2 * elementwise
+    assert out["flops_per_step"] == training_flops
+    assert out["device"] == "cpu" and out["precision"] == "fp32" and out["world_size"] == 1
+    peak = cli_json("perf", "peak", "--no-measure")["cpu"]["computed"]
+    if not peak["known"]:
+        assert out["mfu"] is None
+        return
+    per_core = peak["fp32_flops"] / peak["cores"]
+    assert out["peak_flops"] == pytest.approx(per_core)  # 1 thread: one core's peak
+    assert "computed CPU peak" in out["peak_source"]
+    steps = out["steps"]
+    assert len(steps) == 30
+    for s in steps:
+        assert s["flops_per_second"] == pytest.approx(training_flops / s["seconds"])
+        assert s["mfu"] == pytest.approx(s["flops_per_second"] / out["peak_flops"])
+        assert s["samples_per_second"] == pytest.approx(64 / s["seconds"])
+    later = sorted(s["seconds"] for s in steps[1:])
+    assert out["step_seconds"] == pytest.approx((later[14] + later[13]) / 2 if len(later) % 2 == 0 else later[14])
+    assert 0 < out["mfu"] < 1
+
+
+def test_low_mfu_names_the_slow_loader_first(tmp_path):
+    slow_dir, _ = train(tmp_path, "slow", 25, 0.03)
+    slow = cli_json("perf", "run", slow_dir)
+    low = [f for f in slow["findings"] if f["code"] == "LOW_MFU"]
+    if slow["mfu"] is None:
+        pytest.skip("no computed CPU peak on this machine: no MFU")
+    assert len(low) == 1
+    reasons = low[0]["evidence"]["reasons"]
+    assert reasons[0]["id"] == "slow_dataloader" and reasons[0]["share"] > 0.5
+    assert low[0]["causes"][0]["id"] == "slow_dataloader"
+    assert slow["shares"]["data"] > 0.5
+    fast_dir, _ = train(tmp_path, "fast", 25, 0.0)
+    fast = cli_json("perf", "run", fast_dir)
+    assert fast["shares"]["data"] < 0.2
+    for finding in fast["findings"]:  # LOW_MFU may stand on a loaded machine, never for the loader
+        assert finding["evidence"]["reasons"][0]["id"] != "slow_dataloader"
+
+
+def test_a_gpu_in_the_table_gives_its_peak_and_an_unknown_one_no_mfu(tmp_path):
+    known, _ = train(tmp_path, "h100", 6, 0.0, "NVIDIA H100 80GB HBM3", "bf16")
+    out = cli_json("perf", "run", known)
+    assert out["peak_flops"] == 989.5e12
+    assert out["mfu"] == pytest.approx(out["flops_per_second"] / 989.5e12)
+    unknown, _ = train(tmp_path, "nvl", 6, 0.0, "NVIDIA H100 NVL", "bf16")
+    out = cli_json("perf", "run", unknown)
+    assert out["peak_flops"] is None and out["mfu"] is None
+    assert "not in the peak table" in out["peak_source"]
+    assert not out["findings"]
+    no_bf16, _ = train(tmp_path, "t4", 6, 0.0, "Tesla T4", "bf16")
+    out = cli_json("perf", "run", no_bf16)
+    assert out["mfu"] is None and "no dense bf16" in out["peak_source"]
+
+
+def test_record_refuses_bad_numbers(tmp_path):
+    run = ts.init(logdir=str(tmp_path), name="bad")
+    try:
+        with pytest.raises(ValueError, match="flops_per_step must be a non-negative number"):
+            ts.perf.record(run, float("nan"))
+        with pytest.raises(ValueError, match="no peak-table precision"):
+            ts.perf.record(run, 1.0, precision=torch.int8)
+    finally:
+        run.finish()
+
+
+def test_perf_run_errors_name_the_path(tmp_path):
+    result = run_cli("perf", "run", tmp_path / "nowhere")
+    assert result.returncode == 2 and "nowhere" in result.stderr
+
+
+# --- collectives ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_collectives_busbw_uses_nccl_tests_factors(nproc):
+    out = cli_json("perf", "collectives", "--nproc", str(nproc), "--sizes", "65536")
+    assert out["ranks"] == nproc and out["backend"] == "gloo"
+    factors = {"all_reduce": 2 * (nproc - 1) / nproc, "all_gather": (nproc - 1) / nproc,
+               "reduce_scatter": (nproc - 1) / nproc, "all_to_all": (nproc - 1) / nproc, "broadcast": 1.0}
+    ops = {r["op"]: r for r in out["results"]}
+    assert set(ops) == set(factors)
+    assert ops["all_reduce"]["supported"] and ops["broadcast"]["supported"]
+    for name, r in ops.items():
+        if not r["supported"]:
+            assert r["error"]  # said, not hidden (torch 1.13's gloo has no reduce_scatter)
+            continue
+        assert r["seconds"] > 0
+        assert r["algbw_gbps"] == pytest.approx(r["bytes"] / r["seconds"] / 1e9)
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * factors[name])
+
+
+# --- scaling and stragglers on real gloo runs ----------------------------------------------------
+
+def test_scaling_efficiency_and_a_straggler(tmp_path):
+    from test_distributed import torchrun
+
+    one = torchrun(1, tmp_path, "one", "--batch", "64")
+    two = torchrun(2, tmp_path, "two", "--batch", "64")
+    out = cli_json("perf", "scaling", one, two)
+    assert (out["n_1"], out["n_n"]) == (1, 2)
+    t1, tn = out["run_1"]["samples_per_second"], out["run_n"]["samples_per_second"]
+    assert out["throughput_1"] == t1 and out["throughput_n"] == tn
+    assert out["efficiency"] == pytest.approx(tn / (2 * t1))
+    assert tn == pytest.approx(2 * 64 / out["run_n"]["step_seconds"], rel=0.25)  # n x batch / step time (medians)
+
+    slow = torchrun(2, tmp_path, "slow", "--batch", "64", "--slow-rank", "1", "--slow-seconds", "0.05")
+    out = cli_json("perf", "scaling", one, slow)
+    assert out["efficiency"] < 0.8
+    poor = [f for f in out["findings"] if f["code"] == "POOR_SCALING"]
+    assert len(poor) == 1 and poor[0]["evidence"]["efficiency"] == out["efficiency"]
+    report = json.loads(run_cli("diagnose", slow, "--json", check=True).stdout)
+    stragglers = [f for f in report["findings"] if f["code"] == "STRAGGLER"]
+    assert [f["rank"] for f in stragglers] == [1]
