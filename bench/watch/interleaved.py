@@ -42,8 +42,11 @@ import trainscope as ts
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from overhead import EVERYTHING, cnn_setup, lm_setup, train_step  # noqa: E402
 
-WATCH_OPTIONS = {"defaults": {}, "everything": EVERYTHING}
-ALL_MODES = ["plain", "defaults", "everything", "naive", "anomaly"]
+# dense: the first steps' dense phase (watch(dense_steps=...)) for the whole run, to price it;
+# sparse: the defaults without it (the sampling of the code before it, for A/B runs).
+WATCH_OPTIONS = {"defaults": {}, "everything": EVERYTHING, "dense": {"dense_steps": 10 ** 9},
+                 "sparse": {"dense_steps": 0}}
+ALL_MODES = ["plain", "defaults", "everything", "naive", "anomaly", "dense", "sparse"]
 
 
 class Copy:
@@ -93,7 +96,7 @@ def main():
     parser.add_argument("--cycles", type=int, default=8)
     parser.add_argument("--window", type=int, default=20, help="measured rounds per window")
     parser.add_argument("--warmup", type=int, default=2, help="rounds of each window not measured")
-    parser.add_argument("--modes", default=",".join(ALL_MODES))
+    parser.add_argument("--modes", default="plain,defaults,everything,naive,anomaly")
     args = parser.parse_args()
     names = args.modes.split(",")
     if names[0] != "plain" or any(n not in ALL_MODES for n in names):

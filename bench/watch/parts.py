@@ -33,9 +33,9 @@ from trainscope import watch as W
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from overhead import cnn_setup, lm_setup  # noqa: E402
 
-PARTS = ["_before_update", "_submit_gradients", "_finish_gradients", "_after_update", "_refresh_snapshots",
-         "_on_step_end", "_on_forward_begin", "_on_forward_end", "_submit_activations", "_commit_activations",
-         "_log_inputs", "_census", "_hot_totals", "inspect_batch"]
+PARTS = ["_before_update", "_gradient_pass", "_finish_gradients", "_after_update", "_weight_pass",
+         "_refresh_snapshots", "_wait_weights", "_on_step_end", "_on_forward_begin", "_on_forward_end",
+         "_submit_forward", "_commit_activations", "_log_inputs", "_hot_totals", "inspect_batch"]
 
 
 def main():

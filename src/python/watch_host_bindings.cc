@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "python/watch_args.h"
 #include "recorder/recorder.h"
 #include "watch/helper_thread.h"
 #include "watch/system_sampler.h"
@@ -35,17 +36,7 @@ namespace {
 using watch::DType;
 using watch::HelperThread;
 
-struct Totals {
-  double sum_squares = 0;  // over finite values of every tensor
-  uint64_t nan = 0;
-  uint64_t inf = 0;
-};
-
-void CheckLengths(size_t n, std::initializer_list<size_t> others) {
-  for (size_t m : others) {
-    if (m != n) throw py::value_error("trainscope watch: argument lists differ in length");
-  }
-}
+using namespace watch_args;
 
 size_t ElementSize(DType dtype) {
   switch (dtype) {
@@ -53,18 +44,6 @@ size_t ElementSize(DType dtype) {
     case DType::kFloat32: return 4;
     default: return 2;
   }
-}
-
-DType ToDType(int code) {
-  if (!watch::ValidDType(code)) throw py::value_error("trainscope watch: unknown dtype code " + std::to_string(code));
-  return static_cast<DType>(code);
-}
-
-std::vector<DType> DTypes(const std::vector<int>& codes) {
-  std::vector<DType> out;
-  out.reserve(codes.size());
-  for (int c : codes) out.push_back(ToDType(c));
-  return out;
 }
 
 double GlobalNorm(const Totals& t) {
@@ -228,13 +207,6 @@ void WeightPass(Recorder& recorder, int64_t step, const WeightPlan& plan, const 
     recorder.LogTensorStats(plan.weight_ids[i], step, w);
     recorder.LogTensorStats(plan.update_ids[i], step, u);
     recorder.LogScalar(plan.ratio_ids[i], step, (u.nan || u.inf || w.nan || w.inf) ? std::nan("") : ratio);
-  }
-}
-
-void CheckStrided(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
-  CheckLengths(sizes.size(), {strides.size()});
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    if (sizes[d] < 0 || strides[d] < 0) throw py::value_error("trainscope watch: negative size or stride");
   }
 }
 

@@ -1,0 +1,67 @@
+"""What a step's end reads of the process: memory (mem/rss, mem/cuda_*) and, every
+census_every steps, a census of live Python objects by type (census/<type>), so that a
+per-step growth (a leak of tensors kept in a list) shows as a rising series."""
+
+from __future__ import annotations
+
+import collections
+import gc
+
+import torch
+
+_CUDA_MEMORY = (("mem/cuda_allocated", torch.cuda.memory_allocated),
+                ("mem/cuda_reserved", torch.cuda.memory_reserved),
+                ("mem/cuda_peak", torch.cuda.max_memory_allocated))
+
+
+def rss_bytes():
+    from trainscope import _core
+    return _core.rss_bytes()
+
+
+class Census:
+    """The memory readings and the object census of one watcher."""
+
+    def __init__(self, series, self_time, every):
+        self.series = series          # (tag, kind) -> series id
+        self.self_time = self_time    # hooks.SelfTime: the census's collection is trainscope's cost
+        self.every = int(every or 0)
+        self.types = set()            # every type that was once in a census's top 30
+        self.cuda_available = torch.cuda.is_available()  # asked once: per step it is a cold call
+
+    def memory(self, with_rss):
+        """(ids, values) of this step's memory readings (RSS unless the helper read it)."""
+        ids, values = [], []
+        if with_rss:
+            ids.append(self.series("mem/rss", "scalar"))
+            values.append(float(rss_bytes()))
+        if self.cuda_available and torch.cuda.is_initialized():
+            for tag, read in _CUDA_MEMORY:
+                ids.append(self.series(tag, "scalar"))
+                values.append(float(read()))
+        return ids, values
+
+    def due(self, step):
+        return self.every and step % self.every == 0
+
+    def take(self, step):
+        """(ids, values): the count of live objects of each type seen in a top 30."""
+        # Live objects only: garbage in reference cycles would otherwise be counted until the
+        # collector happens to run, and hide (or fake) a per-step growth.
+        self.self_time.own_gc = True
+        try:
+            gc.collect()
+        finally:
+            self.self_time.own_gc = False
+        counts = collections.Counter(type(obj) for obj in gc.get_objects())
+        named = {}
+        for t, n in counts.items():
+            module = getattr(t, "__module__", "") or ""
+            name = t.__qualname__ if module in ("builtins", "") else f"{module}.{t.__qualname__}"
+            named[name] = named.get(name, 0) + n
+        top = sorted(named.items(), key=lambda kv: -kv[1])[:30]
+        self.types.update(name for name, _ in top)
+        self.types.add("torch.Tensor")
+        self.types.add("torch.nn.parameter.Parameter")
+        ids = [self.series("census/" + name, "scalar") for name in self.types]
+        return ids, [float(named.get(name, 0)) for name in self.types]

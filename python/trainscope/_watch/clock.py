@@ -1,0 +1,202 @@
+"""The step clock: step boundaries, per-step phase times (time/<phase>), run.step() and
+run.data(). A step ends at an optimizer step, at the exit of `with run.step()`, when
+run.data() fetches the next batch, or (no optimizer) at the next training forward after a
+backward; docs/watch.md "Steps" says which wins when several are in use."""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import torch
+
+
+class StepClock:
+    """Step boundaries and per-step phase times for one Run.
+
+    A step ends (end()) at an optimizer step, at the exit of `with run.step()`, or, when
+    nothing else marks steps, when run.data() fetches the next batch. The step number
+    advances lazily at the next begin() (the next batch, forward or run.step()), so that
+    run.log(loss) written after optimizer.step() still lands on the step it belongs to.
+    """
+
+    def __init__(self, run):
+        self.run = run
+        run._auto_step = False
+        self.pending = False
+        self.explicit = False          # run.step() is in use
+        self.optimizer_owned = False   # a watched optimizer marks step ends
+        self.data_owned = False        # run.data() marks step ends (no optimizer, no run.step())
+        self.step_started = None
+        self.phase_seconds = collections.defaultdict(float)
+        self.spans = []                # (step, phase, start wall time, seconds) until the step closes
+        self._time_ids = {}            # phase -> series id of time/<phase>
+        self.listeners = []            # callables(step) at the end of each step
+        self.data_listeners = []       # callables() before run.data() fetches a batch
+        self.close_listeners = []      # callables() when a step closes (the next begins, or the run ends)
+        self.sampler = None
+        self.device_timed = False      # a watcher times its phases with CUDA events
+
+    @property
+    def step(self):
+        return self.run._step
+
+    def begin(self, started=None):
+        """Starts the next step if the last one ended; started: its perf_counter start."""
+        if self.pending:
+            self.pending = False
+            for listener in list(self.close_listeners):
+                listener()
+            now = time.perf_counter() if started is None else started
+            # The last step ends where this one starts: a batch's wait is this step's only.
+            self._close_step(self.run._step, now)
+            self.run._step += 1
+            self.step_started = now
+            if self.sampler is not None:
+                self.sampler.set_step(self.run._step)
+        elif self.step_started is None:  # the run's first step: it starts with its batch's wait
+            self.step_started = time.perf_counter() if started is None else started
+
+    def end(self):
+        if self.pending:
+            return
+        self.pending = True
+        step = self.run._step
+        for listener in list(self.listeners):
+            listener(step)
+        self.run._step_ended(step)  # alert rules: a step boundary (run.py)
+
+    def add_phase(self, phase, start_wall, seconds, step=None):
+        # Kept until the step closes and logged there in one call: a recorder call between
+        # forward and backward finds its code paths cold (~0.1 ms each on the dev VM).
+        step = self.run._step if step is None else step
+        self.spans.append((step, phase, start_wall, seconds))
+        if step == self.run._step:
+            self.phase_seconds[phase] += seconds
+        else:  # a device timing that landed late: its own step's time/<phase>
+            self.run._recorder.log_scalar("time/" + phase, seconds, step)
+
+    def _time_id(self, phase):
+        found = self._time_ids.get(phase)
+        if found is None:
+            found = self._time_ids[phase] = self.run._recorder.series("time/" + phase, "scalar")
+        return found
+
+    def _close_step(self, step, ended=None):
+        rec = self.run._recorder
+        if self.spans:
+            steps, phases, starts, durations = zip(*self.spans)
+            self.spans.clear()
+            rec.log_spans(steps, phases, starts, durations)
+        ids, values = [], []
+        for phase, seconds in self.phase_seconds.items():
+            ids.append(self._time_id(phase))
+            values.append(seconds)
+        if self.step_started is not None:
+            seconds = (time.perf_counter() if ended is None else ended) - self.step_started
+            ids.append(self._time_id("step"))
+            values.append(seconds)
+            if not self.device_timed:
+                # time/step = data + forward + backward + optimizer + other (the rest of the
+                # loop: logging, the user's own work). On an accelerator the phases are
+                # device times that land later: no "other" there.
+                ids.append(self._time_id("other"))
+                values.append(max(0.0, seconds - sum(self.phase_seconds.values())))
+        self.phase_seconds.clear()
+        if ids:
+            rec.log_scalar_ids(ids, values, step)
+
+    def finish(self):
+        for listener in list(self.close_listeners):
+            listener()
+        if self.step_started is not None or self.phase_seconds:
+            self._close_step(self.run._step)
+            self.step_started = None
+
+
+class StepContext:
+    """`with run.step():` an explicit step boundary."""
+
+    def __init__(self, clock):
+        self.clock = clock
+
+    def __enter__(self):
+        self.clock.explicit = True
+        self.clock.begin()
+        return self.clock.run._step
+
+    def __exit__(self, exc_type, exc, tb):
+        self.clock.end()
+        return False
+
+
+def timed_data(run, clock, iterable, inspect):
+    """Yields the batches of iterable, recording the wait for each as time/data."""
+    iterator = iter(iterable)
+    first = True
+    if not clock.explicit and not clock.optimizer_owned:
+        clock.data_owned = True
+    while True:
+        if not first and not clock.explicit and not clock.optimizer_owned:
+            clock.end()
+        for listener in clock.data_listeners:
+            listener()
+        wall = time.time()
+        started = time.perf_counter()
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        waited = time.perf_counter() - started
+        clock.begin(started)  # the wait belongs to the step that uses the batch
+        clock.add_phase("data", wall, waited)
+        first = False
+        if inspect is not None:
+            inspect(batch)
+        yield batch
+
+
+class PhaseTimer:
+    """Times forward/backward/optimizer: monotonic clock on CPU, CUDA events on a GPU.
+
+    A CUDA phase is measured on the device between two events; it is logged once its end
+    event has completed (checked at step ends, never waited for), with its own step.
+    """
+
+    def __init__(self, clock, cuda):
+        self.clock = clock
+        self.cuda = cuda
+        self.open = {}
+        self.pending = []  # (step, phase, wall, start event, end event)
+
+    def start(self, phase):
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.open[phase] = (time.time(), event)
+        else:
+            self.open[phase] = (time.time(), time.perf_counter())
+
+    def stop(self, phase):
+        opened = self.open.pop(phase, None)
+        if opened is None:
+            return
+        wall, start = opened
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self.pending.append((self.clock.step, phase, wall, start, end))
+        else:
+            self.clock.add_phase(phase, wall, time.perf_counter() - start)
+
+    def collect(self, wait=False):
+        still = []
+        for item in self.pending:
+            step, phase, wall, start, end = item
+            if not end.query():
+                if not wait:
+                    still.append(item)
+                    continue
+                end.synchronize()
+            self.clock.add_phase(phase, wall, start.elapsed_time(end) / 1000.0, step=step)
+        self.pending = still

@@ -1,0 +1,956 @@
+"""The Watcher: the hooks and wrappers of one run.watch(model, optimizer) call, and when each
+tensor family is measured. What is measured per step is the Schedule's (plan.py); how, an
+executor's (executors.py: host or device, chosen by where the tensors are); this file only
+says when, and holds the tickets of what is in flight.
+
+- Gradients: before the real optimizer step (its step pre-hook on torch 2.x, a wrapper on
+  torch 1.13 and in guard mode). On the host the pass overlaps the step for torch.optim's
+  optimizers (they read gradients, never write them) and is waited for right after it.
+  Without an optimizer: at the step's end.
+- Weights and updates (w_t - w_{t-1}): the pass of a sampled optimizer step runs at the next
+  training forward, beside it, and is waited for before the next step changes the weights.
+- Activations and inputs: captured in forward hooks (attached only for measuring forwards),
+  submitted as one job at the forward's end, logged at the optimizer step unless a later op
+  changed the tensor in place (then that module is measured at once from then on).
+- Labels: the integer targets' range (run.data() batches, else integer model inputs).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+
+import torch
+
+from trainscope._watch.census import Census
+from trainscope._watch.clock import PhaseTimer
+from trainscope._watch.executors import DeviceExecutor, HostExecutor, global_norm
+from trainscope._watch.hooks import (BoundWrapper, Failures, Hook, SelfTime, fused_amp_state, outside_graphs,
+                                     step_hooks_may_nest, unwatch_grad_scalers, watch_grad_scalers)
+import trainscope.watch as facade  # first_tensor and unit_layout are looked up there per call: tests patch them
+from trainscope._watch.plan import (CONTAINERS, DENSE_STEPS, DTYPE_CODES, INT_CODES, PLAIN, ParamPlan, Schedule,
+                                    activation_kind)
+
+_INT_DTYPES = tuple(INT_CODES)
+
+
+class Watcher:
+    """The hooks and wrappers of one run.watch(model, optimizer) call."""
+
+    def __init__(self, run, clock, model, optimizer=None, *, every=1, histograms_every=100,
+                 activations=True, activations_every=None, weights_every=None, units_every=None,
+                 accumulation_steps=1, guard=False, census_every=500, memory=True, inputs=True,
+                 hot_gradients="auto", system_interval=5.0, dense_steps=None):
+        self.run = run
+        self.rec = run._recorder
+        self.clock = clock
+        self.model = model
+        self.optimizer = optimizer
+        # The first dense_steps steps measure in full what is sampled at its default cadence
+        # (gradients, histograms, unit norms, weights and updates); a cadence the script set
+        # is its choice from step 0. Activations keep theirs: measuring them makes every
+        # module take torch's slow call path, and a non-finite gradient already makes the
+        # next forward measured in full.
+        every_given = None if every == 1 else every
+        histograms_given = None if histograms_every == 100 else histograms_every
+        every = max(1, int(every))
+        histograms_every = max(1, int(histograms_every)) if histograms_every else 0
+        self.schedule = Schedule(every, histograms_every,
+                                 max(1, int(activations_every or 20 * every)),
+                                 max(1, int(weights_every or 10 * every)),
+                                 max(1, int(units_every or histograms_every or 100)),
+                                 DENSE_STEPS if dense_steps is None else dense_steps,
+                                 dense=[name for name, value in (("every", every_given),
+                                                                 ("histograms_every", histograms_given),
+                                                                 ("weights_every", weights_every),
+                                                                 ("units_every", units_every)) if value is None])
+        self.guard = bool(guard)
+        self.memory = memory
+        self.inputs = inputs
+        self.failures = Failures()
+        self.self_time = SelfTime()
+        self._ids = {}
+        self.census = Census(self._id, self.self_time, census_every)
+        # A torch.compile'd model (OptimizedModule) names its parameters "_orig_mod.<name>":
+        # the tags use the model's own names, as its eager twin's and its activations' do.
+        self.params = [(name, p) for name, p in getattr(model, "_orig_mod", model).named_parameters()
+                       if p.requires_grad]
+        self.plan = ParamPlan(self.params, self._id) if self.params else None
+        self._host = None           # HostExecutor, made when first needed (it starts the helper thread)
+        self._device = DeviceExecutor(self.rec)
+        # Tests: run the device path (torch reductions, packing, deferred copies) on CPU
+        # tensors, so it is exercised where no GPU is.
+        self._force_device_path = False
+        # The gradient pass overlaps the optimizer step only for torch.optim's optimizers,
+        # which read the gradients and never write them, and not in guard mode, which must
+        # know before the step.
+        self._overlap = (optimizer is not None and not guard
+                         and type(optimizer).__module__.startswith("torch.optim"))
+        # In flight, each owned by its ticket: the overlapped gradient pass (until the step
+        # returns), the weight passes and snapshot copies (until the weights next change), the
+        # last forward's activations (until committed), device copies (until they land).
+        self._grad_ticket = None
+        self._weight_tickets = []
+        self._forward = []          # (executor, ticket, names, versions) of the last forward's activation jobs
+        self._captured = []         # this forward's (name, version, executor, captured item), until its end
+        self._device_tickets = collections.deque()
+        self._rss_step = None       # the step whose RSS the helper logs with the gradient pass
+        self._weights_due = None    # (step, histogram): the last optimizer step's weight pass, to start
+        self._snapshot_step = None  # the step whose post-update weights the snapshots hold
+        self._optimizer_steps = 0   # real optimizer steps so far (a GradScaler skip is none)
+        self._amp_scale = None      # a fused optimizer's GradScaler scale while its gradients are still scaled
+        self._amp_skip = False      # a fused optimizer's step that its GradScaler skips (inf/NaN found)
+        self._scaler_stepping = False  # inside GradScaler.step of this optimizer
+        self._zeroed = True         # no optimizer step yet: nothing to accumulate into
+        self._sentinel = None       # (param, grad object) after the last optimizer step
+        self._act_in_place = set()  # modules (and input tags) changed in place after capture: measured at once
+        self._act_step = None       # the step this forward's activations are measured for (None: not)
+        self._act_force = False     # after non-finite gradients the next forward is measured in full
+        self._module_order = []
+        self._order_recorded = False
+        self._labels_from_data = False  # run.data() batches carry the targets
+        # No watched optimizer: a backward of a training forward's output has completed
+        # since the last step end (the next training forward or zero_grad then ends the step).
+        self._backward_done = False
+        self._lr_pending = None     # (step, [(tag, lr)]) until the step closes
+        cuda = any(p.is_cuda for _, p in self.params[:1])
+        self.timer = PhaseTimer(clock, cuda)
+        if cuda:
+            clock.device_timed = True
+        self._init_hot(hot_gradients, cuda)
+        self._handles = []
+        self._act_hooks = []        # (module, hook) pairs, attached for measuring forwards
+        self._act_handles = []
+        self._restore = []
+        self.closed = False
+        self.compiled = hasattr(model, "_orig_mod")
+        self.activations = bool(activations)
+        if self.compiled and activations != "force":
+            # Hooks inside a compiled graph break it (or are traced once and never called):
+            # the step-level numbers stay, per-module activations are off.
+            self.activations = False
+            print("trainscope: model is torch.compile'd: activation statistics are off "
+                  "(gradients, weights, updates, lr, times and memory are still recorded)",
+                  file=sys.stderr)
+        s = self.schedule
+        self.rec.set_meta("watch", json.dumps({
+            "every": s.every, "histograms_every": s.histograms_every,
+            "activations": self.activations, "activations_every": s.activations_every,
+            "weights_every": s.weights_every, "units_every": s.units_every, "dense_steps": s.dense_steps,
+            "accumulation_steps": int(accumulation_steps), "guard": self.guard,
+            "compiled": self.compiled, "optimizer": type(optimizer).__name__ if optimizer else None}))
+        self._install()
+
+    # ---- setup and teardown ----
+
+    def _install(self):
+        root = self.model
+        self._handles.append(root.register_forward_pre_hook(self._guarded("forward", self._on_forward_begin)))
+        self._handles.append(root.register_forward_hook(self._guarded("forward", self._on_forward_end)))
+        if self.activations:
+            # Hooks are attached only for the forwards that measure: a module with hooks
+            # takes torch's slow call path, which on every step would cost more than the
+            # measuring itself does on one step in twenty.
+            base = getattr(root, "_orig_mod", root)
+            self._act_hooks = [(module, self._activation_hook(name, module)) for name, module in base.named_modules()
+                               if module is not base and not isinstance(module, CONTAINERS)]
+        if self._hot is not None:
+            for slot, (_, p) in enumerate(self.params):
+                self._handles.append(p.register_hook(self._grad_hook(slot, p)))
+                if hasattr(p, "register_post_accumulate_grad_hook"):  # torch >= 2.1
+                    self._handles.append(p.register_post_accumulate_grad_hook(self._grad_accumulated(slot)))
+        if self.optimizer is not None:
+            self.clock.optimizer_owned = True
+            if not self.guard and hasattr(self.optimizer, "register_step_pre_hook") \
+                    and not step_hooks_may_nest(self.optimizer):
+                # torch 2.x: the optimizer's own step hooks. optimizer.step stays torch's, so
+                # LR schedulers, pickling and a torch.compile'd step see nothing of ours.
+                pre, post = outside_graphs(self._step_pre_hook), outside_graphs(self._step_post_hook)
+                self._handles.append(self.optimizer.register_step_pre_hook(pre))
+                self._handles.append(self.optimizer.register_step_post_hook(post))
+            else:
+                # torch 1.13 has no step hooks; guard mode must be able to skip the step; a
+                # subclass's step would run the hooks once per class.
+                self._wrap(self.optimizer, "step", self._optimizer_step)
+            self._wrap(self.optimizer, "zero_grad", self._zero_grad)
+            self._guarded("amp", watch_grad_scalers)(self)  # a failure leaves the rest watched
+        self._wrap(self.model, "zero_grad", self._zero_grad)
+        self._backward_started_hook = self._guarded("backward", self._backward_started)
+        self._backward_finished_hook = self._guarded("backward", self._backward_finished)
+        self._listeners = [(self.clock.listeners, self._guarded("step end", self._on_step_end)),
+                           (self.clock.close_listeners, self._guarded("lr", self._flush_lr)),
+                           (self.clock.data_listeners, self._guarded("forward", self._end_backward))]
+        for listeners, listener in self._listeners:
+            listeners.append(listener)
+
+    def _wrap(self, obj, method, wrapper):
+        """Replaces obj.method by a BoundWrapper calling wrapper(original, ...)."""
+        original = getattr(obj, method)
+        own = method in getattr(obj, "__dict__", {})  # already an instance attribute?
+
+        def call(bound_self, *args, **kwargs):
+            if self.closed:  # finished runs record nothing more
+                return original(*args, **kwargs)
+            return wrapper(original, *args, **kwargs)
+
+        call.__name__ = call.__qualname__ = method
+        call.__wrapped__ = original
+        setattr(obj, method, BoundWrapper(call, obj, method, original))
+        self._restore.append((obj, method, original, own))
+
+    def close(self):
+        """Removes every hook and wrapper and logs what is still in flight."""
+        if self._backward_done and self._owns_steps():
+            self._backward_done = False
+            self._guarded("step end", self.clock.end)()  # the last step, without an optimizer
+        self._detach_activation_hooks()
+        self._guarded("activations", self._flush_forward)()
+        self._guarded("gradients", self._finish_gradients)()
+        self._guarded("weights", self._submit_weight_pass)()  # the last step's
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        if self.optimizer is not None:
+            unwatch_grad_scalers(self)
+        self._guarded("lr", self._flush_lr)()
+        for listeners, listener in self._listeners:
+            if listener in listeners:
+                listeners.remove(listener)
+        self.closed = True
+        self.self_time.close()
+        for obj, method, original, own in reversed(self._restore):
+            try:
+                if getattr(obj, method).__func__.__wrapped__ is original:
+                    if own:
+                        setattr(obj, method, original)
+                    else:
+                        delattr(obj, method)
+            except AttributeError:
+                pass  # wrapped again by someone else (an LR scheduler): ours stays, inert
+        self._restore.clear()
+        self._wait_weights()
+        if self.plan is not None:
+            self.plan.snapshots = [None] * len(self.plan)  # a copy of every parameter: not kept past the watch
+        self._drain(wait=True)
+        self.timer.collect(wait=True)
+
+    def _guarded(self, part, fn):
+        """fn as a hook: skipped once `part` failed, its failure reported, never raised."""
+        failures, self_time = self.failures, self.self_time
+
+        def run_guarded(*args, **kwargs):
+            if part in failures.off:
+                return None
+            self_time.enter()
+            try:
+                return fn(*args, **kwargs)
+            except Exception as error:  # the monitor never kills the training
+                failures.report(part, error)
+                return None
+            finally:
+                self_time.leave()
+        return Hook(run_guarded)
+
+    def _id(self, tag, kind):
+        key = (tag, kind)
+        found = self._ids.get(key)
+        if found is None:
+            found = self._ids[key] = self.rec.series(tag, kind)
+        return found
+
+    def _helper(self):
+        """The host executor's worker (tests pause it to make its passes late)."""
+        return self._host_executor().worker
+
+    def _host_executor(self):
+        if self._host is None:
+            self._host = HostExecutor(self.rec)
+        return self._host
+
+    def _executor(self, on_host):
+        return self._host_executor() if on_host and not self._force_device_path else self._device
+
+    def _planned(self):
+        """The parameter plan, made again if a parameter changed shape, dtype or device."""
+        if self.plan is not None and self.plan.changed():
+            old = self.plan
+            self.plan = ParamPlan(self.params, self._id)
+            for i, (p, sig) in enumerate(zip(old.params, old.signature)):  # snapshots that still fit
+                if (p.shape, p.dtype, p.device) == sig and old.snapshots[i] is not None:
+                    self.plan.snapshots[i] = old.snapshots[i]
+        return self.plan
+
+    def _submit(self, call, *args):
+        """call(executor, *args) on the plan's executor, planning again once if a tensor no
+        longer fits it; returns (ticket or None, executor)."""
+        plan = self.plan
+        executor = self._executor(plan.on_host)
+        ticket = call(executor, plan, *args)
+        if ticket is None:
+            plan = self._planned()
+            executor = self._executor(plan.on_host)
+            ticket = call(executor, plan, *args)
+        return ticket, executor
+
+    # ---- forward: inputs, timing, module order, activations ----
+
+    def _on_forward_begin(self, module, args):
+        # A training forward begins the next step; an evaluation (no_grad or eval mode)
+        # right after optimizer.step() still belongs to the step that just ended. One under
+        # no_grad is not measured: its inputs and activations would land on that step a
+        # second time, and its time is not the training's forward.
+        self._flush_forward()  # the last forward's, if no step came after it
+        if not torch.is_grad_enabled():
+            self._act_step = None
+            return
+        self.timer.stop("backward")  # the last micro-batch's, when gradients accumulate
+        if module.training:
+            if self._backward_done:
+                self._backward_done = False
+                if self._owns_steps():
+                    self.clock.end()  # the step of the last backward (docs/watch.md "Steps")
+            self.clock.begin()
+        step = self.clock.step
+        due = self.schedule.at(step)
+        if self.optimizer is not None and module.training and "weights" not in self.failures.off:
+            # Beside the forward and backward (they read the parameters and do not change
+            # them): the last sampled step's weight pass, and the copy of the weights this
+            # step's optimizer will update.
+            try:
+                self._submit_weight_pass()
+                if due.weights and self._snapshot_step != step - 1:
+                    self._refresh_snapshots(wait=False)
+                    self._snapshot_step = step - 1
+            except Exception as error:
+                self.failures.report("weights", error)
+        if self.activations and (due.activations or self._act_force or not self._order_recorded):
+            self._act_step = step if (due.activations or self._act_force) else None
+            self._act_force = False
+            if not self._act_handles:
+                self._act_handles = [m.register_forward_hook(h) for m, h in self._act_hooks]
+        else:
+            self._act_step = None
+        if self.inputs and due.inputs and "inputs" not in self.failures.off:
+            try:
+                self._log_inputs(args, step)
+            except Exception as error:
+                self.failures.report("inputs", error)
+        self.timer.start("forward")
+
+    def _on_forward_end(self, module, args, output):
+        self.timer.stop("forward")
+        if self.schedule.activations_every > 1:  # measured every step: the hooks stay
+            self._detach_activation_hooks()
+        if self._captured:
+            self._submit_forward()
+        if not self._order_recorded and self._module_order:
+            self._order_recorded = True
+            self.rec.set_meta("module_order", json.dumps(list(dict.fromkeys(self._module_order))))
+        if torch.is_grad_enabled():
+            out = facade._first_tensor(output)
+            if out is not None and out.requires_grad:
+                # Backward is timed from here to the next optimizer step, forward, batch
+                # fetch or step end: the loss and whatever the loop does before the step
+                # (clipping, unscaling) count with it. A hook on the output and an autograd
+                # callback would time backward alone, but cost ~0.4 ms a step here.
+                self.timer.start("backward")
+                if self.optimizer is None and module.training and not self.clock.optimizer_owned:
+                    # No optimizer step to end backward and the step: the end of this
+                    # output's backward is seen by an autograd callback.
+                    out.register_hook(self._backward_started_hook)
+
+    def _detach_activation_hooks(self):
+        for handle in self._act_handles:
+            handle.remove()
+        self._act_handles = []
+
+    def _activation_hook(self, name, module):
+        tag = "act/" + name
+        kind = activation_kind(module)
+
+        def hook(mod, args, output):
+            if not self._order_recorded:
+                self._module_order.append(name)
+            step = self._act_step
+            if step is None or "activations" in self.failures.off:
+                return None
+            self.self_time.enter()
+            try:
+                out = facade._first_tensor(output)
+                if out is not None and out.is_floating_point():
+                    self._capture(name, tag, out, kind, self.schedule.at(step).histogram)
+            except Exception as error:
+                self.failures.report("activations", error)
+            finally:
+                self.self_time.leave()
+            return None
+
+        return Hook(hook)
+
+    def _capture(self, name, tag, tensor, kind, histogram, flat=False):
+        """Captures a tensor for this forward's activation job; measured at once instead when
+        a later op changed it in place before (its values after its hook are gone by then)."""
+        executor = self._executor(tensor.is_cpu)
+        item = executor.capture(self._id(tag, "tensor_stats"), tensor, kind, histogram, flat)
+        if item is None:
+            return
+        if name in self._act_in_place and not executor.on_device:
+            executor.activations(self.clock.step, [item]).log_activations([True])
+            return
+        self._captured.append((name, tensor._version, executor, item))
+
+    def _submit_forward(self):
+        """At the forward's end: its captured tensors go to their executors, one job each."""
+        captured, self._captured = self._captured, []
+        step = self.clock.step
+        try:
+            for executor in {id(ex): ex for _, _, ex, _ in captured}.values():
+                mine = [(n, v, item) for n, v, ex, item in captured if ex is executor]
+                ticket = executor.activations(step, [item for _, _, item in mine])
+                self._forward.append((executor, ticket, [n for n, _, _ in mine], [v for _, v, _ in mine]))
+        except Exception as error:
+            self.failures.report("activations", error)
+
+    def _commit_activations(self):
+        """Logs the last forward's activation statistics.
+
+        A statistic is dropped when a later op changed its tensor in place (its version moved
+        since the module's hook: an in-place ReLU after a conv, say), since the pass may have
+        read the changed values; that module is measured in its hook from then on."""
+        forward, self._forward = self._forward, []
+        for executor, ticket, names, versions in forward:
+            if executor.on_device:  # reduced in the hook, in stream order: logged when the copy lands
+                self._device_tickets.append(ticket)
+                continue
+            keep = [t._version == v for t, v in zip(ticket.kept, versions)]
+            for name, same in zip(names, keep):
+                if not same:
+                    self._act_in_place.add(name)
+            ticket.log_activations(keep)
+
+    def _flush_forward(self):
+        if self._captured:
+            self._submit_forward()
+        if self._forward:
+            self._commit_activations()
+
+    # ---- inputs and labels ----
+
+    def _log_inputs(self, args, step):
+        for index, value in enumerate(args):
+            if isinstance(value, torch.Tensor):
+                self._log_input(str(index), value, step)
+            elif isinstance(value, dict):
+                for key, item in value.items():
+                    if isinstance(item, torch.Tensor):
+                        self._log_input(str(key), item, step)
+
+    def _log_input(self, name, tensor, step):
+        if tensor.is_floating_point():
+            tag = "input/" + name
+            self._capture(tag, tag, tensor, PLAIN, False, flat=True)  # measured with the forward's activations
+        elif tensor.dtype in _INT_DTYPES and tensor.numel() and not self._labels_from_data:
+            self.log_label_range(tensor, step)
+
+    def log_label_range(self, tensor, step):
+        code = INT_CODES.get(tensor.dtype)
+        if tensor.is_cpu and code is not None and tensor.layout is torch.strided:
+            # The C++ scan: torch.aminmax's dispatch path is cold at a step's start (0.35 ms
+            # measured in the training loop, against 12 us warm).
+            self.rec.log_int_range(self._id("input/label_min", "scalar"), self._id("input/label_max", "scalar"),
+                                   step, tensor.data_ptr(), tensor.size(), tensor.stride(), code)
+        elif not tensor.is_cpu:  # on its device; the values go with the run's deferred copies
+            lo, hi = torch.aminmax(tensor.detach())
+            self.run.log({"input/label_min": lo, "input/label_max": hi}, step=step)
+
+    def inspect_batch(self, batch):
+        """run.data(): the label range of integer tensors in the batch (targets)."""
+        if not self.inputs or "inputs" in self.failures.off or not self.schedule.at(self.clock.step).inputs:
+            return
+        self.self_time.enter()
+        try:
+            targets = None
+            if isinstance(batch, (tuple, list)) and len(batch) >= 2:
+                targets = batch[-1]
+            elif isinstance(batch, dict):
+                for key in ("labels", "label", "targets", "target", "y"):
+                    if key in batch:
+                        targets = batch[key]
+                        break
+            if isinstance(targets, torch.Tensor) and not targets.is_floating_point() and targets.numel() \
+                    and targets.dtype != torch.bool:
+                self._labels_from_data = True  # the model's integer inputs are then not labels
+                self.log_label_range(targets, self.clock.step)
+        except Exception as error:
+            self.failures.report("inputs", error)
+        finally:
+            self.self_time.leave()
+
+    # ---- backward ----
+
+    def _owns_steps(self):
+        """True when nothing else marks step ends: no watched optimizer, run.step() or run.data()."""
+        clock = self.clock
+        return not (clock.explicit or clock.optimizer_owned or clock.data_owned)
+
+    def _backward_started(self, grad):
+        if not self.closed:
+            torch.autograd.Variable._execution_engine.queue_callback(self._backward_finished_hook)
+        return None
+
+    def _backward_finished(self):
+        if self.closed:
+            return
+        self.timer.stop("backward")
+        self._backward_done = True
+
+    def _end_backward(self):
+        self.timer.stop("backward")
+
+    # ---- gradients while they are hot (a special path: see docs/watch.md) ----
+
+    def _init_hot(self, hot_gradients, cuda):
+        """Gradient statistics taken inside backward, while each gradient is in cache (CPU only)."""
+        self._hot = None
+        self._hot_bad = False
+        self._hot_versions = {}  # slot -> param.grad's version right after backward gave it this gradient
+        self.hot_steps = 0  # optimizer steps whose gradient statistics came from inside backward
+        if hot_gradients == "auto":
+            # A hook per parameter costs ~10 us of Python in backward; reading a gradient
+            # that has left the cache costs more than that only for large tensors, and only
+            # when that read is on the training thread: an overlapped pass (torch.optim)
+            # reads them on the helper thread during the step instead.
+            sizes = [p.numel() for _, p in self.params]
+            hot_gradients = not self._overlap and bool(sizes) and sum(sizes) / len(sizes) >= 65536
+        if hot_gradients and self.optimizer is not None and not cuda and self.params:
+            from trainscope import _core
+            self._hot = _core.GradCollector(len(self.params))
+            self._hot_ids = [self._id("grad/" + n, "tensor_stats") for n, _ in self.params]
+            self._hot_unit_ids = [self._id("grad_units/" + n, "vector") if p.dim() >= 2 else 0
+                                  for n, p in self.params]
+
+    def _grad_hook(self, slot, param):
+        """A parameter hook: the statistics of the gradient it receives, computed while the
+        backward op that produced it has just left it in cache. They are used at the optimizer
+        step only if they equal param.grad's (one gradient per parameter since zeroing)."""
+        code = DTYPE_CODES.get(param.dtype)
+        rows = param.shape[0] if param.dim() >= 2 else 0
+
+        def hook(grad):
+            if self.closed or self._hot_bad or "gradients" in self.failures.off:
+                return None
+            due = self.schedule.at(self.clock.step)
+            if not due.grads:
+                return None
+            self.self_time.enter()
+            try:
+                if code is None or grad.dtype != param.dtype or grad.layout != torch.strided \
+                        or grad.device.type != "cpu" or not grad.is_contiguous():
+                    self._hot_bad = True  # read param.grad at the step instead
+                    return None
+                self._hot.add(slot, grad.data_ptr(), grad.numel(), code, due.histogram, rows if due.units else 0)
+                # param.grad's version once this gradient is in it (torch 1.13: accumulated
+                # in place into a zeroed one, or the gradient itself); torch 2.1+ reads it
+                # after accumulation (_grad_accumulated) instead.
+                existing = param.grad
+                self._hot_versions[slot] = grad._version if existing is None else existing._version + 1
+            except Exception as error:
+                self._hot_bad = True
+                self.failures.report("gradients", error)
+            finally:
+                self.self_time.leave()
+            return None
+
+        return Hook(hook)
+
+    def _grad_accumulated(self, slot):
+        def hook(param):
+            if self._hot is not None and param.grad is not None:
+                self._hot_versions[slot] = param.grad._version
+        return Hook(hook)
+
+    def _hot_totals(self, step):
+        """Logs the in-backward statistics if they are param.grad's; returns totals or None."""
+        if self._hot is None or self._hot_bad or self._force_device_path or self._scaler_stepping \
+                or not self._grads_were_zeroed():
+            return None
+        versions = self._hot_versions
+        for slot, (count, (_, p)) in enumerate(zip(self._hot.seen(), self.params)):
+            if count > 1 or (count == 0 and p.grad is not None):
+                return None  # accumulated over several backwards, or a gradient we did not see
+            if count == 1 and (p.grad is None or p.grad._version != versions.get(slot)):
+                return None  # changed in place since backward (clip_grad_norm_, unscale_): read it now
+        self.hot_steps += 1
+        return self._hot.log(self.rec, step, self._hot_ids, self._hot_unit_ids)
+
+    # ---- optimizer step: gradients before, weights and updates after ----
+
+    def _zero_grad(self, original, *args, **kwargs):
+        self._zeroed = True
+        if self._backward_done:
+            self._backward_done = False
+            if self._owns_steps():
+                # Without an optimizer, zeroing the gradients after a backward ends the step
+                # (before they are gone: the gradient statistics are taken at the step end).
+                self._guarded("step end", self.clock.end)()
+        return original(*args, **kwargs)
+
+    def _optimizer_step(self, original, *args, **kwargs):
+        """The wrapper around optimizer.step (torch 1.13, guard mode)."""
+        self.self_time.enter()
+        try:
+            skip = self._step_begin()
+            result = None
+            if skip:
+                self.rec.log_scalar("guard/skipped_step", 1.0, self.clock.step)
+                print(f"trainscope: guard skipped optimizer step {self.clock.step}: non-finite gradients",
+                      file=sys.stderr)
+            else:
+                self.self_time.leave()  # the optimizer's own work is not trainscope's cost
+                try:
+                    result = original(*args, **kwargs)
+                finally:
+                    self.self_time.enter()
+                    self._step_returned()
+                self._after_real_step()
+            self._close_step()
+            return result
+        finally:
+            self.self_time.leave()
+
+    def _step_pre_hook(self, optimizer, args, kwargs):
+        """optimizer.register_step_pre_hook (torch 2.x): what the wrapper does before the step."""
+        if self.closed:
+            return None
+        self.self_time.enter()
+        try:
+            self._step_begin()  # never True: guard mode wraps the step instead
+        finally:
+            self.self_time.leave()
+        return None
+
+    def _step_post_hook(self, optimizer, args, kwargs):
+        """optimizer.register_step_post_hook (torch 2.x): what the wrapper does after the step."""
+        if self.closed:
+            return
+        self.self_time.enter()
+        try:
+            self._step_returned()
+            self._after_real_step()
+            self._close_step()
+        finally:
+            self.self_time.leave()
+
+    def _step_begin(self):
+        """Before the real step: gradients, lr, the weights it will change; True when guard
+        mode skips the step."""
+        if self._grad_ticket is not None:  # the last step raised before its post-hook
+            self._guarded("gradients", self._finish_gradients)()
+        self.timer.stop("backward")
+        self._amp_scale, self._amp_skip = fused_amp_state(self.optimizer)
+        self._guarded("activations", self._flush_forward)()
+        skip = False
+        try:
+            if "gradients" not in self.failures.off:
+                skip = self._before_update()
+        except Exception as error:
+            self.failures.report("gradients", error)
+            skip = False
+        try:
+            if "weights" not in self.failures.off:
+                self._submit_weight_pass()  # no training forward came since the last step
+                # The update of a sampled step needs the weights from just before it.
+                step = self.clock.step
+                if self.schedule.weights_at(step) and self._snapshot_step != step - 1:
+                    self._refresh_snapshots(wait=False)
+                    self._snapshot_step = step - 1
+        except Exception as error:
+            self.failures.report("weights", error)
+        if not skip:
+            self._wait_weights()  # the pass and the snapshots read the weights from before this update
+            self.timer.start("optimizer")
+        return skip
+
+    def _step_returned(self):
+        """Right after the real step, even one that raised: its time, the overlapped pass."""
+        self.timer.stop("optimizer")
+        self._optimizer_steps += 1
+        self._guarded("gradients", self._finish_gradients)()
+
+    def _after_real_step(self):
+        try:
+            if self.guard:
+                self.rec.log_scalar("guard/skipped_step", 0.0, self.clock.step)
+            if "weights" not in self.failures.off:
+                self._after_update()
+        except Exception as error:
+            self.failures.report("weights", error)
+
+    def _close_step(self):
+        """The optimizer step (or a GradScaler's skip of it) ends the training step."""
+        try:
+            if self._hot is not None:
+                self._hot.reset()
+                self._hot_versions.clear()
+                self._hot_bad = False
+            self._mark_grads()
+            self.clock.end()
+        except Exception as error:
+            self.failures.report("step end", error)
+
+    # ---- torch.amp.GradScaler ----
+
+    def _scaler_step(self, original, scaler, optimizer, args, kwargs):
+        """GradScaler.step(optimizer) of the watched optimizer: records the loss scale its
+        gradients were multiplied by (amp/loss_scale) and whether it skipped the step
+        (amp/overflow_skip: 1 skipped, 0 not; what the doctor's FP16_OVERFLOW reads). A
+        skipped step still ends the training step: optimizer.step is not called then."""
+        scale = None
+        if scaler.is_enabled() and "amp" not in self.failures.off:
+            self.self_time.enter()
+            try:
+                found = getattr(scaler, "_scale", None)
+                # A copy: update() changes the scale in place, and on a device it is logged later.
+                scale = found.detach().clone() if isinstance(found, torch.Tensor) else None
+            except Exception as error:
+                self.failures.report("amp", error)
+            finally:
+                self.self_time.leave()
+        stepped_before = self._optimizer_steps
+        # The gradients measured inside backward were scaled; unscale_ changed them in place.
+        self._scaler_stepping = True
+        try:
+            result = original(scaler, optimizer, *args, **kwargs)
+        finally:
+            self._scaler_stepping = False
+        if scale is not None:
+            self._guarded("amp", self._after_scaler_step)(scaler, optimizer, scale, stepped_before)
+        return result
+
+    def _after_scaler_step(self, scaler, optimizer, scale, stepped_before):
+        stepped = self._optimizer_steps != stepped_before
+        state = getattr(scaler, "_per_optimizer_states", {}).get(id(optimizer)) or {}
+        found_inf = list(state.get("found_inf_per_device", {}).values())
+        if found_inf:  # 0-d tensors where they were computed: no sync (a device's go with run.log's copies)
+            skipped = found_inf[0].to(torch.float32) if len(found_inf) == 1 else \
+                sum(f.to(scale.device, torch.float32) for f in found_inf)
+            skipped = (skipped > 0).to(torch.float32)
+        else:
+            skipped = 0.0 if stepped else 1.0
+        step = self.clock.step
+        self.run.log({"amp/loss_scale": scale, "amp/overflow_skip": skipped}, step=step)
+        if not stepped:  # no optimizer.step, no hook: the step ends here
+            self._close_step()
+
+    def _before_update(self):
+        """Gradient statistics, lr, grad_zeroed; returns True when guard mode skips the step."""
+        step = self.clock.step
+        due = self.schedule.at(step)
+        ids, values = [], []  # this step's scalars, logged in one call (by the helper, with its pass)
+        if due.grads:
+            ids.append(self._id("train/grad_zeroed", "scalar"))
+            values.append(1.0 if self._grads_were_zeroed() else 0.0)
+            self._queue_lr(step)
+        nonfinite = False
+        if self._amp_skip:
+            pass  # a fused step its GradScaler skips: no update's gradients, as when optimizer.step is not called
+        elif (due.grads or self.guard) and self.plan is not None:
+            totals = self._hot_totals(step) if due.grads and self._amp_scale is None else None
+            if totals is not None:
+                ids.append(self.plan.norm_id)
+                values.append(global_norm(*totals))
+            else:
+                ticket, executor = self._gradient_pass(step, due, ids, values, always_norm=True)
+                ids = None
+                if self.guard:  # must know now (on a device: one synchronising copy, as GradScaler makes)
+                    totals = ticket.wait()
+                elif executor.on_device:
+                    self._device_tickets.append(ticket)
+                elif self._overlap:
+                    self._grad_ticket = ticket  # beside the optimizer step; waited when it returns
+                else:
+                    totals = ticket.wait()  # an optimizer from elsewhere may write the gradients
+            if totals is not None and (totals[1] or totals[2]):
+                nonfinite = self._act_force = True
+        if ids:
+            self.rec.log_scalar_ids(ids, values, step)
+        return self.guard and nonfinite
+
+    def _gradient_pass(self, step, due, scalar_ids=(), scalar_values=(), always_norm=False):
+        """Submits the statistics of every gradient (and the step's scalars); (ticket, executor)."""
+        tensors = self.plan.gradients()
+        if self._amp_scale is not None:
+            # A fused optimizer's GradScaler left the gradients scaled (the step unscales
+            # them itself): the statistics are of unscaled copies.
+            inverse = 1.0 / self._amp_scale.double()
+            tensors = [None if g is None else (g.double() * inverse).to(g.dtype) for g in tensors]
+        norm_id = self.plan.norm_id if always_norm or any(t is not None for t in tensors) else 0
+        rss_id = 0
+        if self.memory and self.plan.on_host and self._overlap:  # read on the helper too (see _on_step_end)
+            rss_id = self._id("mem/rss", "scalar")
+            self._rss_step = step
+        ticket, executor = self._submit(lambda ex, plan: ex.stats(
+            step, plan, tensors, due.histogram, due.units, norm_id, scalar_ids, scalar_values, rss_id))
+        if ticket is None:  # a gradient that fits no plan (of another dtype than its parameter)
+            raise ValueError("a gradient's dtype or size differs from its parameter's")
+        if executor.on_device and rss_id:
+            self._rss_step = None
+        return ticket, executor
+
+    def _finish_gradients(self):
+        """Waits for the overlapped gradient pass (which logs the global norm)."""
+        ticket, self._grad_ticket = self._grad_ticket, None
+        if ticket is not None:
+            _, nan, inf = ticket.wait()
+            if nan or inf:
+                self._act_force = True  # non-finite gradients
+
+    def _mark_grads(self):
+        """Remembers one gradient object: a new object at the next step means zeroed (set to None)."""
+        self._zeroed = False
+        for _, p in self.params:
+            if p.grad is not None:
+                self._sentinel = (p, p.grad)
+                return
+        self._sentinel = None
+
+    def _grads_were_zeroed(self):
+        if self._zeroed or self._sentinel is None:
+            return True
+        p, grad = self._sentinel
+        return p.grad is not grad
+
+    def _queue_lr(self, step):
+        groups = self.optimizer.param_groups
+        lrs = []
+        self._flush_lr()
+        for index, group in enumerate(groups):
+            lr = group.get("lr")
+            if lr is None:
+                continue
+            tag = "opt/lr" if len(groups) == 1 else f"opt/lr/{index}"
+            if tag not in self.run._lr_tags:
+                self.run._lr_tags += (tag,)
+            lrs.append((tag, lr))
+        # Logged when the step closes, and only where the training script does not log
+        # that tag itself (README's run.log({"opt/lr": ...}) after optimizer.step()).
+        self._lr_pending = (step, lrs)
+
+    def _flush_lr(self):
+        """Logs the lr of the last optimizer step, less the tags the user logs."""
+        pending, self._lr_pending = self._lr_pending, None
+        if pending is None:
+            return
+        step, lrs = pending
+        user = self.run._user_lr_tags
+        ids, values = [], []
+        for tag, lr in lrs:
+            if tag in user:
+                continue
+            if type(lr) is float or type(lr) is int:
+                ids.append(self._id(tag, "scalar"))
+                values.append(lr)
+            else:  # a tensor LR (capturable optimizers): run.log's deferred copy
+                self.run.log({tag: lr}, step=step)
+        if ids:
+            self.rec.log_scalar_ids(ids, values, step)
+
+    # ---- weights, updates and their snapshots ----
+
+    def _after_update(self):
+        step = self.clock.step
+        due = self.schedule.at(step)
+        if not due.weights:
+            return
+        if self.optimizer is not None:
+            # Deferred to the next training forward, where on the host the helper thread
+            # reads the weights while forward and backward run (_submit_weight_pass). The
+            # update is then the change up to that forward: the step's, and any the loop
+            # made after it (a WGAN's clamp), which a pass right after the step would race.
+            self._weights_due = (step, due.histogram)
+            self._snapshot_step = step
+            return
+        self._weight_pass(step, due.histogram, wait=True)
+
+    def _submit_weight_pass(self):
+        """Starts the weight pass deferred from the last sampled optimizer step (the next
+        optimizer step waits for it)."""
+        if self._weights_due is not None:
+            (step, histogram), self._weights_due = self._weights_due, None
+            self._weight_pass(step, histogram, wait=False)
+
+    def _weight_pass(self, step, histogram, wait):
+        if self.plan is None:
+            return
+        plan = self._planned()
+        if not plan.snapshots_ready():  # a parameter replaced by one of another size: its update is from now on
+            with torch.no_grad():
+                for i, p in enumerate(plan.params):
+                    if plan.snapshots[i] is None:
+                        plan.snapshots[i] = p.detach().clone(memory_format=torch.contiguous_format)
+        ticket, executor = self._submit(lambda ex, plan: ex.weights(step, plan, histogram))
+        self._snapshot_step = step
+        self._keep_weight_ticket(ticket, executor, wait)
+
+    def _refresh_snapshots(self, wait):
+        """Copies the weights into the snapshots: on the host beside the forward (the
+        optimizer step waits for the copy before the weights change)."""
+        if self.plan is None:
+            return
+        self._planned()
+        ticket, executor = self._submit(lambda ex, plan: ex.snapshot(plan))
+        self._keep_weight_ticket(ticket, executor, wait)
+
+    def _keep_weight_ticket(self, ticket, executor, wait):
+        if ticket is None:
+            return
+        if wait:
+            ticket.wait()
+        elif executor.on_device:
+            self._device_tickets.append(ticket)
+        else:
+            self._weight_tickets.append(ticket)
+
+    def _wait_weights(self):
+        """Waits for the helper's snapshot copies and weight passes (before the weights change)."""
+        tickets, self._weight_tickets = self._weight_tickets, []
+        for ticket in reversed(tickets):  # the last done means all done: they run in order
+            ticket.wait()
+
+    # ---- end of step: no-optimizer passes, device copies, memory, census ----
+
+    def _on_step_end(self, step):
+        self.timer.stop("backward")
+        self._flush_forward()
+        due = self.schedule.at(step)
+        if self.optimizer is None and due.grads and self.plan is not None:
+            # No optimizer to hook: the gradients of this step's backward, now.
+            ticket, _ = self._gradient_pass(step, due)
+            ticket.wait()
+            # Weights changed by the user's own update: compare with the snapshot taken at
+            # the end of the previous step, and take one before each sampled step.
+            if due.weights and self._snapshot_step == step - 1:
+                self._after_update()
+            if self.schedule.weights_at(step + 1):
+                self._refresh_snapshots(wait=True)
+                self._snapshot_step = step
+        self._drain(wait=False)
+        if self.timer.pending:
+            self.timer.collect(wait=False)
+        ids, values = [], []
+        if self.memory:
+            ids, values = self.census.memory(with_rss=self._rss_step != step)
+        if self.census.due(step):
+            census_ids, counts = self.census.take(step)
+            ids += census_ids
+            values += counts
+        ids.append(self._id("time/watch", "scalar"))
+        values.append(self.self_time.take())
+        self.rec.log_scalar_ids(ids, values, step)
+
+    def _drain(self, wait=False):
+        """Logs the device statistics whose copy to the host has landed."""
+        tickets = self._device_tickets
+        while tickets and (wait or tickets[0].done()):
+            tickets.popleft().wait()
