@@ -361,14 +361,51 @@ class Run:
     def watch(self, model, optimizer=None, every=1, histograms_every=100, activations=True, **options):
         """Records gradients, weights, updates, activations, lr, times and memory of a model.
 
-        every: gradient statistics, lr and inputs every `every` optimizer steps;
-        histograms_every: exponent histograms and per-unit gradient norms; other options
-        (activations_every, weights_every, units_every, accumulation_steps, guard,
-        census_every, memory, inputs, system_interval) are described in docs/watch.md.
-        checks (True), loss_fn, batch_size: the model checks before the first step
-        (trainscope/checks.py; ARCHITECTURE_WARNING findings, docs/doctor.md).
-        Returns the watcher (None if it could not be set up: reported, training goes on);
-        run.finish() removes its hooks.
+        Args:
+            model (torch.nn.Module): the model; its forward hooks see every training
+                forward. A torch.compile'd model keeps everything but activations.
+            optimizer (torch.optim.Optimizer, optional): the optimizer; its steps end the
+                training steps, gradients are read just before each and weights after.
+                Without one, steps end at run.step(), run.data()'s next batch, or the next
+                training forward after a backward.
+            every (int): gradient statistics, lr and inputs every `every` steps. Default 1.
+            histograms_every (int): exponent histograms every this many steps; 0: never.
+                Default 100.
+            activations (bool): per-module output statistics. Default True.
+            activations_every (int): steps between measured forwards. Default 20 * every.
+            weights_every (int): weight and update (w_t - w_{t-1}) statistics. Default
+                10 * every.
+            units_every (int): per-unit (row) gradient norms. Default histograms_every.
+            dense_steps (int): the first steps that measure gradients, histograms, unit
+                norms, weights and updates every step wherever their cadence is left at
+                its default (one given here is kept from step 0). Default 50; 0: off.
+            guard (bool): skip an optimizer step whose gradients are not finite. Default
+                False.
+            census_every (int): a census of live Python objects by type. Default 500.
+            memory (bool): mem/rss and mem/cuda_* every step. Default True.
+            inputs (bool): the model's float inputs and the labels' range. Default True.
+            hot_gradients (bool or "auto"): gradient statistics inside backward while in
+                cache (CPU, large tensors, optimizers outside torch.optim). Default "auto".
+            system_interval (float): seconds between system metric samples; 0: off.
+                Default 5.0.
+            checks (bool): the model checks before the first step (ARCHITECTURE_WARNING,
+                docs/doctor.md); loss_fn and batch_size help them. Default True.
+
+        Returns:
+            The watcher, or None if it could not be set up (reported; training goes on).
+            run.finish() removes its hooks. docs/watch.md describes every series.
+
+        Example::
+
+            run = trainscope.init("runs", "mnist")
+            run.watch(model, optimizer, histograms_every=50)
+            for x, y in run.data(loader):
+                optimizer.zero_grad()
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                loss.backward()
+                optimizer.step()
+                run.log({"train/loss": loss})
+            run.finish()
         """
         from trainscope.watch import Watcher
         clock = self._step_clock()
