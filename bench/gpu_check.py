@@ -3,7 +3,7 @@
     pip install .            # or: make build && export PYTHONPATH=build/python
     python bench/gpu_check.py [--out DIR] [--steps 60]
 
-Two parts, each printed and written to DIR/gpu_check.json:
+Three parts, each printed and written to DIR/gpu_check.json:
 
 1. Statistics against torch. A small MLP + conv model trains on the GPU for a few steps
    with every statistic on each step; torch's own numbers (gradients before the step,
@@ -13,6 +13,9 @@ Two parts, each printed and written to DIR/gpu_check.json:
    under bfloat16 autocast: plain, defaults, everything, one step of each mode in turn
    (a fresh random order each round), each step timed with CUDA events around the whole
    step and a synchronize after it. Medians and the ratio to plain.
+3. MFU of GPT-2 small in bf16 (batch 8 x 1024 tokens) against the peak table's figure for
+   the GPU (H100 SXM / H200: 989.5 dense TFLOP/s): FLOPs counted by ts.count_flops and by
+   6N + 12LHQT side by side, read back through `trainscope perf run`.
 
 Exits 2 without a CUDA device, 1 when a statistic disagrees with torch. CI never runs it
 (no GPU there); docs/benchmarks.md keeps its numbers.
@@ -158,6 +161,64 @@ def overhead(logdir, steps, batch=8, seq=512):
                    "steps": len(t)} for mode, t in times.items()}
 
 
+def mfu_gpt2(logdir, steps, batch=8, seq=1024):
+    """MFU of GPT-2 small under bfloat16 autocast against the peak table's figure for this GPU
+    (H100 SXM / H200: 989.5 dense bf16 TFLOP/s): FLOPs per step counted by ts.count_flops and by
+    PaLM's 6N + 12LHQT, step time from CUDA events around the whole step, recorded into a run
+    and read back by `trainscope perf run` (docs/perf.md)."""
+    import shutil
+    import subprocess
+    from trainscope.flops import transformer_flops_per_token
+
+    model = gpt2_small().cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    g = torch.Generator(device="cuda").manual_seed(3)
+    tokens = torch.randint(0, 50257, (batch, seq + 1), device="cuda", generator=g)
+    counted = ts.count_flops(model, (tokens[:, :-1],))
+    config = model.config
+    n_params = sum(p.numel() for p in model.parameters())  # the tied wte/lm_head once
+    formula = transformer_flops_per_token(n_params, config.n_layer, config.n_head, config.n_embd // config.n_head,
+                                          seq) * batch * seq
+    run = ts.init(logdir=logdir, name="gpt2-mfu")
+    ts.perf.record(run, counted, tokens_per_step=batch * seq, samples_per_step=batch, precision="bf16")
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for step in range(steps + 5):
+        start.record()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(tokens[:, :-1]).logits
+            loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)),
+                                                     tokens[:, 1:].reshape(-1))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        end.record()
+        torch.cuda.synchronize()
+        seconds = start.elapsed_time(end) / 1e3
+        if step >= 5:
+            times.append(seconds)
+            run.log({"time/step": seconds, "train/loss": loss.item()}, step=step - 5)
+    run.finish()
+    median = statistics.median(times)
+    result = {"device": torch.cuda.get_device_name(), "batch": batch, "seq": seq, "steps": len(times),
+              "median_step_s": median, "counted_training_flops_per_step": counted.training_flops,
+              "formula_flops_per_step": formula, "counted_over_formula": counted.training_flops / formula,
+              "counted_tokens_per_s": batch * seq / median,
+              "counted_flops_per_s": counted.training_flops / median, "formula_flops_per_s": formula / median,
+              "uncounted_ops": counted.uncounted}
+    cli = shutil.which("trainscope") or os.path.join(os.path.dirname(ts.__file__), "..", "..", "trainscope")
+    try:
+        out = subprocess.run([cli, "perf", "run", os.path.join(logdir, "gpt2-mfu"), "--json"], capture_output=True,
+                             text=True, timeout=120)
+        perf = json.loads(out.stdout)
+        result.update({"peak_flops": perf["peak_flops"], "peak_source": perf["peak_source"], "mfu_counted": perf["mfu"],
+                       "mfu_formula": formula / median / perf["peak_flops"] if perf["peak_flops"] else None,
+                       "perf_run_step_s": perf["step_seconds"]})
+    except (OSError, ValueError, KeyError, subprocess.SubprocessError) as error:
+        result["perf_run_error"] = f"{type(error).__name__}: {error}"
+    return result
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -176,6 +237,11 @@ def main():
         except ImportError as error:  # transformers missing: the statistics still count
             report["overhead"] = {"skipped": str(error)}
         print(json.dumps(report["overhead"], indent=1), flush=True)
+        try:
+            report["mfu"] = mfu_gpt2(logdir, args.steps)
+        except ImportError as error:
+            report["mfu"] = {"skipped": str(error)}
+        print(json.dumps(report["mfu"], indent=1), flush=True)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "gpu_check.json"), "w") as f:
         json.dump(report, f, indent=1)

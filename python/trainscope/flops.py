@@ -57,7 +57,7 @@ ELEMENTWISE_FLOPS = {name: 1 for name in _ONE_PER_ELEMENT}
 ELEMENTWISE_FLOPS.update({
     "addcmul": 2, "addcdiv": 2, "lerp": 2,
     # max, subtract, exp, sum, divide (log_softmax: max, subtract, exp, sum, log-and-subtract)
-    "_softmax": 5, "softmax": 5, "_log_softmax": 5, "log_softmax": 5,
+    "_softmax": 5, "softmax": 5, "_safe_softmax": 5, "_log_softmax": 5, "log_softmax": 5,
     "upsample_bilinear2d": 4, "upsample_linear1d": 2, "upsample_trilinear3d": 8, "upsample_bicubic2d": 16,
 })
 
