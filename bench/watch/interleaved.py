@@ -44,9 +44,13 @@ from overhead import EVERYTHING, cnn_setup, lm_setup, train_step  # noqa: E402
 
 # dense: the first steps' dense phase (watch(dense_steps=...)) for the whole run, to price it;
 # sparse: the defaults without it (the sampling of the code before it, for A/B runs).
+# A/B of the watcher's special paths against the defaults: sync_grads waits for the gradient
+# pass before the optimizer step instead of overlapping it; hot measures gradients inside
+# backward (hot_gradients=True; "auto" leaves it off for torch.optim's optimizers).
 WATCH_OPTIONS = {"defaults": {}, "everything": EVERYTHING, "dense": {"dense_steps": 10 ** 9},
-                 "sparse": {"dense_steps": 0}}
-ALL_MODES = ["plain", "defaults", "everything", "naive", "anomaly", "dense", "sparse"]
+                 "sparse": {"dense_steps": 0}, "sync_grads": {}, "hot": {"hot_gradients": True}}
+AFTER_WATCH = {"sync_grads": lambda watcher: setattr(watcher, "_overlap", False)}
+ALL_MODES = ["plain", "defaults", "everything", "naive", "anomaly", "dense", "sparse", "sync_grads", "hot"]
 
 
 class Copy:
@@ -69,6 +73,7 @@ class Mode:
         self.copy, self.batches = copy, copy.batches
         if self.run is not None:
             self.watcher = self.run.watch(copy.model, copy.opt, **WATCH_OPTIONS[self.name])
+            AFTER_WATCH.get(self.name, lambda watcher: None)(self.watcher)
             self.batches = iter(self.run.data(copy.batches))
         self.seconds.append([])
 
