@@ -411,7 +411,11 @@ try {
         const shotName = `${runName}-${tab}`;
         await page.screenshot({ path: join(artifacts, `p-${shotName}.png`), fullPage: true });
         if (docsShots && DOCS_SHOTS[`${runName}/${tab}`]) {
-          await page.screenshot({ path: join(docsDir, DOCS_SHOTS[`${runName}/${tab}`] + '.png') });
+          const docsPng = join(docsDir, DOCS_SHOTS[`${runName}/${tab}`] + '.png');
+          await page.screenshot({ path: docsPng });
+          // Kept small for the repository: 96 colours (PIL, when the Python has it).
+          spawnSync(python, ['-c', 'import sys\nfrom PIL import Image\nim = Image.open(sys.argv[1]).convert("RGB")\n'
+            + 'im.quantize(96, method=Image.Quantize.MEDIANCUT).save(sys.argv[1], optimize=True)', docsPng]);
         }
         assert.ok(a.charts.length > 0 || tab === 'findings', `no charts on ${tab}`);
         assert.deepEqual(problems, []);
