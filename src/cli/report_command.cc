@@ -82,6 +82,14 @@ std::string Trim(std::string m) {
   return m;
 }
 
+// |v| in [1e-3, 1e4) with `digits` significant digits, in positional notation.
+std::string Plain(double v, int digits) {
+  const double rounded = std::stod(fmt::format("{:.{}e}", v, std::max(0, digits - 1)));
+  const double a = std::fabs(rounded);
+  const int decimals = a == 0 ? 0 : std::max(0, digits - 1 - static_cast<int>(std::floor(std::log10(a))));
+  return Trim(fmt::format("{:.{}f}", rounded, decimals));
+}
+
 std::string TickNumber(double v, int digits) {
   if (!std::isfinite(v)) return std::isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf";
   if (v == 0) return "0";
@@ -90,15 +98,12 @@ std::string TickNumber(double v, int digits) {
     static const std::pair<double, const char*> kSi[] = {{1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}};
     for (const auto& [scale, suffix] : kSi) {
       if (a < scale * 0.99995) continue;
-      std::string m = Trim(fmt::format("{:.{}g}", v / scale, digits));
+      std::string m = Plain(v / scale, digits);
       if (std::fabs(std::stod(m)) >= 1000 && std::string(suffix) != "T") continue;
       return m + suffix;
     }
   }
-  if (a >= 1e-3 && a < 1e4) {
-    const int decimals = std::max(0, digits - 1 - static_cast<int>(std::floor(std::log10(a))));
-    return Trim(fmt::format("{:.{}f}", std::stod(fmt::format("{:.{}g}", v, digits)), decimals));
-  }
+  if (a >= 1e-3 && a < 1e4) return Plain(v, digits);
   std::string e = fmt::format("{:.{}e}", v, std::max(0, digits - 1));
   const size_t at = e.find('e');
   return Trim(e.substr(0, at)) + "e" + std::to_string(std::stoi(e.substr(at + 1)));

@@ -19,5 +19,5 @@ if [[ ! -f "$repo/web/node_modules/playwright-core/package.json" ]]; then
   (cd "$repo/web" && npm ci --no-audit --no-fund >&2)
 fi
 export TRAINSCOPE_BUILD_DIR="$build"
-node --test "$repo/tests/e2e/smooth.test.mjs"
+node --test "$repo/tests/e2e/smooth.test.mjs" "$repo/tests/e2e/views.test.mjs"
 exec node "$repo/tests/e2e/dashboard.e2e.mjs"

@@ -33,6 +33,13 @@ const SI_UP: [number, string][] = [[1e12, 'T'], [1e9, 'G'], [1e6, 'M'], [1e3, 'k
 function trim(m: string): string {
   return m.includes('.') ? m.replace(/0+$/, '').replace(/\.$/, '') : m;
 }
+// `v` (|v| in [1e-3, 1e4)) with `digits` significant digits, in positional notation.
+function plain(v: number, digits: number): string {
+  const rounded = Number(v.toPrecision(digits));
+  const a = Math.abs(rounded);
+  return trim(rounded.toFixed(a === 0 ? 0 : Math.max(0, digits - 1 - Math.floor(Math.log10(a)))));
+}
+
 export function fmtNum(v: number, digits = 3): string {
   if (!Number.isFinite(v)) return Number.isNaN(v) ? 'NaN' : v > 0 ? '∞' : '-∞';
   if (v === 0) return '0';
@@ -40,14 +47,14 @@ export function fmtNum(v: number, digits = 3): string {
   if (a >= 1e4 * (1 - 0.5 * 10 ** -digits) && a < 1e15) {
     for (const [scale, suffix] of SI_UP) {
       if (a >= scale * 0.99995) {
-        const m = trim((v / scale).toPrecision(digits));
+        const m = plain(v / scale, digits);
         // 999.96k rounds to 1000k: one prefix up.
         if (Math.abs(Number(m)) >= 1000 && suffix !== 'T') continue;
         return m + suffix;
       }
     }
   }
-  if (a >= 1e-3 && a < 1e4) return trim(Number(v.toPrecision(digits)).toFixed(Math.max(0, digits - 1 - Math.floor(Math.log10(a)))));
+  if (a >= 1e-3 && a < 1e4) return plain(v, digits);
   const [m, e] = v.toExponential(Math.max(0, digits - 1)).split('e');
   return `${trim(m)}e${Number(e)}`;
 }
