@@ -160,6 +160,10 @@ Status DetectFormatFromPrefix(std::string_view prefix, const std::string& name, 
     const std::string_view after = Trim(first.substr(1));
     const bool json_array = !after.empty() && (after.front() == '{' || after.front() == '[' || after.front() == '"' ||
                                                after.front() == ']' || nlohmann::json::accept(first));
+    if (json_array && trimmed.find("\"ph\"") != std::string_view::npos && trimmed.find("\"ts\"") != std::string_view::npos) {
+      return Status::InvalidArgument(name + ": a PyTorch profiler trace (an array of trace events), not a training log; "
+                                            "analyse it with `trainscope trace " + name + "`");
+    }
     if (json_array) {
       return Status::Error(name + ": line 1: expected a JSON object (trainer_state.json, Megatron golden values) or one "
                                   "object a line (JSONL), found a JSON array");

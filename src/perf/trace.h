@@ -92,7 +92,8 @@ class TraceReader {
   virtual Status Read(const std::string& path, Trace* trace) const = 0;
 };
 
-// Reads a Kineto Chrome trace (.json, or gzip-compressed .json.gz, sniffed by content).
+// Reads a Kineto Chrome trace (.json, or gzip-compressed .json.gz, sniffed by content), or
+// the bare array of events the autograd profiler writes when PyTorch has no Kineto.
 // Errors name the file and what was wrong: not JSON, no "traceEvents" array, an event
 // whose "ts" or "dur" is not a number (such events are skipped and counted in *skipped
 // when skipped is non-null; the read fails only when nothing timed is left).

@@ -237,27 +237,33 @@ Status ReadKinetoTrace(const std::string& path, Trace* trace, size_t* skipped) {
     return Status::Corruption(path + ": not valid JSON (" + simdjson::error_message(err) +
                               "); expected a PyTorch profiler (Kineto) trace");
   }
-  simdjson::dom::object root;
-  if (doc.get_object().get(root)) {
-    return Status::InvalidArgument(path + ": the document is not a JSON object; expected a Kineto trace {\"traceEvents\": [...]}");
-  }
   simdjson::dom::array events;
   bool has_events = false;
-  for (auto field : root) {
-    if (field.key == "traceEvents") {
-      if (field.value.get_array().get(events)) {
-        return Status::InvalidArgument(path + ": \"traceEvents\" is not an array; expected a list of trace events");
-      }
-      has_events = true;
-    } else if (field.key == "distributedInfo") {
-      simdjson::dom::object info;
-      if (!field.value.get_object().get(info)) ReadDistributedInfo(info, trace);
-    } else if (field.key == "deviceProperties") {
-      simdjson::dom::array devices;
-      if (!field.value.get_array().get(devices)) {
-        for (simdjson::dom::element d : devices) {
-          std::string_view name;
-          if (!d["name"].get_string().get(name)) trace->device_names.emplace_back(name);
+  simdjson::dom::object root;
+  if (!doc.get_array().get(events)) {
+    // Chrome's JSON Array Format: the autograd profiler's export when PyTorch is built
+    // without Kineto (Debian's torch 1.13): events only, no categories, no process facts.
+    has_events = true;
+  } else if (doc.get_object().get(root)) {
+    return Status::InvalidArgument(path + ": the document is neither a JSON object nor an array of events; expected a "
+                                          "Kineto trace {\"traceEvents\": [...]}");
+  } else {
+    for (auto field : root) {
+      if (field.key == "traceEvents") {
+        if (field.value.get_array().get(events)) {
+          return Status::InvalidArgument(path + ": \"traceEvents\" is not an array; expected a list of trace events");
+        }
+        has_events = true;
+      } else if (field.key == "distributedInfo") {
+        simdjson::dom::object info;
+        if (!field.value.get_object().get(info)) ReadDistributedInfo(info, trace);
+      } else if (field.key == "deviceProperties") {
+        simdjson::dom::array devices;
+        if (!field.value.get_array().get(devices)) {
+          for (simdjson::dom::element d : devices) {
+            std::string_view name;
+            if (!d["name"].get_string().get(name)) trace->device_names.emplace_back(name);
+          }
         }
       }
     }
@@ -316,6 +322,12 @@ Status ReadKinetoTrace(const std::string& path, Trace* trace, size_t* skipped) {
       continue;
     }
     e.kind = KindOfCategory(cat);
+    // No category (the legacy array format): the steps and record_function ranges are
+    // annotations, everything else an operator.
+    if (cat.empty()) {
+      e.kind = name.substr(0, 13) == "ProfilerStep#" || name.substr(0, 10) == "enumerate(" ? EventKind::kUserAnnotation
+                                                                                           : EventKind::kCpuOp;
+    }
     e.name = trace->Intern(name);
     e.ts_us = ts;
     e.dur_us = dur;
@@ -332,6 +344,11 @@ Status ReadKinetoTrace(const std::string& path, Trace* trace, size_t* skipped) {
 }
 
 bool LooksLikeKinetoTrace(std::string_view prefix) {
+  size_t first = prefix.find_first_not_of(" \t\r\n");
+  if (first != std::string_view::npos && prefix[first] == '[') {
+    // The JSON Array Format of a PyTorch built without Kineto: [{"name": ..., "ph": "X", ...
+    return prefix.find("\"ph\": \"X\"") != std::string_view::npos || prefix.find("\"ph\":\"X\"") != std::string_view::npos;
+  }
   if (prefix.find("\"traceEvents\"") == std::string_view::npos) return false;
   for (std::string_view mark : {"\"deviceProperties\"", "\"schemaVersion\"", "\"distributedInfo\"", "\"cpu_op\"",
                                 "\"user_annotation\"", "\"kernel\"", "ProfilerStep#"}) {

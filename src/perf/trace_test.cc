@@ -216,7 +216,9 @@ TEST_F(TraceTest, BadInputNamesTheFileAndTheProblem) {
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("bad.json: not valid JSON"), std::string::npos) << s.message();
   s = ReadKinetoTrace(Write("arr.json", "[1,2]"), &trace);
-  EXPECT_NE(s.message().find("not a JSON object"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("first bad: event 1 is not an object"), std::string::npos) << s.message();
+  s = ReadKinetoTrace(Write("str.json", "\"x\""), &trace);
+  EXPECT_NE(s.message().find("neither a JSON object nor an array"), std::string::npos) << s.message();
   s = ReadKinetoTrace(Write("noev.json", "{\"schemaVersion\":1}"), &trace);
   EXPECT_NE(s.message().find("no \"traceEvents\""), std::string::npos) << s.message();
   s = ReadKinetoTrace(Write("strts.json", Doc({"{\"ph\":\"X\",\"name\":\"a\",\"ts\":\"x\",\"dur\":1}"})), &trace);
@@ -235,6 +237,25 @@ TEST_F(TraceTest, BadInputNamesTheFileAndTheProblem) {
                       &skipped);
   EXPECT_TRUE(s.ok());
   EXPECT_EQ(skipped, 1u);
+}
+
+// Debian's torch 1.13 (no Kineto) exports a bare array of events without categories.
+TEST_F(TraceTest, LegacyArrayFormat) {
+  const std::string path = Write("legacy.json",
+                                 "[{\"name\": \"ProfilerStep#5\", \"ph\": \"X\", \"ts\": 0, \"dur\": 100, \"tid\": 1, "
+                                 "\"pid\": \"CPU functions\", \"args\": {}},"
+                                 "{\"name\": \"enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__\", \"ph\": \"X\", "
+                                 "\"ts\": 1, \"dur\": 40, \"tid\": 1, \"pid\": \"CPU functions\", \"args\": {}},"
+                                 "{\"name\": \"aten::mm\", \"ph\": \"X\", \"ts\": 50, \"dur\": 30, \"tid\": 1, "
+                                 "\"pid\": \"CPU functions\", \"args\": {}}]");
+  Trace trace;
+  ASSERT_TRUE(ReadTraceFile(path, &trace).ok());
+  const RankTraceReport r = AnalyzeRank(trace, {});
+  ASSERT_EQ(r.steps.size(), 1u);
+  EXPECT_DOUBLE_EQ(r.dataloader_share, 0.4);
+  ASSERT_EQ(r.top_cpu_ops.size(), 1u);  // the step and the loader are annotations, not operators
+  EXPECT_EQ(r.top_cpu_ops[0].name, "aten::mm");
+  EXPECT_TRUE(LooksLikeKinetoTrace("[{\"name\": \"aten::mm\", \"ph\": \"X\", \"ts\": 50"));
 }
 
 TEST(Sniff, KinetoMarks) {
