@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import socket
 import sys
@@ -23,7 +24,8 @@ import time
 
 import torch
 
-__all__ = ["record", "measure_peak", "collectives", "precision_name", "COLLECTIVES"]
+__all__ = ["record", "measure_peak", "collectives", "precision_name", "COLLECTIVES", "ModuleTimer",
+           "profile_modules"]
 
 
 def precision_name(dtype):
@@ -255,6 +257,201 @@ def run_collectives(nproc=2, backend=None, sizes=None, ops=COLLECTIVES):
     if failed or queue.empty():
         raise RuntimeError(f"collectives on {nproc} {backend} processes failed (exit codes {failed})")
     return {"backend": backend, "ranks": nproc, "torch": torch.__version__, "results": queue.get()}
+
+
+# --- time per module and PERF_HOTSPOT ------------------------------------------------------
+
+class ModuleTimer:
+    """Forward and backward wall time of each leaf module (a module without children), from
+    hooks, on CPU (where autograd runs the backward on the calling thread).
+
+    forward: a pre-hook and a post-hook around the module's forward. backward: from the moment
+    the gradient of the module's output arrives (a hook on the output tensor) to the last of
+    the gradients of its inputs and parameters (hooks on those tensors). An in-place module
+    (ReLU(inplace=True)) shares its input and output tensor: its backward reads as ~0.
+    Times are summed over calls until reset(); no tensor is synchronised."""
+
+    def __init__(self, model):
+        self.model = model
+        self.leaves = {name: module for name, module in model.named_modules() if not list(module.children())}
+        self.handles = []
+        self.reset()
+
+    def reset(self):
+        self.forward = {name: 0.0 for name in self.leaves}
+        self.backward = {name: 0.0 for name in self.leaves}
+        self.calls = {name: 0 for name in self.leaves}
+        self.non_contiguous = set()
+        self._started = {}
+        self._pending = {}  # name -> [backward start, latest end]
+
+    def attach(self):
+        for name, module in self.leaves.items():
+            self.handles.append(module.register_forward_pre_hook(self._pre(name)))
+            self.handles.append(module.register_forward_hook(self._post(name)))
+        return self
+
+    def detach(self):
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+    def __enter__(self):
+        return self.attach()
+
+    def __exit__(self, *exc):
+        self.detach()
+
+    def _pre(self, name):
+        def hook(module, inputs):
+            for x in inputs:
+                if isinstance(x, torch.Tensor) and x.dim() > 1 and not x.is_contiguous():
+                    self.non_contiguous.add(name)
+            self._started.setdefault(name, []).append(time.perf_counter())
+        return hook
+
+    def _post(self, name):
+        def hook(module, inputs, output):
+            self.forward[name] += time.perf_counter() - self._started[name].pop()
+            self.calls[name] += 1
+            if not torch.is_grad_enabled():
+                return
+            out = output if isinstance(output, torch.Tensor) else None
+            if out is None or not out.requires_grad:
+                return
+            ends = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad and x is not out]
+            ends += [p for p in module.parameters(recurse=False) if p.requires_grad]
+            if not ends:
+                return
+            out.register_hook(self._backward_start(name))
+            for tensor in ends:
+                tensor.register_hook(self._backward_end(name))
+        return hook
+
+    def _backward_start(self, name):
+        def hook(grad):
+            self._pending[name] = [time.perf_counter(), None]
+        return hook
+
+    def _backward_end(self, name):
+        def hook(grad):
+            pending = self._pending.get(name)
+            if pending is not None:
+                now = time.perf_counter()
+                if pending[1] is not None:
+                    self.backward[name] -= pending[1] - pending[0]
+                pending[1] = now
+                self.backward[name] += now - pending[0]
+        return hook
+
+    def log(self, run, step, flops=None):
+        """Logs perf/module/<name>/forward_s, .../backward_s and, with a FlopCount of one call,
+        .../flops_per_second for this step, then resets."""
+        items = {}
+        for name in self.leaves:
+            if not self.calls[name]:
+                continue
+            items[f"perf/module/{name}/forward_s"] = self.forward[name]
+            items[f"perf/module/{name}/backward_s"] = self.backward[name]
+            if flops is not None:
+                seconds = self.forward[name] + self.backward[name]
+                entry = _module_entry(flops, name)
+                if entry is not None and seconds > 0:
+                    items[f"perf/module/{name}/flops_per_second"] = entry["training_flops"] * self.calls[name] / seconds
+        run.log(items, step=step)
+        self.reset()
+
+
+def _module_entry(flops, name):
+    try:
+        return flops.module(name)
+    except KeyError:
+        return None
+
+
+# PERF_HOTSPOT: a module whose share of the step's module time is >= 10 % and at least twice
+# its share of the model's FLOPs (it runs at half the model's FLOP/s or less).
+HOTSPOT_MIN_TIME_SHARE = 0.10
+HOTSPOT_TIME_OVER_FLOPS = 2.0
+
+
+def _shape_hints(module, entry, name, non_contiguous):
+    hints = []
+    dims = []
+    if isinstance(module, torch.nn.Linear):
+        dims = [module.in_features, module.out_features]
+    elif isinstance(module, (torch.nn.modules.conv._ConvNd,)):
+        dims = [module.in_channels // module.groups, module.out_channels]
+    odd = [d for d in dims if d % 8]
+    if odd:
+        hints.append(("odd_shape", f"dimension(s) {odd} not a multiple of 8: tensor cores and vector units work "
+                                   f"in tiles of 8 (64 is better); pad them"))
+    if entry["macs"] and entry["calls"] and entry["macs"] / entry["calls"] < (1 << 20):
+        hints.append(("small_matmul", f"small matrix product ({entry['macs'] / entry['calls']:.3g} MACs per call): "
+                                      f"fixed costs dominate; batch several, fuse, or grow the batch"))
+    if not entry["macs"]:
+        hints.append(("memory_bound", "no matrix product: the op moves memory more than it computes; fuse it "
+                                      "with its neighbours (torch.compile), run it in place, or drop it"))
+    if name in non_contiguous:
+        hints.append(("non_contiguous_input", "its input is not contiguous: a copy happens inside; make the "
+                                              "producer's output contiguous (or permute once, earlier)"))
+    return hints
+
+
+def profile_modules(model, example_inputs, loss_fn=None, steps=5, warmup=2):
+    """Times each leaf module's forward and backward over `steps` forward+backward passes on
+    example_inputs (after `warmup`), with its FLOPs from count_flops, and ranks the modules
+    that waste time. loss_fn(output) -> scalar (default: output.float().sum()). Returns
+    {"modules": [...], "findings": [PERF_HOTSPOT dicts, DESIGN.md's finding shape]}; the
+    model's gradients are left as the passes made them (zero them before training)."""
+    from trainscope.flops import count_flops
+
+    args = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    loss_fn = loss_fn or (lambda out: (out if isinstance(out, torch.Tensor) else out[0]).float().sum())
+    flops = count_flops(model, tuple(args))
+    timer = ModuleTimer(model)
+    with timer:
+        for i in range(warmup + steps):
+            if i == warmup:
+                timer.reset()
+            loss_fn(model(*args)).backward()
+    rows = []
+    for name, module in timer.leaves.items():
+        entry = _module_entry(flops, name)
+        if entry is None or not timer.calls[name]:
+            continue
+        seconds = (timer.forward[name] + timer.backward[name]) / steps
+        rows.append({"name": name, "type": type(module).__name__, "forward_s": timer.forward[name] / steps,
+                     "backward_s": timer.backward[name] / steps, "seconds": seconds,
+                     "training_flops": entry["training_flops"], "macs": entry["macs"],
+                     "flops_per_second": entry["training_flops"] / seconds if seconds > 0 else math.nan,
+                     "calls": entry["calls"], "non_contiguous_input": name in timer.non_contiguous})
+    total_s = sum(r["seconds"] for r in rows) or math.nan
+    total_f = sum(r["training_flops"] for r in rows) or math.nan
+    for r in rows:
+        r["time_share"] = r["seconds"] / total_s
+        r["flops_share"] = r["training_flops"] / total_f
+    rows.sort(key=lambda r: -r["seconds"])
+    findings = []
+    for r in rows:
+        if r["time_share"] < HOTSPOT_MIN_TIME_SHARE or r["time_share"] < HOTSPOT_TIME_OVER_FLOPS * r["flops_share"]:
+            continue
+        module = timer.leaves[r["name"]]
+        hints = _shape_hints(module, {**flops.module(r["name"]), "calls": flops.module(r["name"])["calls"]},
+                             r["name"], timer.non_contiguous)
+        rate = r["flops_per_second"]
+        findings.append({
+            "code": "PERF_HOTSPOT", "severity": "info", "step": 0, "last_step": 0, "location": r["name"],
+            "summary": (f"{r['name']} ({r['type']}) takes {100 * r['time_share']:.1f} % of the modules' time for "
+                        f"{100 * r['flops_share']:.1f} % of the FLOPs ({rate / 1e9:.3g} GFLOP/s against the model's "
+                        f"{total_f / total_s / 1e9:.3g})" + (f": {hints[0][1]}" if hints else "")),
+            "evidence": {"time_share": r["time_share"], "flops_share": r["flops_share"], "seconds": r["seconds"],
+                         "flops_per_second": rate, "model_flops_per_second": total_f / total_s,
+                         "hints": [h[0] for h in hints]},
+            "causes": [{"id": h[0], "confidence": 0.5} for h in hints],
+            "actions": [h[1] for h in hints] or ["Profile the module (trainscope trace) to see its kernels"]})
+    findings.sort(key=lambda f: -(f["evidence"]["time_share"] - f["evidence"]["flops_share"]))
+    return {"modules": rows, "findings": findings, "steps": steps}
 
 
 def main(argv=None):

@@ -221,3 +221,73 @@ def test_scaling_efficiency_and_a_straggler(tmp_path):
     report = json.loads(run_cli("diagnose", slow, "--json", check=True).stdout)
     stragglers = [f for f in report["findings"] if f["code"] == "STRAGGLER"]
     assert [f["rank"] for f in stragglers] == [1]
+
+
+# --- time per module, PERF_HOTSPOT --------------------------------------------------------------
+
+class SlowLinear(torch.nn.Linear):
+    """A Linear that also waits in its forward: wall time with no FLOPs, like a layer stuck on
+    memory or on a bad shape."""
+
+    def forward(self, x):
+        import time
+        time.sleep(0.02)
+        return super().forward(x)
+
+
+def test_perf_hotspot_names_the_slow_layer_and_its_likely_fixes():
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wide = torch.nn.Linear(256, 256)
+            self.act = torch.nn.ReLU()
+            self.odd = SlowLinear(256, 9)
+
+        def forward(self, x):
+            h = self.act(self.wide(x))
+            return self.odd(h.t().contiguous().t())  # a transposed view: not contiguous
+
+    profile = ts.perf.profile_modules(Model(), torch.randn(8, 256), steps=3, warmup=1)
+    by_name = {m["name"]: m for m in profile["modules"]}
+    assert set(by_name) == {"wide", "act", "odd"}
+    assert by_name["odd"]["forward_s"] >= 0.02  # the sleep is in the forward
+    assert by_name["odd"]["non_contiguous_input"] and not by_name["wide"]["non_contiguous_input"]
+    assert sum(m["time_share"] for m in profile["modules"]) == pytest.approx(1.0)
+    hot = profile["findings"]
+    assert [f["location"] for f in hot] == ["odd"]
+    assert hot[0]["code"] == "PERF_HOTSPOT"
+    hints = hot[0]["evidence"]["hints"]
+    assert "odd_shape" in hints and "non_contiguous_input" in hints and "small_matmul" in hints
+    assert hot[0]["evidence"]["time_share"] > 0.5  # a 20 ms sleep against a 8 x 256 x 256 product
+
+
+def test_no_hotspot_when_time_follows_the_flops():
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.Linear(512, 512))
+    profile = ts.perf.profile_modules(model, torch.randn(256, 512), steps=5)
+    assert [m["name"] for m in profile["modules"]] and not profile["findings"]
+    for m in profile["modules"]:
+        assert m["forward_s"] > 0 and m["backward_s"] > 0
+
+
+def test_module_timer_logs_per_module_series(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    x = torch.randn(32, 64)
+    flops = ts.count_flops(model, x)
+    run = ts.init(logdir=str(tmp_path), name="modules")
+    timer = ts.perf.ModuleTimer(model).attach()
+    for step in range(3):
+        model(x).sum().backward()
+        timer.log(run, step, flops)
+    timer.detach()
+    run.finish()
+    view = ts.open_run(str(tmp_path / "modules"))
+    tags = {s["tag"] for s in view.series()}
+    assert {"perf/module/0/forward_s", "perf/module/0/backward_s", "perf/module/0/flops_per_second",
+            "perf/module/2/forward_s"} <= tags
+    assert not model[0]._forward_hooks and not model[0]._forward_pre_hooks
