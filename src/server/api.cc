@@ -231,23 +231,30 @@ ApiReply Api::Handle(const std::string& endpoint, const QueryParams& params) {
     }
   }
   if (endpoint == "runs") return Runs();
-  static const std::set<std::string> kPerRun = {"run", "scalars", "tensor_stats", "layers", "vectors",
-                                                "spans", "findings", "config"};
-  if (!kPerRun.count(endpoint)) return Error(404, "no API endpoint '" + endpoint + "'");
+  // The per-run endpoints: adding one is one entry here (and its method). The dashboard's
+  // views (web/src/views/) name the endpoints they read.
+  using Handler = ApiReply (*)(Api*, const std::string& db, const QueryParams&);
+  static const std::pair<const char*, Handler> kPerRun[] = {
+      {"run", [](Api* a, const std::string& db, const QueryParams&) { return a->Run(db); }},
+      {"scalars", [](Api* a, const std::string& db, const QueryParams& p) { return a->Scalars(db, p); }},
+      {"tensor_stats", [](Api* a, const std::string& db, const QueryParams& p) { return a->TensorStatsSeries(db, p); }},
+      {"layers", [](Api* a, const std::string& db, const QueryParams& p) { return a->Layers(db, p); }},
+      {"vectors", [](Api* a, const std::string& db, const QueryParams& p) { return a->Vectors(db, p); }},
+      {"spans", [](Api* a, const std::string& db, const QueryParams& p) { return a->Spans(db, p); }},
+      {"findings", [](Api* a, const std::string& db, const QueryParams&) { return a->Findings(db); }},
+      {"config", [](Api* a, const std::string& db, const QueryParams&) { return a->Config(db); }},
+  };
+  Handler handler = nullptr;
+  for (const auto& [name, h] : kPerRun) {
+    if (endpoint == name) handler = h;
+  }
+  if (!handler) return Error(404, "no API endpoint '" + endpoint + "'");
   const std::string* run = Param(params, "run");
   if (!run) return Error(400, "parameter 'run' is required");
   RunRegistry::Resolved resolved = registry_->Resolve(*run);
   if (resolved.http_status != 200) return Error(resolved.http_status, resolved.error);
   const std::string& db = resolved.db_path;
-  ApiReply reply;
-  if (endpoint == "run") reply = Run(db);
-  else if (endpoint == "scalars") reply = Scalars(db, params);
-  else if (endpoint == "tensor_stats") reply = TensorStatsSeries(db, params);
-  else if (endpoint == "layers") reply = Layers(db, params);
-  else if (endpoint == "vectors") reply = Vectors(db, params);
-  else if (endpoint == "spans") reply = Spans(db, params);
-  else if (endpoint == "findings") reply = Findings(db);
-  else reply = Config(db);
+  ApiReply reply = handler(this, db, params);
   // A failed read may come from a connection left in a bad state (a store rewritten under
   // it): forget it so the next request reopens.
   if (reply.status >= 500) ThreadStores().erase(db);
