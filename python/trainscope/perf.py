@@ -25,7 +25,7 @@ import time
 import torch
 
 __all__ = ["record", "measure_peak", "collectives", "precision_name", "COLLECTIVES", "ModuleTimer",
-           "profile_modules"]
+           "profile_modules", "watch_modules"]
 
 
 def precision_name(dtype):
@@ -360,6 +360,31 @@ class ModuleTimer:
                     items[f"perf/module/{name}/flops_per_second"] = entry["training_flops"] * self.calls[name] / seconds
         run.log(items, step=step)
         self.reset()
+
+
+def watch_modules(run, model, flops=None):
+    """Times every leaf module of model each step and logs perf/module/<name>/forward_s,
+    backward_s (and flops_per_second with a FlopCount of one forward) at the step they belong
+    to. The step is the run's: when the model's forward starts in a new step, the previous
+    step's times are logged. The seam for run.watch(..., perf=True): watch.py needs one line,
+    `if perf: trainscope.perf.watch_modules(self, model)`. Returns the ModuleTimer (detach()
+    stops it; flush() logs the last step)."""
+    timer = ModuleTimer(model).attach()
+    timer.run, timer.flops, timer.step = run, flops, None
+
+    def on_forward(module, inputs):
+        step = run._step
+        if timer.step is not None and step != timer.step:
+            timer.log(run, timer.step, timer.flops)
+        timer.step = step
+
+    def flush():
+        if timer.step is not None and any(timer.calls.values()):
+            timer.log(run, timer.step, timer.flops)
+
+    timer.handles.append(model.register_forward_pre_hook(on_forward))
+    timer.flush = flush
+    return timer
 
 
 def _module_entry(flops, name):

@@ -291,3 +291,22 @@ def test_module_timer_logs_per_module_series(tmp_path):
     assert {"perf/module/0/forward_s", "perf/module/0/backward_s", "perf/module/0/flops_per_second",
             "perf/module/2/forward_s"} <= tags
     assert not model[0]._forward_hooks and not model[0]._forward_pre_hooks
+
+
+def test_watch_modules_logs_each_step_at_its_own_step(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(32, 64)
+    run = ts.init(logdir=str(tmp_path), name="watched")
+    timer = ts.perf.watch_modules(run, model, ts.count_flops(model, x))
+    for _ in range(4):
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+        run.log({"train/loss": 1.0})  # the run's step advances here
+    timer.flush()
+    timer.detach()
+    run.finish()
+    steps = ts.open_run(str(tmp_path / "watched")).scalars("perf/module/0/forward_s")["step"]
+    assert list(steps) == [0, 1, 2, 3]
