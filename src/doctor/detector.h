@@ -59,6 +59,16 @@ struct RunFacts {
   double update_ratio = kNaN; // ||update|| / ||weight|| over all parameters with both
   int64_t steps_seen = 0;     // frames processed before this one
   int64_t first_step = 0;
+  // Gradient clipping seen in the data: the global gradient norm sits at one ceiling value
+  // (within 1e-4) at `clip_min_points` steps or more and never above it; 0 when not seen.
+  // A script that clips is not told to clip, and a layer's gradient jump under a clip does
+  // not reach the update (docs/doctor.md "What the script already does").
+  double clip_norm = 0;
+  int64_t clip_points = 0;    // steps with the norm at the ceiling
+  // The loss of the latest step that logged one is non-finite, and since which step it
+  // has been so without a finite value in between (-1: it is finite).
+  bool loss_nonfinite = false;
+  int64_t loss_nonfinite_since = -1;
 
   // What kinds of data the run has had so far (for "not checked and why").
   bool has_grad_stats = false, has_weight_stats = false, has_update_stats = false;

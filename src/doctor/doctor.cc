@@ -317,6 +317,34 @@ void Doctor::UpdateFacts(const StepFrame& frame) {
   }
   f.grad_norm = gn ? *gn : any_grad ? std::sqrt(grad_sq) : kNaN;
   f.update_ratio = any_update && weight_sq > 0 ? std::sqrt(update_sq / weight_sq) : kNaN;
+  if (loss) {
+    f.loss_nonfinite = !std::isfinite(*loss);
+    if (!f.loss_nonfinite) f.loss_nonfinite_since = -1;
+    else if (f.loss_nonfinite_since < 0) f.loss_nonfinite_since = frame.step;
+  }
+  UpdateClipping(f.grad_norm);
+}
+
+void Doctor::UpdateClipping(double norm) {
+  // clip_grad_norm_(max_norm=c) scales the gradients to c * n / (n + 1e-6): the norm the
+  // optimizer sees is c to ~1e-6 whenever it clipped. An unclipped norm is a continuous
+  // value: it does not hit its own maximum again to 1e-4. So the ceiling is the largest
+  // norm seen, and clipping is on when that ceiling is hit again and again.
+  if (!std::isfinite(norm) || norm <= 0) return;
+  constexpr double kTolerance = 1e-4;
+  RunFacts& f = facts_;
+  if (norm > norm_ceiling_ * (1 + kTolerance)) {
+    norm_ceiling_ = norm;
+    ceiling_hits_ = 1;
+    f.clip_norm = 0;  // a norm above the ceiling: not clipped (or the clip was raised)
+    f.clip_points = 0;
+  } else if (norm >= norm_ceiling_ * (1 - kTolerance)) {
+    ++ceiling_hits_;
+  }
+  if (ceiling_hits_ >= kClipMinPoints) {
+    f.clip_norm = norm_ceiling_;
+    f.clip_points = ceiling_hits_;
+  }
 }
 
 void Doctor::Judge(const StepFrame& frame) {
@@ -362,6 +390,7 @@ void Doctor::Report(Finding finding, bool amend) {
     }
     return;
   }
+  if (IsConsequence(finding)) return;
   if (finding.last_step < finding.step) finding.last_step = finding.step;
   // When the doctor knew (the step being judged), next to when the problem began (step):
   // the difference is the detection delay.
@@ -371,8 +400,62 @@ void Doctor::Report(Finding finding, bool amend) {
   finding.evidence_json = evidence.dump();
   if (finding.actions.empty()) finding.actions = KnowledgeBase::Builtin().ActionsFor(finding);
   open_findings_[key] = findings_.size();
+  const bool weights_gone = HasPrefix(finding.code, "NONFINITE_") && finding.severity == Severity::kCritical;
+  const bool blown_up = finding.code == "LOSS_DIVERGENCE" && evidence.value("early_blowup", false);
+  if (root_ == static_cast<size_t>(-1) && (weights_gone || blown_up)) root_ = findings_.size();
   findings_.push_back(finding);
   if (options_.on_finding) options_.on_finding(findings_.back());
+}
+
+namespace {
+
+// What follows when the weights are non-finite or were blown up by the first updates: the
+// loss stays at one level, gradients vanish, units die, the accuracy stalls at one class.
+bool IsConsequenceCode(const std::string& code, bool blown_up) {
+  static const std::set<std::string> after_any = {"LOSS_PLATEAU",     "METRIC_STALL",      "OVERFITTING",
+                                                  "GRAD_VANISHING",   "DEAD_UNITS",        "UPDATE_RATIO_LOW",
+                                                  "ACTIVATION_SATURATION", "LOSS_OSCILLATION", "METRIC_IMBALANCE",
+                                                  "ACTIVATION_DRIFT"};
+  static const std::set<std::string> after_blowup = {"GRAD_EXPLOSION", "LOSS_SPIKE", "UPDATE_RATIO_HIGH"};
+  return after_any.count(code) > 0 || (blown_up && after_blowup.count(code) > 0);
+}
+
+// Script already clips: advice to clip is dropped from a finding's actions, and the clip is
+// named in its evidence.
+void NoteClipping(Finding* finding, double clip_norm) {
+  if (clip_norm <= 0) return;
+  std::vector<std::string> kept;
+  for (const std::string& a : finding->actions) {
+    const std::string lower = Lower(a);
+    if (lower.find("clip") == std::string::npos) kept.push_back(a);
+  }
+  finding->actions = std::move(kept);
+  json evidence = json::parse(finding->evidence_json, nullptr, false);
+  if (!evidence.is_object()) return;
+  evidence["gradient_clipping"] = Num(clip_norm);
+  finding->evidence_json = evidence.dump();
+}
+
+}  // namespace
+
+bool Doctor::IsConsequence(const Finding& finding) {
+  if (root_ == static_cast<size_t>(-1)) return false;
+  Finding& root = findings_[root_];
+  const bool blown_up = root.code == "LOSS_DIVERGENCE";
+  if (!IsConsequenceCode(finding.code, blown_up)) return false;
+  // Non-finite weights: only while the loss is still non-finite (a run that recovered,
+  // say after a skipped step, is judged again).
+  if (!blown_up && !facts_.loss_nonfinite && facts_.roles.Has(Role::kLoss)) return false;
+  json evidence = json::parse(root.evidence_json, nullptr, false);
+  if (!evidence.is_object()) return true;
+  json& list = evidence["consequences"];
+  if (!list.is_array()) list = json::array();
+  for (const json& c : list) {
+    if (c.value("code", "") == finding.code && c.value("location", "") == finding.location) return true;
+  }
+  if (list.size() < 20) list.push_back({{"code", finding.code}, {"location", finding.location}, {"step", finding.step}});
+  root.evidence_json = evidence.dump();
+  return true;
 }
 
 void Doctor::Finish() {
@@ -469,6 +552,7 @@ void GroupFindings(std::vector<Finding>* findings) {
 
 std::vector<Finding> Doctor::findings() const {
   std::vector<Finding> out = findings_;
+  for (Finding& f : out) NoteClipping(&f, facts_.clip_norm);
   for (const Finding& r : recorded_) {
     const bool dup = std::any_of(out.begin(), out.end(), [&](const Finding& f) {
       return f.code == r.code && f.location == r.location;

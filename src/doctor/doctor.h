@@ -28,12 +28,14 @@
 #include "core/run_data.h"
 #include "doctor/detector.h"
 #include "doctor/detectors/activations.h"
+#include "doctor/detectors/early_steps.h"
 #include "doctor/detectors/gradients.h"
 #include "doctor/detectors/log_quality.h"
 #include "doctor/detectors/loss_curve.h"
 #include "doctor/detectors/nonfinite.h"
 #include "doctor/detectors/numerics.h"
 #include "doctor/detectors/system.h"
+#include "doctor/detectors/target_leak.h"
 #include "doctor/detectors/validation.h"
 
 namespace trainscope::doctor {
@@ -65,6 +67,8 @@ struct DoctorOptions {
   MemoryLeakOptions memory_leak;
   ThroughputOptions throughput;
   Fp16OverflowOptions fp16_overflow;
+  EarlyBlowupOptions early_blowup;
+  TargetLeakOptions target_leak;
 
   // Steps of every statistic kept for the evidence of a finding.
   size_t flight_recorder_steps = 32;
@@ -130,6 +134,11 @@ class Doctor : public SampleSink {
   void JudgeReadyFrames(bool batch_end = false);
   void Judge(const StepFrame& frame);
   void UpdateFacts(const StepFrame& frame);
+  void UpdateClipping(double grad_norm);
+  // Whether `finding` is a consequence of an earlier root finding (the weights went
+  // non-finite, or the first updates blew the model up): then it is not reported on its
+  // own but listed in the root's evidence.consequences (docs/doctor.md).
+  bool IsConsequence(const Finding& finding);
   void Report(Finding finding, bool amend = false);
   static void ReportThunk(void* self, Finding finding, bool amend);
 
@@ -148,6 +157,10 @@ class Doctor : public SampleSink {
   std::vector<Finding> recorded_;
   std::set<std::string> seen_scalars_, seen_weights_, seen_grads_, seen_acts_;
   std::vector<std::string> weight_order_, grad_order_;
+  static constexpr int64_t kClipMinPoints = 5;
+  double norm_ceiling_ = 0;   // the largest global gradient norm seen
+  int64_t ceiling_hits_ = 0;  // steps at that norm (within 1e-4)
+  size_t root_ = static_cast<size_t>(-1);  // index in findings_ of the root finding, if any
 };
 
 struct Diagnosis {

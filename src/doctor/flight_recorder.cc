@@ -41,6 +41,14 @@ std::vector<std::pair<int64_t, double>> FlightRecorder::NormHistory(const std::s
   return out;
 }
 
+std::vector<std::pair<int64_t, double>> FlightRecorder::AbsMaxHistory(const std::string& tag) const {
+  std::vector<std::pair<int64_t, double>> out;
+  auto it = tensors_.find(tag);
+  if (it == tensors_.end()) return out;
+  for (const auto& p : it->second) out.emplace_back(p.step, p.abs_max);
+  return out;
+}
+
 nlohmann::json FlightRecorder::Snapshot(const std::vector<std::string>& tensor_tags, size_t max_other) const {
   nlohmann::json scalars = nlohmann::json::object();
   auto add_scalar = [&](const std::string& tag, const std::deque<std::pair<int64_t, double>>& q) {

@@ -30,6 +30,8 @@ class FlightRecorder {
   std::vector<std::pair<int64_t, double>> ScalarHistory(const std::string& tag) const;
   // The recorded L2 norms of a tensor series (oldest first).
   std::vector<std::pair<int64_t, double>> NormHistory(const std::string& tag) const;
+  // The recorded largest absolute values of a tensor series (oldest first).
+  std::vector<std::pair<int64_t, double>> AbsMaxHistory(const std::string& tag) const;
   // The derived global gradient norm of the last steps (oldest first).
   const std::deque<std::pair<int64_t, double>>& grad_norm() const { return grad_norm_; }
   void AddGradNorm(int64_t step, double value);

@@ -9,12 +9,14 @@ std::vector<std::unique_ptr<Detector>> MakeDetectors(const DoctorOptions& o) {
   std::vector<std::unique_ptr<Detector>> all;
   all.push_back(std::make_unique<NonFiniteDetector>(o.nonfinite));
   all.push_back(std::make_unique<LabelRangeDetector>());
+  all.push_back(std::make_unique<EarlyBlowupDetector>(o.early_blowup));
   all.push_back(std::make_unique<LossSpikeDetector>(o.loss_spike));
   all.push_back(std::make_unique<LossDivergenceDetector>(o.divergence));
   all.push_back(std::make_unique<LossPlateauDetector>(o.plateau));
   all.push_back(std::make_unique<LossOscillationDetector>(o.oscillation));
   all.push_back(std::make_unique<NegativeLossDetector>(o.negative_loss));
   all.push_back(std::make_unique<LossMagnitudeDetector>(o.loss_magnitude));
+  all.push_back(std::make_unique<TargetLeakDetector>(o.target_leak));
   all.push_back(std::make_unique<OverfittingDetector>(o.overfitting));
   all.push_back(std::make_unique<MetricStallDetector>(o.metric_stall));
   all.push_back(std::make_unique<MetricImbalanceDetector>(o.metric_imbalance));

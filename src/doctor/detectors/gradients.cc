@@ -82,7 +82,10 @@ void GradExplosionDetector::OnStep(const StepFrame& frame, const DetectorContext
     }
     global_.Add(g);
   }
-  const bool layer_fired = worst_ratio >= options_.layer_ratio;
+  // Under gradient clipping (the norm pinned at the script's max_norm, RunFacts::clip_norm)
+  // no layer's gradient reaches the update larger than the clip: a layer's jump is what
+  // the clip is there for, not an explosion. (A global norm cannot jump past the clip.)
+  const bool layer_fired = worst_ratio >= options_.layer_ratio && !(facts.clip_norm > 0);
   if (global_fired || layer_fired) {
     Finding f;
     f.code = "GRAD_EXPLOSION";
@@ -275,6 +278,7 @@ void UpdateRatioDetector::OnStep(const StepFrame& frame, const DetectorContext& 
     if (un == 0) continue;  // a skipped step (guard mode, accumulation): not a "low" update
     const double r = un / wn;
     step_ratios.push_back(r);
+    if (frame.step < facts.first_step + options_.skip_steps) continue;
     auto& d = ratios_[p];
     d.push_back(r);
     if (d.size() > options_.window) d.pop_front();

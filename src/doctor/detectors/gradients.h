@@ -108,6 +108,14 @@ struct UpdateRatioOptions {
   // Above 0.1 each step rewrites a tenth of the weight: the LR is too high.
   double high = 0.1;
   size_t window = 20;
+  // The high check skips the run's first `skip_steps` steps: a fresh model's first updates
+  // are large against its small initial weights (AdamW's first step moves every weight by
+  // ~lr: 0.15 of nanoGPT's 0.02-std matrices; the word-LM example's decoder, initialised at
+  // +-0.1, moves by 0.6-0.9 of its norm a step for 10 steps, then 0.05, and trains well).
+  // Watch records every step there (dense first steps), so 20 records were 20 steps of
+  // that transient, not 200 steps of training. An LR that blows the run up in those steps
+  // is the early_blowup detector's, with the loss as its evidence.
+  int64_t skip_steps = 50;
   // Below 1e-5 the weights barely move: the LR is too low (unless a schedule has decayed
   // it to under low_lr_fraction of its peak, which is intended).
   double low = 1e-5;

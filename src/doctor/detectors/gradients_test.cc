@@ -42,6 +42,30 @@ TEST(GradExplosion, OneLayerJumpNamesTheLayer) {
   EXPECT_EQ(f[0].location, "b.weight");
 }
 
+// A script that clips (the global norm pinned at max_norm, here the word-LM example's
+// 0.25): a layer's jump under the clip is what the clip is for, and the clipping is found
+// from the data (RunFacts::clip_norm). Without the pinned norm the same jump is a finding.
+TEST(GradExplosion, LayerJumpUnderAClipIsNotAFinding) {
+  auto run = [](bool clipped) {
+    Feed feed({"grad_explosion"});
+    for (int64_t s = 0; s < 60; ++s) {
+      feed.Stats("grad/a.weight", s, WithRms(64, 1.0, s));
+      feed.Stats("grad/b.weight", s, WithRms(64, s == 50 ? 30.0 : 1.0 + 0.05 * (s % 3), s + 1));
+      const double unclipped = 0.15 + 0.001 * s;  // a continuous value: never the same twice
+      feed.Scalar("grad/global_norm", s, clipped && s % 2 == 0 ? 0.25 * (1 - 1e-7 * (s % 3)) : unclipped);
+    }
+    const auto f = feed.Finish();
+    return std::make_pair(f, feed.doctor().facts().clip_norm);
+  };
+  const auto [clipped, clip] = run(true);
+  EXPECT_TRUE(clipped.empty());
+  EXPECT_NEAR(clip, 0.25, 1e-6);
+  const auto [unclipped, none] = run(false);
+  EXPECT_EQ(none, 0);
+  ASSERT_EQ(unclipped.size(), 1u);
+  EXPECT_EQ(unclipped[0].location, "b.weight");
+}
+
 std::vector<Finding> DepthRun(const std::set<std::string>& only, double first_rms) {
   Feed feed(only);
   for (int64_t s = 0; s < 30; ++s) {
@@ -99,7 +123,7 @@ TEST(GradNotZeroed, TwoOptimizerStepsInARow) {
 
 std::vector<Finding> UpdateRun(double ratio, double lr = 0.1, double lr_max = 0.1) {
   Feed feed({"update_ratio"});
-  for (int64_t s = 0; s < 60; ++s) {
+  for (int64_t s = 0; s < 90; ++s) {  // the first 50 steps are skipped by the high check
     feed.Scalar("opt/lr", s, s == 0 ? lr_max : lr);
     feed.Stats("weight/fc.weight", s, WithRms(100, 1.0));
     feed.Stats("update/fc.weight", s, WithRms(100, ratio, s));
@@ -119,6 +143,24 @@ TEST(UpdateRatio, Edges) {
   ASSERT_EQ(UpdateRun(5e-6).size(), 1u);
   EXPECT_EQ(UpdateRun(5e-6)[0].code, "UPDATE_RATIO_LOW");
   EXPECT_TRUE(UpdateRun(5e-6, 1e-4, 0.1).empty());  // a schedule decayed the LR: intended
+}
+
+// A fresh model's first updates are large against its small initial weights (the word-LM
+// example's decoder moves by 0.6-0.9 of its norm for its first 10 steps, then by 0.05):
+// not a finding; the same ratio past the first 50 steps is.
+TEST(UpdateRatio, FirstStepsTransientIsNotJudged) {
+  auto run = [](int64_t high_until) {
+    Feed feed({"update_ratio"});
+    for (int64_t s = 0; s < 120; ++s) {
+      feed.Scalar("opt/lr", s, 20.0);
+      feed.Stats("weight/decoder.weight", s, WithRms(100, 1.0));
+      feed.Stats("update/decoder.weight", s, WithRms(100, s < high_until ? 0.7 : 0.05, s));
+    }
+    return feed.Finish();
+  };
+  EXPECT_TRUE(run(45).empty());
+  ASSERT_EQ(run(80).size(), 1u);
+  EXPECT_EQ(run(80)[0].code, "UPDATE_RATIO_HIGH");
 }
 
 // An LSTM's biases are bias_ih_l0/bias_hh_l0: a large update there is not a weight's

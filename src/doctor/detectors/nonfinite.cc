@@ -214,6 +214,19 @@ void NonFiniteDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
   }
   evidence["nonfinite_gradients"] = bad_grads.size();
   if (!bad_weights.empty()) evidence["nonfinite_weights"] = bad_weights.size();
+  // The producing module's own weights are non-finite at this step: its output is NaN
+  // because they are (a NaN written into them, a checkpoint that carried one), not
+  // because of what it computes.
+  if (kind == "activation") {
+    std::vector<std::string> own;
+    for (const auto& w : bad_weights) {
+      if (RunFacts::ModuleOfParam(w) == producer_module) own.push_back(w);
+    }
+    if (!own.empty()) {
+      RaiseCause(&causes, "nonfinite_weights", 0.7);
+      evidence["nonfinite_producer_weights"] = own;
+    }
+  }
   // Loss non-finite while the last activation (the logits) is finite: the loss function
   // itself did it — log of 0 or a division by 0 in a hand-written loss.
   if (loss_nonfinite && !acts.empty() && bad_acts.empty()) {
@@ -221,6 +234,7 @@ void NonFiniteDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
     RaiseCause(&causes, "division_by_zero", 0.3);
     evidence["logits_finite"] = true;
   }
+  if (loss_nonfinite && bad_acts.empty() && bad_inputs.empty()) OutputCauses(ctx, &causes, &evidence);
   // The producer's name or type says which operation it was. In the backward pass the
   // operation that made the infinite derivative sits after the parameter's module: the
   // next module in forward order is named too.
@@ -300,7 +314,10 @@ void NonFiniteDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
   }
   // Early with a large learning rate.
   const bool adam = facts.optimizer.find("adam") != std::string::npos;
-  const double high = adam ? options_.adam_high_lr : options_.high_lr;
+  // Adadelta and L-BFGS take lr = 1 by default (a multiplier of their own step), Adagrad 0.01.
+  const bool unit_scale = facts.optimizer.find("adadelta") != std::string::npos ||
+                          facts.optimizer.find("lbfgs") != std::string::npos;
+  const double high = unit_scale ? options_.unit_scale_high_lr : adam ? options_.adam_high_lr : options_.high_lr;
   const int64_t steps_in = frame.step - facts.first_step;
   if (!std::isnan(facts.lr)) {
     evidence["lr"] = Num(facts.lr);
@@ -337,6 +354,34 @@ void NonFiniteDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
   severity_ = f.severity;
   ctx.Report(std::move(f));
   remember();
+}
+
+void NonFiniteDetector::OutputCauses(const DetectorContext& ctx, std::vector<Cause>* causes, json* evidence) const {
+  const RunFacts& facts = ctx.facts;
+  // The model's output: the last module in forward order that has recorded statistics.
+  for (auto it = facts.module_order.rbegin(); it != facts.module_order.rend(); ++it) {
+    std::vector<std::pair<int64_t, double>> history;
+    for (const auto& [step, v] : ctx.flight.AbsMaxHistory("act/" + *it)) {
+      if (std::isfinite(v)) history.emplace_back(step, v);
+    }
+    if (history.empty()) continue;
+    const double first = history.front().second, last = history.back().second;
+    (*evidence)["output_module"] = *it;
+    (*evidence)["output_abs_max"] = json::array();
+    for (size_t i = history.size() > 8 ? history.size() - 8 : 0; i < history.size(); ++i) {
+      (*evidence)["output_abs_max"].push_back({history[i].first, Num(history[i].second)});
+    }
+    if (last >= options_.saturation_abs_max && last >= 2 * first) {
+      RaiseCause(causes, "log_of_zero", 0.4);
+      if (last >= options_.exp_overflow_abs_max) {
+        RaiseCause(causes, "exp_overflow", 0.5);
+      } else {
+        RaiseCause(causes, "saturating_activation", 0.6);
+      }
+      (*evidence)["output_climbing"] = true;
+    }
+    return;
+  }
 }
 
 }  // namespace trainscope::doctor

@@ -21,6 +21,15 @@ struct NonFiniteOptions {
   // 1e-1..1e-2 for SGD and 1e-3..1e-4 for Adam.
   double high_lr = 0.1;
   double adam_high_lr = 0.01;
+  // Adadelta and L-BFGS: lr is a multiplier of the optimizer's own step, 1 by default.
+  double unit_scale_high_lr = 10;
+  // A non-finite loss after finite outputs: the model's output (the last module in forward
+  // order) climbing to a largest |value| >= saturation_abs_max, at >= 2x its first record,
+  // saturates a sigmoid to exactly 1 in float32 (at ~16.6; the records are sparse, so the
+  // last one seen is lower) and log(1 - p) or log(p) is -inf; >= exp_overflow_abs_max
+  // overflows exp() in float32 (88.7).
+  double saturation_abs_max = 8;
+  double exp_overflow_abs_max = 80;
   // Gradient norm at the step before the NaN this many times its median over the flight
   // recorder window = "climbing before" -> gradient_explosion.
   double explosion_ratio = 10;
@@ -53,6 +62,8 @@ class NonFiniteDetector : public Detector {
   Severity severity_ = Severity::kCritical;
   // Largest finite |activation| per module at the previous step (precision overflow).
   std::unordered_map<std::string, double> prev_abs_max_;
+  // Causes of a non-finite loss from the recorded outputs (options: saturation_abs_max).
+  void OutputCauses(const DetectorContext& ctx, std::vector<Cause>* causes, nlohmann::json* evidence) const;
 };
 
 // Labels outside [0, num_classes): `input/label_min` < 0 (other than the ignore index

@@ -91,7 +91,9 @@ void MemoryLeakDetector::Finish(const DetectorContext& ctx) { Check(ctx); }
 
 void MemoryLeakDetector::Check(const DetectorContext& ctx) {
   for (const auto& [tag, s] : memory_) {
-    if (reported_.count(tag)) continue;
+    // A reported leak is re-measured at each check and at the end: the finding says how
+    // far it has gone now (its step and detected_at stay), not where it stood when found.
+    const bool update = reported_.count(tag) > 0;
     const size_t n = s.values.size();
     const size_t skip = std::max(options_.warmup, static_cast<size_t>(options_.warmup_fraction * n));
     if (n < skip + options_.min_points) continue;
@@ -102,7 +104,7 @@ void MemoryLeakDetector::Check(const DetectorContext& ctx) {
     const bool cuda = tag == "mem/cuda_allocated";
     const bool big = cuda ? growth >= options_.cuda_min_growth
                           : growth >= options_.min_growth && growth >= options_.rel_growth * level;
-    if (fit.trend_z < options_.trend_z || !big) continue;
+    if (!update && (fit.trend_z < options_.trend_z || !big)) continue;
     reported_.insert(tag);
     // Which object type grows with it.
     std::string growing;
@@ -124,11 +126,15 @@ void MemoryLeakDetector::Check(const DetectorContext& ctx) {
     f.step = static_cast<int64_t>(xs.front());
     f.last_step = static_cast<int64_t>(xs.back());
     f.location = tag;
+    const double current = ys.back(), grown = ys.back() - ys.front();
     f.summary = tag + " grows ~" + FormatNumber(fit.slope / 1e6, 3) + " MB/step since step " + std::to_string(f.step) + " (+" +
-                FormatNumber(growth / 1e6, 3) + " MB; Theil-Sen slope, Mann-Kendall z " + FormatNumber(fit.trend_z, 3) + ")" +
+                FormatNumber(growth / 1e6, 3) + " MB; Theil-Sen slope, Mann-Kendall z " + FormatNumber(fit.trend_z, 3) +
+                "): " + FormatNumber(current / 1e6, 4) + " MB at step " + std::to_string(f.last_step) + ", +" +
+                FormatNumber(grown / 1e6, 4) + " MB since step " + std::to_string(f.step) +
                 (growing.empty() ? "" : "; " + growing + " objects grow +" + FormatNumber(growing_slope, 3) + " per step");
     json ev = {{"slope_bytes_per_step", Num(fit.slope)}, {"intercept", Num(fit.intercept)}, {"trend_z", Num(fit.trend_z)},
-               {"growth_bytes", Num(growth)}, {"since_step", f.step}, {"level_bytes", Num(level)}};
+               {"growth_bytes", Num(growth)}, {"since_step", f.step}, {"level_bytes", Num(level)},
+               {"current_bytes", Num(current)}, {"current_step", f.last_step}, {"grown_bytes", Num(grown)}};
     if (!growing.empty()) ev["growing_type"] = {{"type", growing}, {"per_step", Num(growing_slope)}, {"trend_z", Num(growing_z)}};
     f.evidence_json = ev.dump();
     std::vector<Cause> causes;
@@ -136,20 +142,36 @@ void MemoryLeakDetector::Check(const DetectorContext& ctx) {
     RaiseCause(&causes, "retained_graph", tensors || cuda ? 0.7 : 0.4);
     if (!growing.empty() && !tensors) RaiseCause(&causes, "growing_python_objects", 0.6);
     f.causes = causes;
-    ctx.Report(std::move(f));
+    if (update) ctx.Amend(std::move(f));
+    else ctx.Report(std::move(f));
   }
 }
 
 void ThroughputDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  for (const char* tag : {"mem/cuda_allocated", "mem/rss", "sys/rss"}) {
+    if (const double* v = frame.Scalar(tag)) {
+      memory_ = *v;
+      break;
+    }
+  }
+  if (const double* v = frame.Scalar("sys/cpu_percent")) host_cpu_ = *v;
+  if (const double* v = frame.Scalar("sys/process_cpu_percent")) {
+    process_cpu_ = *v;
+    if (std::isnan(first_process_cpu_)) first_process_cpu_ = *v;
+  }
   double wait, step;
   if (!StepTimes(frame, &wait, &step) || !(step > 0)) return;
   const size_t i = seen_++;
   if (i < options_.skip) return;
   if (base_.size() < options_.baseline) {
     base_.push_back(step);
+    base_wait_.push_back(wait);
+    if (std::isfinite(memory_)) base_memory_.push_back(memory_);
     return;
   }
   recent_.emplace_back(frame.step, step);
+  recent_wait_.push_back(wait);
+  if (recent_wait_.size() > options_.window) recent_wait_.pop_front();
   if (recent_.size() > options_.window) recent_.pop_front();
   if (recent_.size() < options_.window) return;
   std::vector<double> r;
@@ -166,8 +188,38 @@ void ThroughputDetector::OnStep(const StepFrame& frame, const DetectorContext& c
   f.location = "time/step";
   f.summary = "steps take " + FormatNumber(now / base, 3) + "x as long as early in the run (" + FormatNumber(1e3 * now, 3) + " ms against " +
               FormatNumber(1e3 * base, 3) + " ms)";
-  f.evidence_json = json{{"step_ms", Num(1e3 * now)}, {"baseline_step_ms", Num(1e3 * base)}, {"ratio", Num(now / base)}}.dump();
-  f.causes = {{"retained_graph", 0.3}, {"slow_dataloader", 0.2}, {"host_contention", 0.3}};
+  json evidence = {{"step_ms", Num(1e3 * now)}, {"baseline_step_ms", Num(1e3 * base)}, {"ratio", Num(now / base)}};
+  // Causes by the evidence the run has (options: memory_growth, data_share, busy_host_percent).
+  double retained = 0.25, loader = 0.15, host = 0.35;
+  if (!base_memory_.empty() && std::isfinite(memory_)) {
+    const double base_memory = Median(base_memory_);
+    const double grown = memory_ - base_memory;
+    evidence["memory_growth_mb"] = Num(grown / 1e6);
+    if (grown >= options_.memory_growth * base_memory && grown >= options_.memory_growth_bytes) {
+      retained = 0.7;
+    } else {
+      retained = 0.05;  // a kept graph grows memory with every step: it has not grown
+    }
+  }
+  std::vector<double> w(recent_wait_.begin(), recent_wait_.end());
+  const double wait_increase = Median(w) - Median(base_wait_);
+  if (std::isfinite(wait_increase)) {
+    evidence["data_wait_increase_ms"] = Num(1e3 * wait_increase);
+    loader = wait_increase >= options_.data_share * (now - base) ? 0.8 : 0.05;
+  }
+  if (std::isfinite(host_cpu_)) {
+    evidence["host_cpu_percent"] = Num(host_cpu_);
+    if (std::isfinite(process_cpu_)) {
+      evidence["process_cpu_percent"] = Num(process_cpu_);
+      evidence["process_cpu_percent_early"] = Num(first_process_cpu_);
+    }
+    const bool starved = !std::isfinite(process_cpu_) || !(first_process_cpu_ > 0) ||
+                         process_cpu_ <= options_.starved_fraction * first_process_cpu_;
+    if (host_cpu_ >= options_.busy_host_percent && starved) host = 0.75;
+    else if (host_cpu_ < options_.busy_host_percent / 2) host = 0.1;
+  }
+  f.evidence_json = evidence.dump();
+  f.causes = {{"host_contention", host}, {"retained_graph", retained}, {"slow_dataloader", loader}};
   ctx.Report(std::move(f));
 }
 

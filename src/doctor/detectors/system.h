@@ -101,6 +101,17 @@ struct ThroughputOptions {
   // And at least 10 ms slower: sub-millisecond steps of a toy loop double whenever a
   // neighbour process takes the core; nothing to act on.
   double min_increase_seconds = 0.01;
+  // Causes ranked by the evidence (else host contention first: on a shared host it is the
+  // usual reason): memory grown >= memory_growth of its baseline level and >= 50 MB since
+  // the baseline steps is a graph or tensors kept alive (retained_graph); the data wait
+  // accounting for >= data_share of the slowdown is the loader; the host busy (sys/
+  // cpu_percent >= busy_host_percent) while this process gets <= starved_fraction of the
+  // CPU it had early in the run is other processes taking the cores (host_contention).
+  double memory_growth = 0.1;
+  double memory_growth_bytes = 50e6;
+  double data_share = 0.5;
+  double busy_host_percent = 80;
+  double starved_fraction = 0.7;
 };
 
 class ThroughputDetector : public Detector {
@@ -117,6 +128,10 @@ class ThroughputDetector : public Detector {
   std::vector<double> base_;
   size_t seen_ = 0;
   std::deque<std::pair<int64_t, double>> recent_;
+  // Evidence for the causes: data waits, memory, host and process CPU (latest and early).
+  std::vector<double> base_wait_, base_memory_;
+  std::deque<double> recent_wait_;
+  double memory_ = kNaN, host_cpu_ = kNaN, process_cpu_ = kNaN, first_process_cpu_ = kNaN;
 };
 
 }  // namespace trainscope::doctor

@@ -58,6 +58,19 @@ TEST(MemoryLeak, SteadyClimbWithTheGrowingType) {
   EXPECT_NEAR(std::stod(f[0].evidence_json.substr(f[0].evidence_json.find("slope_bytes_per_step") + 22)), 1e6, 2.5e5);  // found early: some warm-up still in the fit
 }
 
+// Issue 15: the finding stayed at "+806 MB" while RSS reached 6.3 GB. It is re-measured at
+// each check and at the end: its summary and evidence give the extent at the last step.
+TEST(MemoryLeak, FindingGivesTheCurrentExtent) {
+  const auto f = MemRun(1e6, false);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].last_step, 299);
+  const auto ev = nlohmann::json::parse(f[0].evidence_json);
+  EXPECT_EQ(ev["current_step"], 299);
+  EXPECT_NEAR(ev["current_bytes"].get<double>(), 400e6 + 90e6 + 299e6, 10e6);
+  EXPECT_NE(f[0].summary.find("at step 299"), std::string::npos);
+  EXPECT_LT(ev["detected_at"].get<int64_t>(), 299);  // found earlier; amended since
+}
+
 TEST(MemoryLeak, WarmUpAndNoiseAreNotALeak) {
   EXPECT_TRUE(MemRun(0, false).empty());
   EXPECT_TRUE(MemRun(2e4, false).empty());  // 5 MB over the run: under the 50 MB floor
@@ -78,6 +91,31 @@ TEST(Throughput, EdgeOfTwiceAsSlow) {
   f = run(5);
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].severity, Severity::kWarning);
+}
+
+// THROUGHPUT_DROP's causes follow the evidence: flat memory and a busy host whose CPU this
+// process no longer gets is host contention, not a retained graph; growing memory is.
+TEST(Throughput, CausesFollowTheEvidence) {
+  auto run = [](bool memory_grows, bool host_busy) {
+    Feed feed({"throughput"});
+    for (int64_t s = 0; s < 150; ++s) {
+      feed.Scalar("time/step", s, s < 100 ? 0.02 : 0.06);
+      feed.Scalar("time/data", s, 0.001);
+      feed.Scalar("mem/rss", s, 500e6 + (memory_grows ? 2e6 * s : 0));
+      if (s % 20 == 0) {
+        feed.Scalar("sys/cpu_percent", s, host_busy && s >= 100 ? 100 : 40);
+        feed.Scalar("sys/process_cpu_percent", s, host_busy && s >= 100 ? 45 : 99);
+      }
+    }
+    return feed.Finish();
+  };
+  auto f = run(false, true);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].causes[0].id, "host_contention");
+  EXPECT_EQ(f[0].causes.back().id, "slow_dataloader");  // the data wait did not grow
+  f = run(true, false);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].causes[0].id, "retained_graph");
 }
 
 }  // namespace

@@ -1,0 +1,104 @@
+#include "doctor/detectors/target_leak.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace trainscope::doctor {
+
+namespace {
+using json = nlohmann::json;
+}  // namespace
+
+void TargetLeakDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  if (done_) return;
+  const RunFacts& facts = ctx.facts;
+  if (const double* copy = frame.Scalar("data/target_copy_fraction")) {
+    if (std::isfinite(*copy)) {
+      copy_sum_ += *copy;
+      ++copy_points_;
+      if (copy_first_step_ < 0) copy_first_step_ = frame.step;
+      if (const double* next = frame.Scalar("data/target_next_fraction")) next_sum_ += std::isfinite(*next) ? *next : 0;
+    }
+  }
+  const std::string& val_tag = facts.roles.Get(Role::kValLoss);
+  if (const double* val = val_tag.empty() ? nullptr : frame.Scalar(val_tag)) val_loss_ = *val;
+  const double loss = facts.loss;
+  if (std::isnan(loss)) return;
+  if (!std::isfinite(loss)) {
+    done_ = true;  // the non-finite forensics own this run's loss
+    return;
+  }
+  if (std::isnan(first_loss_)) {
+    first_loss_ = loss;
+    first_step_ = frame.step;
+    if (!(loss >= options_.min_first_loss)) done_ = true;  // not a loss that starts at ln(classes)
+    return;
+  }
+  ++points_;
+  last_loss_step_ = frame.step;
+  recent_.push_back(loss);
+  if (recent_.size() > options_.median_points) recent_.erase(recent_.begin());
+  if (points_ > options_.fast_points) {
+    done_ = true;  // reached late, or never: not "too fast"
+    return;
+  }
+  Judge(frame.step, ctx, false);
+}
+
+void TargetLeakDetector::Finish(const DetectorContext& ctx) {
+  if (!done_ && points_ > 0) Judge(last_loss_step_, ctx, true);
+}
+
+void TargetLeakDetector::Judge(int64_t step, const DetectorContext& ctx, bool at_end) {
+  if (recent_.size() < options_.median_points) return;
+  const double level = Median(recent_);
+  const bool copies = copy_points_ > 0 && copy_sum_ / copy_points_ >= options_.copy_fraction &&
+                      next_sum_ / copy_points_ < copy_sum_ / copy_points_;
+  const double bar = copies ? options_.collapse_with_data * first_loss_
+                            : std::min(options_.collapse_alone * first_loss_, options_.absolute_alone);
+  if (!(level <= bar)) return;
+  // Memorising the training set leaves the validation loss high: that is overfitting.
+  // Online the validation loss may not have been logged yet when the training loss
+  // collapses: without the data's evidence wait for it (or the run's end).
+  const bool has_val = !std::isnan(val_loss_);
+  if (has_val && !(val_loss_ <= std::max(options_.val_ratio * level, options_.absolute_alone))) return;
+  if (!copies && !has_val && !at_end && ctx.facts.roles.Has(Role::kValLoss)) return;
+  done_ = true;
+  Finding f;
+  f.code = "TARGET_LEAK";
+  f.severity = Severity::kWarning;
+  f.step = copies ? copy_first_step_ : first_step_;
+  f.last_step = step;
+  f.location = ctx.facts.roles.Get(Role::kLoss);
+  json evidence = {{"first_loss", Num(first_loss_)}, {"first_loss_step", first_step_},
+                   {"loss", Num(level)},            {"loss_step", step},
+                   {"ratio", Num(level / first_loss_)}, {"points", points_},
+                   {"bar", Num(bar)}};
+  if (has_val) evidence["val_loss"] = Num(val_loss_);
+  std::vector<Cause> causes;
+  std::string summary = "the loss fell from " + FormatNumber(first_loss_, 4) + " to " + FormatNumber(level, 3) + " (" +
+                        FormatNumber(100 * level / first_loss_, 2) + " % of its start) within " +
+                        std::to_string(points_) + " points";
+  if (has_val) summary += ", the validation loss with it (" + FormatNumber(val_loss_, 3) + ")";
+  if (copy_points_ > 0) {
+    evidence["target_copy_fraction"] = Num(copy_sum_ / copy_points_);
+    evidence["target_next_fraction"] = Num(next_sum_ / copy_points_);
+    evidence["batches_compared"] = copy_points_;
+  }
+  if (copies) {
+    causes = {{"target_is_input", 0.9}, {"label_in_features", 0.2}};
+    summary += "; the targets equal the inputs at " + FormatNumber(100 * copy_sum_ / copy_points_, 3) +
+               " % of positions: the model is taught to copy its input (a next-token target needs the inputs "
+               "shifted by one)";
+  } else {
+    causes = {{"target_is_input", 0.5}, {"label_in_features", 0.5}, {"data_leakage", 0.3}};
+    summary += ": far below what a real task allows, this fast. The answer is in the input: targets equal to "
+               "(or derived from) the inputs, or the label among the features";
+  }
+  f.summary = summary;
+  f.evidence_json = evidence.dump();
+  f.causes = std::move(causes);
+  ctx.Report(std::move(f));
+}
+
+}  // namespace trainscope::doctor

@@ -1,0 +1,49 @@
+"""The table of the training scripts' runs and what the doctor must find in each: read by
+tests/python/test_scripts.py and by bench/doctor/run_scenarios.py (`make bench-doctor`).
+
+Each row: script (a file in this folder), fault (its --fault value), expected (finding
+codes, any of them counts; empty: a healthy run, which must get no warning or critical
+finding), causes (the first cause of the finding must be one of these; None: not judged),
+max_delay (the finding's `evidence.detected_at` minus the step the fault became real,
+which the script writes to truth.json), location (a prefix the finding's location must
+start with; None: not judged), forbidden (codes that must not be found: the consequences
+of the fault that are not findings of their own), and why (what the row shows).
+
+Delays, as documented in docs/doctor.md: a non-finite value is found at its step (0); a
+blow-up in the first steps at the step it shows (<= 2); a data wait after the dataloader
+detector's 5 + 20 steps (<= 30); a target leak when the loss has fallen below 5 % of its
+start (the copying model gets there within a few hundred steps: <= 300).
+"""
+
+RUNS = [
+    dict(script="char_gpt", fault="none", expected=[], why="nanoGPT-style loop, clips at 1.0, run.data(batch fn)"),
+    dict(script="char_gpt", fault="target_leak", expected=["TARGET_LEAK"], causes=["target_is_input"], max_delay=300,
+         why="y = x instead of the next characters"),
+    dict(script="char_gpt", fault="slow_batch", expected=["DATALOADER_BOTTLENECK"], causes=["slow_dataloader"],
+         max_delay=30, why="get_batch sleeps 30 ms, timed through run.data(get_batch)"),
+    dict(script="mnist_cnn", fault="none", expected=[], why="examples/mnist-style Net, Adadelta lr 1, StepLR"),
+    dict(script="mnist_cnn", fault="lr_100", expected=["LOSS_DIVERGENCE"], causes=["lr_too_high"], max_delay=2,
+         forbidden=["LOSS_PLATEAU", "GRAD_VANISHING", "DEAD_UNITS"],
+         why="Adadelta lr 100: loss x480 at step 1, then a dead network (not 'raise the LR')"),
+    dict(script="mnist_cnn", fault="bce_no_eps", expected=["NONFINITE_LOSS"],
+         causes=["log_of_zero", "saturating_activation"], max_delay=0, location="loss",
+         forbidden=["METRIC_STALL", "OVERFITTING", "LOSS_PLATEAU"],
+         why="hand-written BCE, log(1 - sigmoid(z)) once z passes ~17"),
+    dict(script="mnist_cnn", fault="nan_weights", expected=["NONFINITE_WEIGHT", "NONFINITE_ACTIVATION"],
+         causes=None, max_delay=0, location="fc1", forbidden=["METRIC_STALL", "OVERFITTING", "LOSS_PLATEAU"],
+         why="a NaN written into fc1.weight; accuracy collapses to one class after it"),
+    dict(script="mnist_cnn", fault="dropout_09", expected=["ARCHITECTURE_WARNING"], causes=["dropout_too_high"],
+         max_delay=0, location="dropout1", why="Dropout(0.9): one finding, not one per module"),
+    dict(script="mnist_cnn", fault="label_roll", expected=["LOSS_PLATEAU"], causes=None, max_delay=150,
+         why="target.roll(1): loss stays at ln 10 (chance level; its cause is the issue-17 work)"),
+    dict(script="word_lm", fault="none", expected=[],
+         why="examples/word_language_model-style: manual SGD, clip 0.25, torch.save(model) each epoch"),
+    dict(script="word_lm", fault="target_leak", expected=["TARGET_LEAK"], causes=["target_is_input"], max_delay=300,
+         why="targets = source[i:i+seq_len] (the current words)"),
+    dict(script="word_lm", fault="lr_high", expected=["LOSS_DIVERGENCE"], causes=["lr_too_high"], max_delay=2,
+         forbidden=["GRAD_VANISHING"], why="manual SGD at lr 2000 under a 0.25 clip"),
+]
+
+
+def run_name(row):
+    return f"{row['script']}-{row['fault']}"
