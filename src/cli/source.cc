@@ -65,7 +65,9 @@ Status LoadImportedDir(const std::string& path, std::vector<LoadedRun>* runs, bo
                          ", a logdir of them, TensorBoard event files, trainer_state.json, JSONL, CSV or a "
                          "training log)");
   }
-  *is_logdir = !(sources.size() == 1 && sources[0].format == ingest::Format::kTfEvents && sources[0].name == ".");
+  // One run: the directory is itself a TensorBoard run, or a W&B / MLflow run folder.
+  *is_logdir = !(sources.size() == 1 && ((sources[0].format == ingest::Format::kTfEvents && sources[0].name == ".") ||
+                                         sources[0].path == path));
   for (const ingest::ImportSource& source : sources) {
     runs->emplace_back();
     s = LoadImported(source, &runs->back());

@@ -550,8 +550,54 @@ void GroupFindings(std::vector<Finding>* findings) {
   *findings = std::move(out);
 }
 
+namespace {
+
+// The consistency pass: one series does not get findings that contradict each other. A
+// loss cannot be stuck (LOSS_PLATEAU) and climbing (LOSS_DIVERGENCE) over the same run:
+// the more severe finding stays, on a tie the divergence (a climb out of a flat start is a
+// divergence). A validation loss at chance level is not over-fitting: the plateau stays.
+// What was dropped is kept in the survivor's evidence ("contradicted": code, summary).
+void ResolveContradictions(std::vector<Finding>* findings) {
+  struct Rule {
+    const char* a;
+    const char* b;
+    const char* keep_on_tie;
+  };
+  static const Rule kRules[] = {{"LOSS_PLATEAU", "LOSS_DIVERGENCE", "LOSS_DIVERGENCE"},
+                                {"LOSS_PLATEAU", "OVERFITTING", "LOSS_PLATEAU"}};
+  std::vector<bool> drop(findings->size(), false);
+  for (const Rule& rule : kRules) {
+    for (size_t i = 0; i < findings->size(); ++i) {
+      Finding& x = (*findings)[i];
+      if (drop[i] || x.code != rule.a) continue;
+      for (size_t j = 0; j < findings->size(); ++j) {
+        Finding& y = (*findings)[j];
+        if (drop[j] || y.code != rule.b || y.location != x.location) continue;
+        const bool keep_x = x.severity != y.severity ? x.severity > y.severity : x.code == rule.keep_on_tie;
+        Finding& kept = keep_x ? x : y;
+        const Finding& gone = keep_x ? y : x;
+        json evidence = json::parse(kept.evidence_json, nullptr, false);
+        if (!evidence.is_object()) evidence = json::object();
+        if (!evidence.contains("contradicted")) evidence["contradicted"] = json::array();
+        evidence["contradicted"].push_back({{"code", gone.code}, {"step", gone.step}, {"summary", gone.summary}});
+        kept.evidence_json = evidence.dump();
+        drop[keep_x ? j : i] = true;
+        if (!keep_x) break;
+      }
+    }
+  }
+  std::vector<Finding> out;
+  for (size_t i = 0; i < findings->size(); ++i) {
+    if (!drop[i]) out.push_back(std::move((*findings)[i]));
+  }
+  *findings = std::move(out);
+}
+
+}  // namespace
+
 std::vector<Finding> Doctor::findings() const {
   std::vector<Finding> out = findings_;
+  ResolveContradictions(&out);
   for (Finding& f : out) NoteClipping(&f, facts_.clip_norm);
   for (const Finding& r : recorded_) {
     const bool dup = std::any_of(out.begin(), out.end(), [&](const Finding& f) {

@@ -18,6 +18,8 @@ std::vector<std::unique_ptr<Detector>> MakeDetectors(const DoctorOptions& o) {
   all.push_back(std::make_unique<LossMagnitudeDetector>(o.loss_magnitude));
   all.push_back(std::make_unique<TargetLeakDetector>(o.target_leak));
   all.push_back(std::make_unique<OverfittingDetector>(o.overfitting));
+  all.push_back(std::make_unique<NonfiniteMetricDetector>());
+  all.push_back(std::make_unique<ChanceLevelDetector>());
   all.push_back(std::make_unique<MetricStallDetector>(o.metric_stall));
   all.push_back(std::make_unique<MetricImbalanceDetector>(o.metric_imbalance));
   all.push_back(std::make_unique<GradExplosionDetector>(o.grad_explosion));
@@ -37,6 +39,7 @@ std::vector<std::unique_ptr<Detector>> MakeDetectors(const DoctorOptions& o) {
   all.push_back(std::make_unique<ThroughputDetector>(o.throughput));
   all.push_back(std::make_unique<Fp16OverflowDetector>(o.fp16_overflow));
   all.push_back(std::make_unique<DuplicateStepsDetector>());
+  all.push_back(std::make_unique<RunExitDetector>());
   return all;
 }
 

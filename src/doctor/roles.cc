@@ -103,6 +103,8 @@ static int PatternScore(std::string_view raw, Role role) {
         return TokenScore(60, tag);
       return 0;
     case Role::kGradNorm:
+      // A squared norm ("grad_norm_square") is not the norm: its jumps are the norm's squared.
+      if (tag.find("square") != std::string::npos || Any(t, {"sq", "squared", "norm2", "sqnorm"})) return 0;
       if (tag.find("grad_norm") != std::string::npos || tag.find("gradnorm") != std::string::npos ||
           (Any(t, {"grad", "gradient", "grads"}) && Any(t, {"norm"})))
         return TokenScore(60, tag);

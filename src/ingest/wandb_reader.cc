@@ -449,6 +449,9 @@ Status ReadWandbRun(const std::string& path, SampleSink* sink, ImportStats* stat
                        {"points", c->stats.scalars},
                        {"used", c.get() == chosen},
                        {"error", c->status.ok() ? "" : c->status.message()}});
+    // A crash's traceback is in the console capture whichever source the points come from.
+    auto exception = c->data.meta.find("exception");
+    if (c->kind == "console" && c.get() != chosen && exception != c->data.meta.end()) sink->OnMeta("exception", exception->second);
     if (c->kind == "datastore") {
       stats->partial_tail = c->stats.partial_tail;
       // What only the datastore knows (exit code, run id, config, summary) is kept whichever

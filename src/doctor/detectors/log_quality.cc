@@ -1,6 +1,7 @@
 #include "doctor/detectors/log_quality.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <unordered_map>
 
 namespace trainscope::doctor {
@@ -68,6 +69,47 @@ void DuplicateStepsDetector::Finish(const DetectorContext& ctx) {
                    {"step", t.most_step}};
   }
   f.evidence_json = nlohmann::json{{"extra_points", extra_points_}, {"series_count", tags_.size()}, {"series", series}}.dump();
+  ctx.Report(std::move(f));
+}
+
+void RunExitDetector::Finish(const DetectorContext& ctx) {
+  const auto& meta = ctx.facts.meta;
+  auto exception = meta.find("exception");
+  auto exit_code = meta.find("wandb_exit_code");
+  std::string text = exception != meta.end() ? exception->second : "";
+  // Recorded runs store {"type": ..., "message": ...}; imported logs the traceback's last line.
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_object()) {
+    const std::string type = j.value("type", ""), message = j.value("message", "");
+    text = message.empty() ? type : type + ": " + message;
+  }
+  const int code = exit_code != meta.end() ? std::atoi(exit_code->second.c_str()) : 0;
+  if (text.empty() && code == 0) return;
+  Finding f;
+  f.code = "RUN_CRASHED";
+  f.step = f.last_step = last_step_;
+  const std::string lower = Lower(text);
+  if (lower.rfind("keyboardinterrupt", 0) == 0) {
+    f.severity = Severity::kInfo;
+    f.summary = "the run was stopped by its user (KeyboardInterrupt) after step " + std::to_string(last_step_);
+    f.causes = {{"stopped_by_user", 0.9}};
+  } else if (!text.empty()) {
+    f.severity = Severity::kCritical;
+    const bool oom = lower.find("out of memory") != std::string::npos || lower.find("outofmemory") != std::string::npos;
+    f.location = text.substr(0, text.find(':'));
+    f.summary = "the run crashed after step " + std::to_string(last_step_) + ": " + text.substr(0, 300);
+    if (oom) f.causes = {{"out_of_memory", 0.9}};
+    else f.causes = {{"exception", 0.8}};
+  } else {
+    f.severity = Severity::kWarning;
+    f.summary = "the process exited with code " + std::to_string(code) + " after step " + std::to_string(last_step_);
+    f.causes = {{"exception", 0.5}};
+  }
+  nlohmann::json ev = nlohmann::json::object();
+  if (!text.empty()) ev["exception"] = text.substr(0, 500);
+  if (exit_code != meta.end()) ev["exit_code"] = code;
+  ev["last_step"] = last_step_;
+  f.evidence_json = ev.dump();
   ctx.Report(std::move(f));
 }
 

@@ -31,4 +31,22 @@ class DuplicateStepsDetector : public Detector {
   uint64_t extra_points_ = 0;
 };
 
+// How the run ended, from what the log says: meta "exception" (a recorded run that
+// crashed, or the traceback at the end of an imported console log) and meta
+// "wandb_exit_code". RUN_CRASHED: critical for an exception (out of memory named as such),
+// info for KeyboardInterrupt (stopped by its user); a non-zero exit code without an
+// exception is a warning. The finding sits at the last step judged.
+class RunExitDetector : public Detector {
+ public:
+  const char* name() const override { return "run_exit"; }
+  DetectorSpec spec() const override {
+    return {{"RUN_CRASHED"}, {}};
+  }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override { last_step_ = frame.step; }
+  void Finish(const DetectorContext& ctx) override;
+
+ private:
+  int64_t last_step_ = 0;
+};
+
 }  // namespace trainscope::doctor

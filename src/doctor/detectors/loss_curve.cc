@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstring>
+
+#include "doctor/doctor.h"
 
 namespace trainscope::doctor {
 
@@ -13,6 +16,39 @@ using json = nlohmann::json;
 }  // namespace
 
 // ---- spike ----
+
+namespace {
+
+// The epoch-level aggregate a writer logs beside a per-step loss: Lightning's
+// train_loss_step / train_loss_epoch, Keras' batch_loss / epoch_loss.
+bool IsEpochAggregateOf(const std::string& tag, const std::string& loss) {
+  if (tag == loss) return false;
+  std::string base = loss;
+  for (const char* suffix : {"_step", "/step"}) {
+    const size_t n = std::strlen(suffix);
+    if (base.size() > n && base.compare(base.size() - n, n, suffix) == 0) base.resize(base.size() - n);
+  }
+  return tag == base + "_epoch" || tag == base + "/epoch" || tag == "epoch_loss" || tag == "train_loss_epoch" ||
+         tag == "loss_epoch" || tag == "train/epoch_loss";
+}
+
+}  // namespace
+
+void LossSpikeDetector::NoteEpochAggregate(const StepFrame& frame, const DetectorContext& ctx) {
+  const std::string& loss_tag = ctx.facts.roles.Get(Role::kLoss);
+  if (loss_tag.empty()) return;
+  if (epoch_tag_.empty()) {
+    for (const auto& [tag, value] : frame.scalars) {
+      if (IsEpochAggregateOf(tag, loss_tag)) {
+        epoch_tag_ = tag;
+        break;
+      }
+    }
+  }
+  if (epoch_tag_.empty()) return;
+  const double* v = frame.Scalar(epoch_tag_);
+  if (v && std::isfinite(*v)) epoch_points_.emplace_back(frame.step, *v);
+}
 
 void LossSpikeDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   const RunFacts& f = ctx.facts;
@@ -31,24 +67,31 @@ void LossSpikeDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
   };
   lead(update_, f.update_ratio, "update/weight ratio");
   lead(grad_, f.grad_norm, "gradient norm");
+  NoteEpochAggregate(frame, ctx);
 
   const double x = f.loss;
   if (!std::isfinite(x)) return;  // NaN/Inf is the non-finite detector's
   if (pending_) {
     const Pending p = *pending_;
     pending_.reset();
-    if (x >= p.median + options_.rel * 0.5 * std::fabs(p.median)) {
+    // The next point confirms when it is itself well above the noise, not merely above
+    // the median: in a batch-of-4 loss every other point is 1.5x the median.
+    if (x >= p.median + options_.rel * 0.5 * std::fabs(p.median) && loss_.RobustZ(x) >= 0.5 * options_.z) {
       Emit(p, true, "the loss stayed high at the next point", ctx);
     } else {
       Emit(p, false, "", ctx);
     }
   }
   if (first_.size() < 10) first_.push_back(x);
-  if (loss_.count() >= options_.warmup) {
+  ++seen_;
+  const size_t count = loss_.count();
+  if (count >= options_.early_points) {
     const double med = loss_.Median();
     const double z = loss_.RobustZ(x);
     const double floor = options_.min_jump_of_initial * std::fabs(Median(first_));
-    if (z > options_.z && x > med + options_.rel * std::fabs(med) && x - med >= floor) {
+    // Early on the median still falls with the loss: only a jump far above it counts.
+    const double rel = count >= options_.warmup ? options_.rel : options_.early_ratio - 1;
+    if (z > options_.z && x > med + rel * std::fabs(med) && x - med >= floor) {
       Pending p{frame.step, x, med, z};
       if (last_lead_step_ != std::numeric_limits<int64_t>::min() && frame.step - last_lead_step_ <= options_.leading_steps) {
         Emit(p, true, "the " + lead_what_ + " jumped " + FormatNumber(lead_ratio_, 4) + "x at step " +
@@ -64,37 +107,112 @@ void LossSpikeDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
 void LossSpikeDetector::Finish(const DetectorContext& ctx) {
   if (pending_) Emit(*pending_, false, "", ctx);
   pending_.reset();
+  // Epoch aggregates: the mean over the spike's epoch against the epoch before it.
+  bool changed = false;
+  for (Spike& sp : spikes_) {
+    if (sp.confirmed || epoch_points_.size() < 2) continue;
+    auto after = std::lower_bound(epoch_points_.begin(), epoch_points_.end(), sp.step,
+                                  [](const auto& p, int64_t step) { return p.first < step; });
+    if (after == epoch_points_.end() || after == epoch_points_.begin()) continue;
+    const auto before = std::prev(after);
+    if (before->second > 0 && after->second >= before->second * (1 + options_.epoch_rise)) {
+      sp.confirmed = true;
+      sp.why = "the epoch loss (" + epoch_tag_ + ") rose from " + FormatNumber(before->second, 4) + " to " +
+               FormatNumber(after->second, 4) + " over its epoch";
+      changed = true;
+    }
+  }
+  if (changed) Publish(ctx, true);
 }
 
 void LossSpikeDetector::Emit(const Pending& p, bool confirmed, const std::string& why, const DetectorContext& ctx) {
+  spikes_.push_back({p.step, p.value, p.median, p.z, confirmed, why});
+  Publish(ctx, spikes_.size() > 1);
+}
+
+void LossSpikeDetector::Publish(const DetectorContext& ctx, bool amend) {
+  auto ratio = [](const Spike& s) { return s.value / (s.median != 0 ? std::fabs(s.median) : 1.0); };
+  auto severity_of = [&](const Spike& s) {
+    return s.confirmed || ratio(s) >= options_.big_jump ? Severity::kWarning : Severity::kInfo;
+  };
+  const Spike* largest = &spikes_.front();
+  Severity severity = Severity::kInfo;
+  for (const Spike& s : spikes_) {
+    if (ratio(s) > ratio(*largest)) largest = &s;
+    severity = std::max(severity, severity_of(s));
+  }
   Finding f;
   f.code = "LOSS_SPIKE";
-  f.severity = confirmed ? Severity::kWarning : Severity::kInfo;
-  f.step = f.last_step = p.step;
+  f.severity = severity;
+  f.step = spikes_.front().step;
+  f.last_step = spikes_.back().step;
   f.location = ctx.facts.roles.Get(Role::kLoss);
-  f.summary = "loss jumped to " + FormatNumber(p.value, 4) + " at step " + std::to_string(p.step) + " (" +
-              FormatNumber(p.value / (p.median != 0 ? p.median : 1), 4) + "x its rolling median " + FormatNumber(p.median, 4) +
-              ", robust z " + FormatNumber(p.z, 4) + ")" + (confirmed ? "; " + why : "; a single outlier (hard batch?)");
-  json ev = {{"value", Num(p.value)}, {"median", Num(p.median)}, {"robust_z", Num(p.z)}, {"confirmed", confirmed}};
-  if (!why.empty()) ev["confirmation"] = why;
+  auto describe = [&](const Spike& s) {
+    return FormatNumber(s.value, 4) + " at step " + std::to_string(s.step) + " (" + FormatNumber(ratio(s), 4) +
+           "x its rolling median " + FormatNumber(s.median, 4) + ")";
+  };
+  if (spikes_.size() == 1) {
+    const Spike& s = spikes_.front();
+    f.summary = "loss jumped to " + describe(s) + ", robust z " + FormatNumber(s.z, 4) +
+                (s.confirmed ? "; " + s.why
+                             : ratio(s) >= options_.big_jump ? "; a jump of this size is not batch noise"
+                                                             : "; a single outlier (hard batch?)");
+  } else {
+    f.summary = "loss spiked " + std::to_string(spikes_.size()) + " times; the largest to " + describe(*largest);
+    size_t listed = 0;
+    for (const Spike& s : spikes_) {
+      if (&s == largest || listed == 3) continue;
+      f.summary += listed == 0 ? "; also " : ", ";
+      f.summary += describe(s);
+      ++listed;
+    }
+    if (spikes_.size() > listed + 1) f.summary += ", ... (evidence.spikes lists them)";
+    if (largest->confirmed) f.summary += "; at the largest, " + largest->why;
+  }
+  json list = json::array();
+  for (const Spike& s : spikes_) {
+    if (list.size() >= options_.max_listed) break;
+    json e = {{"step", s.step}, {"value", Num(s.value)}, {"median", Num(s.median)}, {"ratio", Num(ratio(s))},
+              {"robust_z", Num(s.z)}, {"confirmed", s.confirmed}, {"severity", SeverityName(severity_of(s))}};
+    if (!s.why.empty()) e["confirmation"] = s.why;
+    list.push_back(std::move(e));
+  }
+  // The top-level fields describe the largest spike; "spikes" lists every one.
+  json ev = {{"value", Num(largest->value)}, {"median", Num(largest->median)}, {"robust_z", Num(largest->z)},
+             {"step", largest->step},        {"confirmed", largest->confirmed}, {"count", spikes_.size()},
+             {"spikes", list}};
+  if (!largest->why.empty()) ev["confirmation"] = largest->why;
   if (last_lead_step_ > std::numeric_limits<int64_t>::min()) {
     ev["leading_signal"] = {{"what", lead_what_}, {"step", last_lead_step_}, {"ratio", Num(lead_ratio_)}};
   }
+  if (!epoch_tag_.empty()) ev["epoch_aggregate"] = epoch_tag_;
   f.evidence_json = ev.dump();
+  const bool confirmed = std::any_of(spikes_.begin(), spikes_.end(), [](const Spike& s) { return s.confirmed; });
   std::vector<Cause> causes;
   if (confirmed && lead_what_ == "update/weight ratio") RaiseCause(&causes, "lr_too_high", 0.5);
   if (confirmed && lead_what_ == "gradient norm") RaiseCause(&causes, "gradient_explosion", 0.5);
   RaiseCause(&causes, "bad_batch", confirmed ? 0.3 : 0.5);
   RaiseCause(&causes, "lr_too_high", 0.2);
   f.causes = causes;
-  ctx.Report(std::move(f));
+  if (amend) ctx.Amend(std::move(f));
+  else ctx.Report(std::move(f));
 }
 
 // ---- divergence ----
 
 void LossDivergenceDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   const double x = ctx.facts.loss;
-  if (std::isnan(x)) return;
+  if (std::isnan(x)) {
+    // No loss at this step, or a logged NaN (which ends the run's judgement as non-finite).
+    const double* logged = frame.Scalar(ctx.facts.roles.Get(Role::kLoss));
+    if (logged && std::isnan(*logged)) end_nonfinite_ = true;
+    return;
+  }
+  end_nonfinite_ = !std::isfinite(x);
+  if (std::isfinite(x)) {
+    tail_.push_back(x);
+    if (tail_.size() > options_.window) tail_.pop_front();
+  }
   if (first_.size() < options_.initial_points) {
     if (std::isfinite(x)) first_.push_back(x);
   }
@@ -150,6 +268,17 @@ void LossDivergenceDetector::OnStep(const StepFrame& frame, const DetectorContex
   }
   if (streak_ < options_.sustain) return;
   const bool critical = cur >= options_.critical_ratio * initial;
+  // Offline the report waits for the end of the run (Finish): only a climb that lasts is one.
+  auto out = [&](Finding f) {
+    if (ctx.options.streaming) {
+      ctx.Report(std::move(f));
+    } else if (!deferred_) {
+      deferred_ = std::move(f);
+    } else {
+      deferred_->last_step = std::max(deferred_->last_step, f.last_step);
+      if (f.severity > deferred_->severity) *deferred_ = std::move(f);
+    }
+  };
   if (reported_ && (!critical || critical_)) {
     Finding f;
     f.code = "LOSS_DIVERGENCE";
@@ -157,7 +286,7 @@ void LossDivergenceDetector::OnStep(const StepFrame& frame, const DetectorContex
     f.severity = critical_ ? Severity::kCritical : Severity::kWarning;
     f.step = climb_start_;
     f.last_step = frame.step;
-    ctx.Report(std::move(f));
+    out(std::move(f));
     return;
   }
   reported_ = true;
@@ -171,8 +300,11 @@ void LossDivergenceDetector::OnStep(const StepFrame& frame, const DetectorContex
   f.location = ctx.facts.roles.Get(Role::kLoss);
   f.summary = "loss is climbing: " + FormatNumber(cur, 4) + " now (median of the last " + std::to_string(options_.window) +
               " points) against a best of " + FormatNumber(best_, 4) + " at step " + std::to_string(best_step_) +
-              " and " + FormatNumber(initial, 4) + " at the start";
-  json ev = {{"current", Num(cur)}, {"best", Num(best_)}, {"best_step", best_step_}, {"initial", Num(initial)}};
+              " (median of " + std::to_string(options_.best_window) + " points) and " + FormatNumber(initial, 4) +
+              " at the start (median of the first " + std::to_string(first_.size()) + ")";
+  // "initial" is the first value logged; the comparisons use the medians.
+  json ev = {{"current", Num(cur)},         {"best", Num(best_)},           {"best_step", best_step_},
+             {"initial", Num(first_.front())}, {"initial_level", Num(initial)}, {"initial_points", first_.size()}};
   std::vector<Cause> causes;
   RaiseCause(&causes, "lr_too_high", 0.5);
   RaiseCause(&causes, "gradient_explosion", 0.25);
@@ -201,21 +333,87 @@ void LossDivergenceDetector::OnStep(const StepFrame& frame, const DetectorContex
   }
   f.evidence_json = ev.dump();
   f.causes = causes;
+  out(std::move(f));
+}
+
+void LossDivergenceDetector::Finish(const DetectorContext& ctx) {
+  if (!deferred_) return;
+  Finding f = std::move(*deferred_);
+  deferred_.reset();
+  if (!end_nonfinite_ && !tail_.empty() && first_.size() >= options_.initial_points) {
+    std::vector<double> t(tail_.begin(), tail_.end());
+    const double end = Median(t), initial = Median(first_);
+    const bool still_up = (end > best_ + options_.rise_fraction * (initial - best_) && end > options_.rise_ratio * best_) ||
+                          end > options_.above_initial_ratio * initial;
+    if (!still_up) return;  // it came back down: an excursion, not a divergence
+    json ev = json::parse(f.evidence_json, nullptr, false);
+    if (ev.is_object()) {
+      ev["end_level"] = Num(end);
+      f.evidence_json = ev.dump();
+    }
+  }
   ctx.Report(std::move(f));
 }
 
 // ---- plateau ----
 
 void LossPlateauDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  // Recorded runs log the batch's label range (run.watch): K = max label + 1.
+  if (const double* v = frame.Scalar("input/label_max"); v && std::isfinite(*v)) label_max_ = std::max(label_max_, *v);
+  if (const double* v = frame.Scalar("input/label_min"); v && std::isfinite(*v)) {
+    label_min_ = std::isnan(label_min_) ? *v : std::min(label_min_, *v);
+  }
   const double x = ctx.facts.loss;
   if (!std::isfinite(x)) return;
+  if (!values_.empty() && x == values_.back()) {
+    ++run_;
+  } else {
+    run_ = 1;
+    run_start_ = frame.step;
+  }
   steps_.push_back(frame.step);
   values_.push_back(x);
   lrs_.push_back(ctx.facts.lr);
-  if (values_.size() >= options_.min_points && values_.size() % options_.eval_every == 0) Check(ctx, false);
+  if (!reported_ && run_ >= options_.frozen_points && x != 0 && std::fabs(x) >= 0.05 * std::fabs(values_.front())) {
+    ReportFrozen(ctx);
+  }
+  // Every eval_every points: online an early warning; offline a candidate that the end of
+  // the run confirms (Finish) or drops (the loss went on to improve).
+  if (!candidate_ && values_.size() >= options_.min_points && values_.size() % options_.eval_every == 0) {
+    Check(ctx, false, options_.min_improvement);
+  }
 }
 
-void LossPlateauDetector::Check(const DetectorContext& ctx, bool final) {
+void LossPlateauDetector::Finish(const DetectorContext& ctx) {
+  if (reported_) return;
+  // A plateau seen during the run still stands if the whole run gained less than twice the
+  // threshold; otherwise the run is judged as a whole.
+  Check(ctx, true, candidate_ ? 2 * options_.min_improvement : options_.min_improvement);
+}
+
+void LossPlateauDetector::ReportFrozen(const DetectorContext& ctx) {
+  reported_ = true;
+  Finding f;
+  f.code = "LOSS_PLATEAU";
+  f.severity = Severity::kWarning;
+  f.step = run_start_;
+  f.last_step = steps_.back();
+  f.location = ctx.facts.roles.Get(Role::kLoss);
+  f.summary = "loss is frozen: exactly " + FormatNumber(values_.back(), 6) + " at " + std::to_string(run_) +
+              " points in a row (steps " + std::to_string(run_start_) + " to " + std::to_string(steps_.back()) +
+              "); a loss that does not change at all means the weights do not change";
+  f.evidence_json = json{{"value", Num(values_.back())}, {"repeats", run_}, {"from_step", run_start_},
+                         {"to_step", steps_.back()}, {"initial", Num(values_.front())}, {"frozen", true},
+                         {"at_chance", false}}.dump();
+  std::vector<Cause> causes;
+  RaiseCause(&causes, "skipped_updates", 0.5);
+  RaiseCause(&causes, "lr_too_low", 0.3);
+  RaiseCause(&causes, "precision_overflow", 0.3);
+  f.causes = causes;
+  ctx.Report(std::move(f));
+}
+
+void LossPlateauDetector::Check(const DetectorContext& ctx, bool final, double min_improvement) {
   if (reported_ || values_.size() < options_.min_points) return;
   const size_t n = values_.size();
   const double initial = Median(std::span<const double>(values_.data(), options_.initial_points));
@@ -224,11 +422,33 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final) {
   // Still warming up: the learning rate is rising over the recent window.
   const double lr_then = lrs_[n - recent_n], lr_now = lrs_.back();
   if (!final && std::isfinite(lr_then) && std::isfinite(lr_now) && lr_now > lr_then * 1.01) return;
-  const int c = ctx.facts.num_classes;
+  // The class count: declared (config num_classes), else from the recorded label range,
+  // else inferred from where the loss sits (see PlateauOptions).
+  int c = ctx.facts.num_classes;
+  std::string classes_from = c > 1 ? "config" : "";
+  if (c <= 1) {
+    if (label_min_ >= 0 && label_max_ >= 1 && label_max_ < 1e6 && label_max_ == std::floor(label_max_)) {
+      c = static_cast<int>(label_max_) + 1;
+      classes_from = "label range";
+    }
+  }
+  const double whole = Median(values_);
+  if (c <= 1) {
+    for (int k = 2; k <= options_.max_inferred_classes; ++k) {
+      const double lk = std::log(static_cast<double>(k));
+      if (std::fabs(now - lk) <= options_.chance_tolerance * lk && std::fabs(whole - lk) <= options_.chance_tolerance * lk &&
+          initial >= (1 - 2 * options_.chance_tolerance) * lk) {
+        c = k;
+        classes_from = "inferred from the loss level";
+        break;
+      }
+    }
+  }
   const double chance = c > 1 ? std::log(static_cast<double>(c)) : kNaN;
-  bool at_chance = c > 1 && std::fabs(now - chance) <= options_.chance_tolerance * chance;
+  const bool near_chance = c > 1 && std::fabs(now - chance) <= options_.chance_tolerance * chance;
+  bool at_chance = near_chance;
   // Within +-5 % of where it started: a loss far above its start is diverging, not stuck.
-  bool stuck = initial > 0 && std::fabs(initial - now) < options_.min_improvement * initial;
+  bool stuck = initial > 0 && std::fabs(initial - now) < min_improvement * initial;
   if (at_chance || stuck) {
     std::vector<double> xs(steps_.end() - static_cast<std::ptrdiff_t>(recent_n), steps_.end());
     std::span<const double> ys(values_.data() + (n - recent_n), recent_n);
@@ -237,6 +457,11 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final) {
     if (z >= 3) at_chance = stuck = false;  // climbing through its start: diverging, not stuck
   }
   if (!stuck && !at_chance) return;
+  if (!final && !ctx.options.streaming) {
+    candidate_ = true;  // offline: the end of the run decides
+    return;
+  }
+  const bool inferred = classes_from == "inferred from the loss level";
   reported_ = true;
   Finding f;
   f.code = "LOSS_PLATEAU";
@@ -244,15 +469,29 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final) {
   f.step = steps_.front();
   f.last_step = steps_.back();
   f.location = ctx.facts.roles.Get(Role::kLoss);
-  if (at_chance) {
-    f.summary = "loss is stuck at chance level: " + FormatNumber(now, 4) + " ~ ln(" + std::to_string(c) + ") = " + FormatNumber(chance, 4) +
-                " after " + std::to_string(n) + " points";
+  const std::string chance_words =
+      inferred ? "ln(" + std::to_string(c) + ") = " + FormatNumber(chance, 4) + ", chance level if this is a " + std::to_string(c) +
+                     "-class classifier (no class count in the config)"
+               : "ln(" + std::to_string(c) + ") = " + FormatNumber(chance, 4) + ", chance level for " + std::to_string(c) +
+                     " classes (" + classes_from + "): the model predicts uniform probabilities";
+  if (at_chance && !stuck) {
+    f.summary = "loss is stuck at chance level: " + FormatNumber(now, 4) + " (median of the last " + std::to_string(recent_n) +
+                " of " + std::to_string(n) + " points) ~ " + chance_words;
   } else {
-    f.summary = "loss is stuck at its initial value: " + FormatNumber(now, 4) + " now against " + FormatNumber(initial, 4) + " at the start (" +
-                FormatNumber(100 * (initial - now) / initial, 4) + "% better after " + std::to_string(n) + " points)";
+    f.summary = "loss is stuck at its initial value: " + FormatNumber(now, 4) + " now (median of the last " + std::to_string(recent_n) +
+                " points) against " + FormatNumber(initial, 4) + " at the start (median of the first " +
+                std::to_string(options_.initial_points) + "; " + FormatNumber(100 * (initial - now) / initial, 4) + "% better after " +
+                std::to_string(n) + " points)" + (near_chance ? "; that is " + chance_words : "");
   }
-  json ev = {{"initial", Num(initial)}, {"now", Num(now)}, {"points", n}, {"at_chance", at_chance}};
-  if (c > 1) ev["chance_level"] = Num(chance);
+  at_chance = at_chance || (near_chance && stuck);
+  // "initial" is the first value logged; the comparison uses the medians.
+  json ev = {{"initial", Num(values_.front())}, {"initial_level", Num(initial)}, {"now", Num(now)},
+             {"points", n}, {"at_chance", at_chance}};
+  if (c > 1) {
+    ev["chance_level"] = Num(chance);
+    ev["classes"] = c;
+    ev["classes_from"] = classes_from;
+  }
   std::vector<Cause> causes;
   const double lr = ctx.facts.lr;
   if (std::isfinite(lr)) {
@@ -427,8 +666,10 @@ Finding LossMagnitudeDetector::Describe(const DetectorContext& ctx) const {
               " points), above FP16's largest value " + FormatNumber(options_.max_initial, 6) + "; its maximum is " +
               FormatNumber(max_, 4) + " at step " + std::to_string(max_step_) + ", and it is " + FormatNumber(last_, 4) +
               " at step " + std::to_string(last_step_);
-  json ev = {{"initial", Num(initial)}, {"max", Num(max_)},   {"max_step", max_step_},
-             {"last", Num(last_)},      {"last_step", last_step_}, {"decades_fallen", Num(Decades(initial, last_))}};
+  // "initial" is the first value logged; "initial_level" the median the summary quotes.
+  json ev = {{"initial", Num(first_.front())}, {"initial_level", Num(initial)}, {"max", Num(max_)},
+             {"max_step", max_step_},          {"last", Num(last_)},          {"last_step", last_step_},
+             {"decades_fallen", Num(Decades(initial, last_))}};
   // The loss terms beside it, largest first, and how many decades they span.
   std::vector<std::pair<double, std::string>> levels;
   json terms = json::array();

@@ -31,6 +31,17 @@ struct LossSpikeOptions {
   // hard batch more often than a problem: info.
   double leading_ratio = 5;
   int64_t leading_steps = 3;
+  // The jump's size decides too: >= big_jump x the rolling median is a warning without
+  // confirmation (a lone 2x outlier is a hard batch; a lone 10x one is not noise).
+  double big_jump = 10;
+  // Between early_points and warmup points the median is still falling fast: only a jump
+  // of early_ratio x the median of the points so far is judged there.
+  size_t early_points = 8;
+  double early_ratio = 5;
+  // An epoch-level aggregate of the loss (Lightning's *_epoch, Keras' epoch_loss) that rose
+  // by >= epoch_rise over the previous epoch's right after the spike confirms it.
+  double epoch_rise = 0.1;
+  size_t max_listed = 50;  // spikes listed in the evidence
 };
 
 class LossSpikeDetector : public Detector {
@@ -50,11 +61,25 @@ class LossSpikeDetector : public Detector {
     int64_t step;
     double value, median, z;
   };
+  struct Spike {
+    int64_t step;
+    double value, median, z;
+    bool confirmed;
+    std::string why;
+  };
   void Emit(const Pending& p, bool confirmed, const std::string& why, const DetectorContext& ctx);
+  // One finding for the loss, amended with every spike: summary, evidence list, severity.
+  void Publish(const DetectorContext& ctx, bool amend);
+  void NoteEpochAggregate(const StepFrame& frame, const DetectorContext& ctx);
   LossSpikeOptions options_;
   RollingMedianMad loss_, grad_, update_;
   std::vector<double> first_;
+  size_t seen_ = 0;
   std::optional<Pending> pending_;
+  std::vector<Spike> spikes_;
+  std::string epoch_tag_;  // the loss's epoch aggregate, once found
+  bool epoch_tag_searched_ = false;
+  std::vector<std::pair<int64_t, double>> epoch_points_;
   int64_t last_lead_step_ = std::numeric_limits<int64_t>::min();
   std::string lead_what_;
   double lead_ratio_ = 0;
@@ -94,9 +119,15 @@ class LossDivergenceDetector : public Detector {
   }
   bool judges_loss_progress() const override { return true; }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+  // Offline (the whole run known) a climb is reported only if the loss is still up at the
+  // end: a noisy excursion that came back is not a divergence.
+  void Finish(const DetectorContext& ctx) override;
 
  private:
   DivergenceOptions options_;
+  std::optional<Finding> deferred_;
+  std::deque<double> tail_;  // the last `window` finite points (end level)
+  bool end_nonfinite_ = false;
   std::vector<double> first_;
   std::deque<double> recent_, long_;
   std::deque<int64_t> recent_steps_;
@@ -124,6 +155,16 @@ struct PlateauOptions {
   // (Mann-Kendall z > -2): at chance level, what a model predicting uniform probabilities
   // scores with cross-entropy. A loss 9 % under chance and still falling is learning.
   double chance_tolerance = 0.03;
+  // Without a known class count, a loss whose whole-run median and recent level are both
+  // within chance_tolerance of ln K for K in [2, max_inferred_classes] and that never was
+  // far below it is at chance for K classes (K inferred; a random classifier starts at
+  // ln K). Only K <= 4 (ln K 0.69, 1.10, 1.39): their levels are far enough apart that a
+  // loss of another kind (an LM's, a regression's) rarely sits within 3 % of one by chance,
+  // and the summary says the class count was inferred.
+  int max_inferred_classes = 4;
+  // The same value printed `frozen_points` times in a row, at >= 5 % of the initial level:
+  // the weights do not change (skipped updates, lr 0, a detached loss). Works on short logs.
+  size_t frozen_points = 5;
 };
 
 class LossPlateauDetector : public Detector {
@@ -135,15 +176,20 @@ class LossPlateauDetector : public Detector {
   }
   bool judges_loss_progress() const override { return true; }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
-  void Finish(const DetectorContext& ctx) override { Check(ctx, true); }
+  void Finish(const DetectorContext& ctx) override;
 
  private:
-  void Check(const DetectorContext& ctx, bool final);
+  void Check(const DetectorContext& ctx, bool final, double min_improvement);
+  void ReportFrozen(const DetectorContext& ctx);
   PlateauOptions options_;
   std::vector<int64_t> steps_;
   std::vector<double> values_;
   std::vector<double> lrs_;
   bool reported_ = false;
+  bool candidate_ = false;  // offline: a plateau was seen during the run
+  size_t run_ = 0;  // identical consecutive values ending at the last point
+  int64_t run_start_ = 0;
+  double label_min_ = kNaN, label_max_ = -1;
 };
 
 struct OscillationOptions {

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <deque>
+#include <map>
+#include <optional>
 
 #include "doctor/detector.h"
 
@@ -33,16 +35,87 @@ class OverfittingDetector : public Detector {
     return {{"OVERFITTING"}, {{Input::kValLoss}}};
   }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+  // Offline the verdict waits for the whole curve: dated at the minimum of the smoothed
+  // validation curve, and only if the rise after it holds to the end.
+  void Finish(const DetectorContext& ctx) override;
 
  private:
-  OverfittingOptions options_;
-  std::deque<double> train_recent_;
   struct Eval {
     int64_t step;
     double val, train;
   };
+  // The curve judged: each evaluation replaced by the median of it and its neighbours (3
+  // points), so one noisy evaluation neither makes the minimum nor the rise.
+  static std::vector<double> Smoothed(const std::vector<Eval>& evals);
+  // The finding for the evaluations so far, if they show over-fitting.
+  std::optional<Finding> Judge(const DetectorContext& ctx) const;
+  OverfittingOptions options_;
+  std::deque<double> train_recent_;
   std::vector<Eval> evals_;
+  std::string val_tag_;
   bool reported_ = false;
+};
+
+// Non-finite values in any loss or metric other than the training loss (the non-finite
+// detector's): validation losses, accuracies, perplexities, scores. Each series is named
+// (one finding per series): NONFINITE_LOSS for a loss, NONFINITE_METRIC for other metrics.
+// Warning; info when the training loss had already gone non-finite (then it follows).
+// Gradient norms, learning rates, timings, memory and system series are not metrics here.
+bool IsMetricTag(std::string_view tag);
+
+class NonfiniteMetricDetector : public Detector {
+ public:
+  const char* name() const override { return "nonfinite_metric"; }
+  DetectorSpec spec() const override {
+    return {{"NONFINITE_LOSS", "NONFINITE_METRIC"}, {}};
+  }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+  void Finish(const DetectorContext& ctx) override;
+
+ private:
+  struct PerTag {
+    int64_t first_step = 0, last_step = 0;
+    double first_value = 0;
+    uint64_t nonfinite = 0, points = 0;
+    int64_t train_nonfinite_step = -1;  // the training loss was non-finite at or before first_step
+  };
+  std::map<std::string, PerTag> tags_;
+  int64_t train_nonfinite_step_ = -1;
+};
+
+struct ChanceLevelOptions {
+  size_t min_evals = 5;
+  // Validation loss within 3 % of ln K at each of the last min_evals evaluations and in
+  // median (K declared, from the label range, or the K in [2, 4] the median is within
+  // 3 % of: see PlateauOptions), with no downward trend.
+  double tolerance = 0.03;
+  int max_inferred_classes = 4;
+  // An accuracy that repeats one value over the last `constant_evals` evaluations and half
+  // of all of them: the model gives every example the same class, so the accuracy is that
+  // class's share (the majority rate).
+  size_t constant_evals = 5;
+};
+
+// Chance level on held-out data: a validation loss at ln K that does not move
+// (LOSS_PLATEAU on the validation series, at_chance), and an accuracy frozen at one value
+// (METRIC_STALL, warning). Judged at the end of the run.
+class ChanceLevelDetector : public Detector {
+ public:
+  explicit ChanceLevelDetector(ChanceLevelOptions options = {}) : options_(options) {}
+  const char* name() const override { return "chance_level"; }
+  DetectorSpec spec() const override {
+    return {{"LOSS_PLATEAU", "METRIC_STALL"}, {{Input::kValLoss}, {Input::kMetric}}};
+  }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+  void Finish(const DetectorContext& ctx) override;
+
+ private:
+  void JudgeValLoss(const DetectorContext& ctx);
+  void JudgeAccuracy(const DetectorContext& ctx);
+  ChanceLevelOptions options_;
+  std::vector<std::pair<int64_t, double>> val_, acc_;
+  std::string val_tag_, acc_tag_;
+  double label_min_ = kNaN, label_max_ = -1;
 };
 
 struct MetricStallOptions {
