@@ -98,6 +98,8 @@ class TraceReader {
 // whose "ts" or "dur" is not a number (such events are skipped and counted in *skipped
 // when skipped is non-null; the read fails only when nothing timed is left).
 Status ReadKinetoTrace(const std::string& path, Trace* trace, size_t* skipped = nullptr);
+// The same from bytes in memory (gzip or not); `name` is what errors call it.
+Status ParseKinetoTrace(const std::string& name, std::string_view bytes, Trace* trace, size_t* skipped = nullptr);
 
 // True when the first bytes look like a Kineto trace: a JSON object with "traceEvents"
 // and Kineto's marks ("deviceProperties", "schemaVersion", "distributedInfo", or events

@@ -183,6 +183,8 @@ void ReadArgs(simdjson::dom::object args, TraceEvent* e, Trace* trace) {
   }
 }
 
+Status ParseTrace(const std::string& path, simdjson::padded_string json, Trace* trace, size_t* skipped);
+
 }  // namespace
 
 const char* EventKindName(EventKind kind) {
@@ -218,11 +220,26 @@ uint32_t Trace::Intern(std::string_view name) {
 }
 
 Status ReadKinetoTrace(const std::string& path, Trace* trace, size_t* skipped) {
-  *trace = Trace();
-  trace->path = path;
   simdjson::padded_string json;
   Status s = ReadWholeFile(path, &json);
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    *trace = Trace();
+    trace->path = path;
+    return s;
+  }
+  return ParseTrace(path, std::move(json), trace, skipped);
+}
+
+Status ParseKinetoTrace(const std::string& name, std::string_view bytes, Trace* trace, size_t* skipped) {
+  return ParseTrace(name, simdjson::padded_string(bytes), trace, skipped);
+}
+
+namespace {
+
+Status ParseTrace(const std::string& path, simdjson::padded_string json, Trace* trace, size_t* skipped) {
+  *trace = Trace();
+  trace->path = path;
+  Status s;
   if (IsGzip(std::string_view(json.data(), json.size()))) {
     std::string plain;
     plain.reserve(json.size() * 8);
@@ -342,6 +359,8 @@ Status ReadKinetoTrace(const std::string& path, Trace* trace, size_t* skipped) {
   }
   return Status::Ok();
 }
+
+}  // namespace
 
 bool LooksLikeKinetoTrace(std::string_view prefix) {
   size_t first = prefix.find_first_not_of(" \t\r\n");
