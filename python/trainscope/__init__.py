@@ -13,8 +13,16 @@ from trainscope.run import Run, StopTraining, init, on_alert
 from trainscope.metrics import classification_metrics
 from trainscope.checks import check_model, overfit_check
 from trainscope.flops import count_flops
-from trainscope import perf
 
 __all__ = ["Run", "RunView", "StopTraining", "check_model", "classification_metrics", "count_flops", "diagnose", "init", "list_runs",
            "on_alert", "open_run", "overfit_check"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # ts.perf on first use: `python -m trainscope.perf` (what the CLI runs) then imports the
+    # package without the module already in sys.modules.
+    if name == "perf":
+        import importlib
+        return importlib.import_module("trainscope.perf")
+    raise AttributeError(f"module 'trainscope' has no attribute {name!r}")
