@@ -35,7 +35,7 @@ from overhead import cnn_setup, lm_setup  # noqa: E402
 
 PARTS = ["_before_update", "_gradient_pass", "_finish_gradients", "_after_update", "_weight_pass",
          "_refresh_snapshots", "_wait_weights", "_on_step_end", "_on_forward_begin", "_on_forward_end",
-         "_submit_forward", "_commit_activations", "_log_inputs", "_hot_totals", "inspect_batch"]
+         "_submit_forward", "_commit_activations", "_log_inputs", "_hot_totals", "_inspect_batch"]
 
 
 def main():

@@ -207,11 +207,10 @@ class DeviceExecutor:
         return DeviceTicket(packed, log)
 
     def snapshot(self, plan):
+        made = set(plan.make_missing_snapshots())
         with torch.no_grad():
             for i, p in enumerate(plan.params):
-                if plan.snapshots[i] is None:
-                    plan.snapshots[i] = p.detach().clone(memory_format=torch.contiguous_format)
-                else:
+                if i not in made:
                     plan.snapshots[i].copy_(p.detach())
         return DoneTicket()
 

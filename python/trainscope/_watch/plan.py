@@ -163,3 +163,11 @@ class ParamPlan:
 
     def snapshots_ready(self):
         return all(s is not None for s in self.snapshots)
+
+    def make_missing_snapshots(self):
+        """Snapshots of the current weights where there is none; returns their slots."""
+        made = [i for i, s in enumerate(self.snapshots) if s is None]
+        with torch.no_grad():
+            for i in made:
+                self.snapshots[i] = self.params[i].detach().clone(memory_format=torch.contiguous_format)
+        return made

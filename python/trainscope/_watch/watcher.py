@@ -176,6 +176,7 @@ class Watcher:
             self._wrap(self.optimizer, "zero_grad", self._zero_grad)
             self._guarded("amp", watch_grad_scalers)(self)  # a failure leaves the rest watched
         self._wrap(self.model, "zero_grad", self._zero_grad)
+        self.inspect_batch = self._guarded("inputs", self._inspect_batch)  # run.data()'s batches
         self._backward_started_hook = self._guarded("backward", self._backward_started)
         self._backward_finished_hook = self._guarded("backward", self._backward_finished)
         self._listeners = [(self.clock.listeners, self._guarded("step end", self._on_step_end)),
@@ -369,24 +370,16 @@ class Watcher:
         tag = "act/" + name
         kind = activation_kind(module)
 
-        def hook(mod, args, output):
+        def measure(mod, args, output):
             if not self._order_recorded:
                 self._module_order.append(name)
-            step = self._act_step
-            if step is None or "activations" in self.failures.off:
-                return None
-            self.self_time.enter()
-            try:
+            if self._act_step is not None:
                 out = facade._first_tensor(output)
                 if out is not None and out.is_floating_point():
-                    self._capture(name, tag, out, kind, self.schedule.at(step).histogram)
-            except Exception as error:
-                self.failures.report("activations", error)
-            finally:
-                self.self_time.leave()
+                    self._capture(name, tag, out, kind, self.schedule.at(self._act_step).histogram)
             return None
 
-        return Hook(hook)
+        return self._guarded("activations", measure)
 
     def _capture(self, name, tag, tensor, kind, histogram, flat=False):
         """Captures a tensor for this forward's activation job; measured at once instead when
@@ -464,28 +457,22 @@ class Watcher:
             lo, hi = torch.aminmax(tensor.detach())
             self.run.log({"input/label_min": lo, "input/label_max": hi}, step=step)
 
-    def inspect_batch(self, batch):
+    def _inspect_batch(self, batch):
         """run.data(): the label range of integer tensors in the batch (targets)."""
-        if not self.inputs or "inputs" in self.failures.off or not self.schedule.at(self.clock.step).inputs:
+        if not self.inputs or not self.schedule.at(self.clock.step).inputs:
             return
-        self.self_time.enter()
-        try:
-            targets = None
-            if isinstance(batch, (tuple, list)) and len(batch) >= 2:
-                targets = batch[-1]
-            elif isinstance(batch, dict):
-                for key in ("labels", "label", "targets", "target", "y"):
-                    if key in batch:
-                        targets = batch[key]
-                        break
-            if isinstance(targets, torch.Tensor) and not targets.is_floating_point() and targets.numel() \
-                    and targets.dtype != torch.bool:
-                self._labels_from_data = True  # the model's integer inputs are then not labels
-                self.log_label_range(targets, self.clock.step)
-        except Exception as error:
-            self.failures.report("inputs", error)
-        finally:
-            self.self_time.leave()
+        targets = None
+        if isinstance(batch, (tuple, list)) and len(batch) >= 2:
+            targets = batch[-1]
+        elif isinstance(batch, dict):
+            for key in ("labels", "label", "targets", "target", "y"):
+                if key in batch:
+                    targets = batch[key]
+                    break
+        if isinstance(targets, torch.Tensor) and not targets.is_floating_point() and targets.numel() \
+                and targets.dtype != torch.bool:
+            self._labels_from_data = True  # the model's integer inputs are then not labels
+            self.log_label_range(targets, self.clock.step)
 
     # ---- backward ----
 
@@ -883,12 +870,7 @@ class Watcher:
     def _weight_pass(self, step, histogram, wait):
         if self.plan is None:
             return
-        plan = self._planned()
-        if not plan.snapshots_ready():  # a parameter replaced by one of another size: its update is from now on
-            with torch.no_grad():
-                for i, p in enumerate(plan.params):
-                    if plan.snapshots[i] is None:
-                        plan.snapshots[i] = p.detach().clone(memory_format=torch.contiguous_format)
+        self._planned().make_missing_snapshots()  # a parameter replaced by one of another size: updates from now
         ticket, executor = self._submit(lambda ex, plan: ex.weights(step, plan, histogram))
         self._snapshot_step = step
         self._keep_weight_ticket(ticket, executor, wait)
