@@ -221,8 +221,13 @@ RankTraceReport AnalyzeRank(const Trace& trace, const TraceAnalysisOptions& opti
   }
 
   // Collectives: each (name, bytes, group) with the median time of its calls.
+  // When GPU kernels carry the metadata, their time is the transfer's; the host's
+  // record_param_comms beside them only enqueues it.
+  bool gpu_metadata = false;
+  for (const TraceEvent& e : trace.events) gpu_metadata |= e.collective >= 0 && e.stream >= 0;
   std::map<std::tuple<std::string, int64_t, int64_t>, std::vector<double>> calls;
   for (const TraceEvent& e : trace.events) {
+    if (e.collective >= 0 && gpu_metadata && e.stream < 0) continue;
     if (e.collective >= 0) {
       const CollectiveMeta& m = trace.collectives[e.collective];
       const int64_t elems = std::max(m.in_elems, m.out_elems);

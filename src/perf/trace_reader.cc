@@ -150,9 +150,41 @@ void ReadDistributedInfo(simdjson::dom::object info, Trace* trace) {
 }
 
 // One "X" event's args: the links and, for a collective, its metadata.
-void ReadArgs(simdjson::dom::object args, TraceEvent* e, Trace* trace) {
+// The element count of the first tensor in "Input Dims" ([[d0, d1]] or, for a tensor
+// list, [[[d0, d1]]]); -1 when there is none.
+int64_t FirstTensorElements(simdjson::dom::element dims) {
+  simdjson::dom::array outer, shape;
+  if (dims.get_array().get(outer)) return -1;
+  for (simdjson::dom::element first : outer) {
+    if (first.get_array().get(shape)) return -1;
+    simdjson::dom::array inner;
+    for (simdjson::dom::element d : shape) {
+      if (!d.get_array().get(inner)) shape = inner;  // a tensor list: its first tensor
+      break;
+    }
+    int64_t count = 1, n = 0, v;
+    for (simdjson::dom::element d : shape) {
+      if (!IntegerOf(d, &v) || v < 0 || (v > 0 && count > (int64_t{1} << 50) / v)) return -1;
+      count *= v;
+      ++n;
+    }
+    return n ? count : 1;
+  }
+  return -1;
+}
+
+// The collective a Gloo range names ("gloo:all_reduce" -> "all_reduce"); "" if it is none.
+std::string_view GlooCollective(std::string_view name) {
+  return name.substr(0, 5) == "gloo:" ? name.substr(5) : std::string_view();
+}
+
+void ReadArgs(simdjson::dom::object args, std::string_view name, TraceEvent* e, Trace* trace) {
   CollectiveMeta meta;
   bool is_collective = false;
+  // Gloo runs a collective inside its "gloo:<op>" range, so the range's time is the
+  // transfer's, and with record_shapes its input's dims and type are the message.
+  const std::string_view gloo = GlooCollective(name);
+  int64_t gloo_elems = -1, gloo_bytes = 0;
   for (auto field : args) {
     const std::string_view key = field.key;
     int64_t v;
@@ -175,7 +207,26 @@ void ReadArgs(simdjson::dom::object args, TraceEvent* e, Trace* trace) {
       if (IntegerOf(field.value, &v)) meta.group_size = v;
     } else if (key == "dtype") {
       if (field.value.is_string()) meta.element_bytes = DtypeBytes(StringOf(field.value));
+    } else if (!gloo.empty() && key == "Input Dims") {
+      gloo_elems = FirstTensorElements(field.value);
+    } else if (!gloo.empty() && key == "Input type") {
+      simdjson::dom::array types;
+      if (!field.value.get_array().get(types)) {
+        for (simdjson::dom::element t : types) {
+          gloo_bytes = DtypeBytes(StringOf(t));
+          break;
+        }
+      }
     }
+  }
+  if (!is_collective && !gloo.empty() && gloo_elems > 0 && gloo_bytes > 0) {
+    meta.name = std::string(gloo);
+    meta.element_bytes = gloo_bytes;
+    meta.in_elems = gloo_elems;
+    // all_gather's input is one rank's part; nccl-tests' size is the gathered whole.
+    const bool gather = gloo.find("gather") != std::string_view::npos;
+    meta.out_elems = gather && trace->world_size > 0 ? gloo_elems * trace->world_size : gloo_elems;
+    is_collective = true;
   }
   if (is_collective) {
     e->collective = static_cast<int32_t>(trace->collectives.size());
@@ -348,7 +399,7 @@ Status ParseTrace(const std::string& path, simdjson::padded_string json, Trace* 
     e.name = trace->Intern(name);
     e.ts_us = ts;
     e.dur_us = dur;
-    if (has_args) ReadArgs(args, &e, trace);
+    if (has_args) ReadArgs(args, name, &e, trace);
     trace->events.push_back(e);
   }
   if (skipped) *skipped = bad;

@@ -170,6 +170,30 @@ TEST_F(TraceTest, CollectiveBandwidthFromMetadata) {
   EXPECT_FALSE(r.has_gpu);
 }
 
+// A Gloo range with record_shapes: its input is the message, its time the transfer's.
+TEST_F(TraceTest, GlooCollectiveFromItsShapes) {
+  auto gloo = [](const std::string& op, const std::string& dims) {
+    return "{\"ph\":\"X\",\"cat\":\"user_annotation\",\"name\":\"gloo:" + op +
+           "\",\"pid\":1,\"tid\":2,\"ts\":0,\"dur\":2000,\"args\":{\"Input type\":[\"float\"],\"Input Dims\":" + dims + "}}";
+  };
+  Trace trace;
+  ASSERT_TRUE(ReadKinetoTrace(Write("g.json", Doc({gloo("all_reduce", "[[262144]]"), gloo("all_gather", "[[512, 512]]"),
+                                                    gloo("barrier", "[]")},
+                                                   "\"distributedInfo\":{\"rank\":0,\"world_size\":2},")),
+                              &trace).ok());
+  const RankTraceReport r = AnalyzeRank(trace, {});
+  ASSERT_EQ(r.collectives.size(), 2u);
+  // Sorted by name: all_gather (4 x 262144 bytes gathered from 2 ranks), then all_reduce.
+  EXPECT_EQ(r.collectives[0].name, "all_gather");
+  EXPECT_EQ(r.collectives[0].bytes, 2 * 4 * 262144);
+  EXPECT_NEAR(r.collectives[0].algbw_gbps, 1.048576, 1e-9);  // 2.097 MB in 2 ms
+  EXPECT_NEAR(r.collectives[0].busbw_gbps, 0.524288, 1e-9);  // x (n-1)/n
+  EXPECT_EQ(r.collectives[1].bytes, 4 * 262144);
+  EXPECT_NEAR(r.collectives[1].algbw_gbps, 0.524288, 1e-9);
+  EXPECT_NEAR(r.collectives[1].busbw_gbps, 0.524288, 1e-9);  // 2(n-1)/n = 1 on 2 ranks
+  EXPECT_EQ(r.collectives_without_metadata, 1);                 // the barrier moves no data
+}
+
 TEST(BusFactor, NcclTestsFactors) {
   EXPECT_DOUBLE_EQ(BusBandwidthFactor("allreduce", 8), 2.0 * 7 / 8);
   EXPECT_DOUBLE_EQ(BusBandwidthFactor("all_reduce", 2), 1.0);
