@@ -311,13 +311,18 @@ try {
     const d = (await apiJson(`api/run?run=${encodeURIComponent(runName)}`)).body;
     const has = (re) => d.series.some((s) => re.test(s.tag) && s.points > 0);
     const spans = (await apiJson(`api/spans?run=${encodeURIComponent(runName)}&width=10`)).body.spans > 0;
+    // A layer matrix has data when any cell holds a value (dead fractions exist for ReLU-like modules only).
+    const cells = async (family, metric) => (await apiJson(`api/layers?run=${encodeURIComponent(runName)}&family=${family}&metric=${metric}&width=50`))
+      .body.values.some((row) => row.some((v) => v !== null));
+    const live = d.series.filter((s) => s.points > 0);
     return {
+      firstStep: Math.min(...live.map((s) => s.first_step)), lastStep: Math.max(...live.map((s) => s.last_step)),
       scalarPoints: new Map(d.series.filter((s) => s.kind === 'scalar').map((s) => [s.tag, s.points])),
       named: {
         'overview-loss': has(/^train\/loss$/), 'overview-lr': has(/^opt\/lr$/), 'overview-grad-norm': has(/^grad\/global_norm$/),
         'step-time': spans, throughput: spans, 'layer-norms': has(/^grad\//), 'exponent-histogram': has(/^grad\//),
         'update-ratio': has(/^update\//) && has(/^weight\//), 'unit-norms': has(/^grad_units\//),
-        'act-std': has(/^act\//), 'act-mean': has(/^act\//), 'dead-fraction': has(/^act\//), 'saturated-fraction': has(/^act\//),
+        'act-std': has(/^act\//), 'act-mean': has(/^act\//), 'dead-fraction': await cells('act', 'dead_fraction'), 'saturated-fraction': await cells('act', 'saturated_fraction'),
         'percentile-bands': has(/^(grad|act|weight)\//), moments: has(/^(grad|act|weight)\//), evidence: true,
       },
     };
@@ -349,7 +354,23 @@ try {
       const canvas = wrap.querySelector('canvas');
       const u = wrap.plot;
       const nonNull = u ? u.data.slice(1).reduce((n, s) => n + s.filter((v) => v !== null && v !== undefined).length, 0) : null;
-      out.charts.push({ name, tag: wrap.dataset.tag || null, empty: !!empty, pixels: canvas ? coloured(canvas) : 0, nonNull });
+      // Heatmaps: the share of pixel columns holding a coloured cell (a histogram taken
+      // every 10th step must still fill its panel).
+      let coverage = null;
+      if (canvas && wrap.classList.contains('heatmap')) {
+        const d = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+        let filled = 0;
+        for (let x = 0; x < canvas.width; x++) {
+          for (let y = 0; y < canvas.height; y++) {
+            const i = (y * canvas.width + x) * 4;
+            if (Math.max(d[i], d[i + 1], d[i + 2]) - Math.min(d[i], d[i + 1], d[i + 2]) > 40) { filled++; break; }
+          }
+        }
+        coverage = filled / canvas.width;
+      }
+      out.charts.push({ name, tag: wrap.dataset.tag || null, empty: !!empty, pixels: canvas ? coloured(canvas) : 0, nonNull,
+                        coverage, x: u && u.scales.x.min !== undefined && !u.scales.x.time ? [u.scales.x.min, u.scales.x.max] : null,
+                        stepAxis: !!(u && u.axes[0] && u.axes[0].label === 'step') });
       if (u) {
         const W = u.width, H = u.height;
         u.axes.forEach((ax, i) => {
@@ -408,6 +429,13 @@ try {
           else if (hasData && !c.empty && c.pixels < 8) problems.push(`chart "${c.name}" drew ${c.pixels} coloured pixels`);
         }
         problems.push(...a.clipped, ...a.placeholders.map((p) => `placeholder left: ${p}`), ...a.overlaps.map((o) => `overlap: ${o}`));
+        for (const c of a.charts) {
+          // Every step axis spans the run (a 300-step run's update ratios are not 0..10).
+          if (c.stepAxis && c.x && (c.x[0] > data.firstStep + 1 || c.x[1] < data.lastStep - 1)) {
+            problems.push(`chart "${c.name}" x axis ${c.x.map((v) => v.toFixed(0))} on a run of steps ${data.firstStep}..${data.lastStep}`);
+          }
+          if (c.coverage !== null && !c.empty && c.coverage < 0.6) problems.push(`heatmap "${c.name}" fills ${(100 * c.coverage).toFixed(0)} % of its width`);
+        }
         const shotName = `${runName}-${tab}`;
         await page.screenshot({ path: join(artifacts, `p-${shotName}.png`), fullPage: true });
         if (docsShots && DOCS_SHOTS[`${runName}/${tab}`]) {

@@ -55,8 +55,11 @@ export function heatmap(o: HeatmapOptions): HTMLElement {
                            'data-cols': String(o.steps.length) });
   const title = el('div', { class: 'panel-title' }, o.title);
   wrap.append(title);
-  if (!o.rows.length || !o.steps.length) {
-    wrap.append(el('p', { class: 'empty' }, 'No data recorded for this view.'));
+  const anyValue = o.values.some((row) => row.some((v) => v !== null && v !== undefined));
+  if (!o.rows.length || !o.steps.length || !anyValue) {
+    // Said, not drawn as an empty frame: e.g. dead fractions exist for ReLU-like modules only.
+    wrap.append(el('p', { class: 'empty' }, o.rows.length ? `No ${o.valueLabel || 'values'} recorded for these ${o.rows.length} rows.`
+      : 'No data recorded for this view.'));
     return wrap;
   }
   const tip = el('div', { class: 'tip' });

@@ -1,6 +1,6 @@
 // Helpers of the per-layer views (Gradients, Activations, Distributions).
 import { Finding, LayerMatrix } from '../api';
-import { lineChart } from '../chart';
+import { lineChart, Marker } from '../chart';
 import { detail } from '../ctx';
 import { heatmap } from '../heatmap';
 import { runColor } from '../util';
@@ -19,15 +19,16 @@ export function markersOf(fs: Finding[], layer?: string) {
 // Up to 12 layers as lines over steps; more than that as a heatmap (a chart of 500 lines
 // says nothing).
 export function perLayer(m: LayerMatrix, o: { title: string; name: string; width: number; log: boolean; xRange: [number, number];
-  band?: [number, number]; reference?: number; valueLabel: string; selected?: string; onRowClick?: (r: number) => void }): HTMLElement {
+  band?: [number, number]; reference?: number; valueLabel: string; selected?: string; onRowClick?: (r: number) => void;
+  markers?: Marker[] }): HTMLElement {
   if (m.layers.length <= 12) {
     const lines = m.layers.map((l, i) => ({
       label: l, color: runColor(i), values: m.values[i].map((v) => (typeof v === 'number' ? v : null)),
     }));
     return lineChart(o.title, m.step, lines, { width: o.width, log: o.log, band: o.band, reference: o.reference, name: o.name,
-                                               xRange: o.xRange });
+                                               xRange: o.xRange, markers: o.markers });
   }
   return heatmap({ name: o.name, title: o.title, rows: m.layers, steps: m.step, values: m.values, log: o.log,
                    valueLabel: o.valueLabel, xRange: o.xRange, selectedRow: o.selected ? m.layers.indexOf(o.selected) : undefined,
-                   onRowClick: o.onRowClick });
+                   onRowClick: o.onRowClick, markers: o.markers?.map((mk) => ({ step: mk.step, color: mk.color })) });
 }

@@ -69,6 +69,7 @@ function evidenceSource(f: Finding, d: RunDetail): { kind: 'scalar' | 'tensor'; 
     return { kind: 'scalar', tag: f.location, log: false };
   }
   if (f.code === 'DATALOADER_BOTTLENECK' && has('time/data')) return { kind: 'scalar', tag: 'time/data', log: false };
+  if (/UPDATE_RATIO/.test(f.code) && has(`update_ratio/${f.location}`)) return { kind: 'scalar', tag: `update_ratio/${f.location}`, log: true };
   if (f.code === 'MEMORY_LEAK' && has('mem/rss')) return { kind: 'scalar', tag: 'mem/rss', log: false };
   if (f.location && has(`act/${f.location}`)) {
     const metric = /SATUR/.test(f.code) ? 'saturated_fraction' : /DEAD/.test(f.code) ? 'dead_fraction' : 'l2_norm';
