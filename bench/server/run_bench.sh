@@ -45,3 +45,10 @@ sleep 4
 echo "beside training: $(load)"
 kill "$training"; wait "$training" 2>/dev/null || true
 echo "first chart (big run, train/loss): $(node "$repo/bench/server/first_chart.mjs" "$url" big train/loss 7)"
+# Issue 19: a run of 1 M points per series and one of 500 parameters (docs/benchmarks.md).
+[[ -f "$logdir/points1m/trainscope.db" ]] || "$build/trainscope_server_gen" bulk "$logdir" points1m --series 4 --steps 1000000
+[[ -f "$logdir/params500/trainscope.db" ]] || "$build/trainscope_server_gen" demo "$logdir" params500 --steps 200 --layers 500
+sleep 2  # the server's poller finds the new runs
+echo "first chart (1 M points, train/loss): $(node "$repo/bench/server/first_chart.mjs" "$url" points1m train/loss 7)"
+echo "overview (500 parameters): $(node "$repo/bench/server/page_ready.mjs" "$url" params500 overview 7)"
+echo "gradients (500 parameters): $(node "$repo/bench/server/page_ready.mjs" "$url" params500 gradients 5)"
