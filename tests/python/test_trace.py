@@ -206,3 +206,37 @@ def test_run_profile_adds_the_finding_to_the_run(tmp_path, slow):
     stored = ts.open_run(str(tmp_path / "profiled"))
     codes = [f["code"] for f in stored.findings()]
     assert ("DATALOADER_BOTTLENECK" in codes) == slow
+
+
+def test_gloo_collectives_busbw_from_a_real_two_rank_trace(tmp_path):
+    """busbw of each collective from its metadata: a real DDP run on gloo (torch 2.x records
+    the gloo:<op> ranges with their input's shape; torch 1.13 here has no Kineto)."""
+    import socket
+    import subprocess
+    import sys
+    import torch
+    if int(torch.__version__.split(".")[0]) < 2:
+        pytest.skip("torch 1.x here is built without Kineto: no gloo ranges in its traces")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    subprocess.run([sys.executable, str(REPO / "tests" / "python" / "scripts" / "profile_gloo.py"), str(tmp_path), str(port)],
+                   check=True, capture_output=True, timeout=300)
+    out = trace_json(tmp_path)
+    assert [r["rank"] for r in out["ranks"]] == [0, 1]
+    for rank in out["ranks"]:
+        by_name = {}
+        for c in rank["collectives"]:
+            by_name.setdefault(c["name"], []).append(c)
+        one_mib = 4 * (1 << 18)
+        reduce = next(c for c in by_name["all_reduce"] if c["bytes"] == one_mib)
+        gather = by_name["all_gather"][0]
+        bcast = by_name["broadcast"][0]
+        assert gather["bytes"] == 2 * one_mib  # the gathered whole, as nccl-tests counts it
+        for c, factor in ((reduce, 1.0), (gather, 0.5), (bcast, 1.0)):  # 2(n-1)/n, (n-1)/n, 1 at n = 2
+            assert c["count"] == 3 and c["group_size"] == 2
+            assert c["algbw_gbps"] == pytest.approx(c["bytes"] / (c["median_us"] * 1e-6) / 1e9, rel=1e-9)
+            assert c["busbw_gbps"] == pytest.approx(c["algbw_gbps"] * factor, rel=1e-9)
+        # DDP's own gradient bucket: 512*1024 + 1024 + 1024*10 + 10 floats.
+        assert any(c["bytes"] == 4 * (512 * 1024 + 1024 + 1024 * 10 + 10) for c in by_name["all_reduce"])
+    assert out["skew"]["slowest_rank"] in (0, 1)
