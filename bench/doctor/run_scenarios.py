@@ -24,6 +24,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCENARIOS = os.path.join(ROOT, "scenarios")
+SCRIPTS = os.path.join(ROOT, "tests", "python", "scripts")  # training scripts written as people write them
 PYTHON = "/usr/bin/python3"
 
 
@@ -46,15 +47,37 @@ def load_specs(only=None):
     return specs
 
 
+def load_script_specs(only=None):
+    """The training scripts of tests/python/scripts/ (faults.py's table) as specs: each run is
+    a script with --fault; the step the fault became real comes from the run's truth.json."""
+    sys.path.insert(0, SCRIPTS)
+    from faults import RUNS, run_name
+    specs = []
+    for row in RUNS:
+        name = run_name(row)
+        if only and name not in only:
+            continue
+        specs.append({"name": name, "kind": "faulty" if row["expected"] else "healthy", "expected": row["expected"],
+                      "step": None, "location": row.get("location"), "causes": row.get("causes"),
+                      "max_delay": row.get("max_delay"), "forbidden": row.get("forbidden", []),
+                      "cause": (row.get("causes") or [None])[0], "why": row["why"],
+                      "file": os.path.join(SCRIPTS, row["script"] + ".py"), "args": ["--fault", row["fault"]]})
+    return specs
+
+
 def run_scenario(spec, logdir, build, pybuild):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(pybuild, "python"), SCENARIOS, env.get("PYTHONPATH", "")])
     t0 = time.perf_counter()
-    proc = subprocess.run([PYTHON, spec["file"], "--logdir", logdir], env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run([PYTHON, spec["file"], "--logdir", logdir, *spec.get("args", [])], env=env,
+                          capture_output=True, text=True, timeout=600)
     wall = time.perf_counter() - t0
     run_dir = os.path.join(logdir, spec["name"])
     result = {"spec": spec, "train_seconds": wall, "rc": proc.returncode, "stderr": proc.stderr[-2000:]}
+    truth_file = os.path.join(run_dir, "truth.json")
+    if os.path.exists(truth_file):  # a training script's own account of its fault
+        with open(truth_file) as f:
+            spec["step"] = json.load(f).get("step")
     if not os.path.isdir(run_dir):
         result["error"] = "no run recorded"
         result["diagnosis"] = {"findings": [{"code": "NO_RUN", "severity": "critical", "step": 0, "location": "",
@@ -164,6 +187,49 @@ def totals(rows, results):
     return out
 
 
+def script_verdict(row, spec):
+    """faults.py's criteria (tests/python/test_scripts.py checks the same): the code, the
+    delay from the step the script reports, the first cause, the place, no forbidden code."""
+    if spec["kind"] == "healthy":
+        return "ok" if not row["alarms"] else "FALSE ALARM"
+    if not row["found"]:
+        return "MISSED"
+    problems = []
+    delay = row.get("delay")
+    if spec.get("max_delay") is not None and (delay is None or not 0 <= delay <= spec["max_delay"]):
+        problems.append(f"delay {delay} > {spec['max_delay']}")
+    if spec.get("causes") and row["top_cause"] not in spec["causes"]:
+        problems.append(f"cause {row['top_cause']}")
+    if spec.get("location") and not (row["location_found"] or "").startswith(spec["location"]):
+        problems.append(f"location {row['location_found']}")
+    extra = [c for c in spec.get("forbidden", []) if any(f["code"] == c for f in row["findings"])]
+    if extra:
+        problems.append("also " + ",".join(extra))
+    return "ok" if not problems else "; ".join(problems)
+
+
+def fmt_script_table(rows, results):
+    lines = ["| run | what | expected | found | detected vs fault step (max delay) | top cause (accepted) | other warnings | verdict |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row, res in zip(rows, results):
+        spec = res["spec"]
+        verdict = script_verdict(row, spec)
+        others = [f"{f['code']}@{f['step']}" for f in row["alarms"] if f is not row.get("match")]
+        if spec["kind"] == "healthy":
+            lines.append(f"| {spec['name']} | {spec['why']} | - | - | - | - | {', '.join(others) or 'none'} | {verdict} |")
+            continue
+        if not row["found"]:
+            lines.append(f"| {spec['name']} | {spec['why']} | {row['expected']} | **missed** | - | - | "
+                         f"{', '.join(others) or 'none'} | {verdict} |")
+            continue
+        accepted = "/".join(spec.get("causes") or []) or "-"
+        max_delay = spec.get("max_delay")
+        lines.append(f"| {spec['name']} | {spec['why']} | {row['expected']} | {row['found_code']} ({row['found_severity']}) | "
+                     f"{row['detected_at']} vs {spec['step']} ({'-' if max_delay is None else max_delay}) | "
+                     f"{row['top_cause']} ({accepted}) | {', '.join(others) or 'none'} | {verdict} |")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--build", default=os.environ.get("TRAINSCOPE_BUILD_DIR", os.path.join(ROOT, "build")))
@@ -172,9 +238,11 @@ def main():
     parser.add_argument("--logdir", default="")
     parser.add_argument("--write", action="store_true", help="write docs/bench/doctor.md")
     parser.add_argument("--json", default="", help="also dump the raw results here")
+    parser.add_argument("--no-scripts", action="store_true", help="skip the training scripts of tests/python/scripts")
     args = parser.parse_args()
     only = set(filter(None, args.only.split(",")))
     specs = load_specs(only)
+    script_specs = [] if args.no_scripts else load_script_specs(only)
     logdir = args.logdir or tempfile.mkdtemp(prefix="trainscope-scenarios-")
     results = []
     for spec in specs:
@@ -187,6 +255,15 @@ def main():
         if res.get("error"):
             status += f" (error: {res['error']}; {res['stderr'][-300:]})"
         print(f"{spec['name']:32s} {res['train_seconds']:5.1f}s rc={res['rc']} {status}", file=sys.stderr)
+    script_results = []
+    for spec in script_specs:
+        shutil.rmtree(os.path.join(logdir, spec["name"]), ignore_errors=True)
+        res = run_scenario(spec, logdir, args.build, args.pybuild or args.build)
+        script_results.append(res)
+        status = script_verdict(score(res), spec)
+        if res.get("error"):
+            status += f" (error: {res['error']}; {res['stderr'][-300:]})"
+        print(f"{spec['name']:32s} {res['train_seconds']:5.1f}s rc={res['rc']} {status}", file=sys.stderr)
     rows = [score(r) for r in results]
     table = fmt_table(rows, results)
     tot = totals(rows, results)
@@ -194,6 +271,22 @@ def main():
     print()
     for k, v in tot.items():
         print(f"{k}: {v}")
+    script_rows = [score(r) for r in script_results]
+    script_table = fmt_script_table(script_rows, script_results) if script_results else ""
+    script_tot = {}
+    if script_results:
+        verdicts = [script_verdict(r, res["spec"]) for r, res in zip(script_rows, script_results)]
+        faulty = [v for v, res in zip(verdicts, script_results) if res["spec"]["kind"] == "faulty"]
+        healthy = [r for r, res in zip(script_rows, script_results) if res["spec"]["kind"] == "healthy"]
+        script_tot = {"script_faults_right": f"{faulty.count('ok')}/{len(faulty)} faults found with the right code, "
+                                             "delay, first cause and place",
+                      "script_false_alarms": f"{sum(len(r['alarms']) for r in healthy)} warning/critical findings on "
+                                             f"{len(healthy)} healthy script runs"}
+        print()
+        print(script_table)
+        print()
+        for k, v in script_tot.items():
+            print(f"{k}: {v}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": [{k: v for k, v in r.items() if k not in ("findings", "alarms", "match")} for r in rows],
@@ -210,6 +303,14 @@ def main():
                "step is the detection delay. Locations are checked for non-finite faults (DESIGN.md's first "
                "producer).", "", table, "", "## Totals", ""]
         doc += [f"- {k.replace('_', ' ')}: {v}" for k, v in tot.items()]
+        if script_results:
+            doc += ["", "## Training scripts", "",
+                    "The training scripts of `tests/python/scripts/` (a nanoGPT-style char GPT, a PyTorch-examples "
+                    "MNIST CNN, the examples' word-level LSTM with manual SGD), healthy and with `--fault`; each run "
+                    "writes the step its fault became real (`truth.json`). Criteria from "
+                    "`tests/python/scripts/faults.py` (the same as `tests/python/test_scripts.py`).", "",
+                    script_table, ""]
+            doc += [f"- {k.replace('_', ' ')}: {v}" for k, v in script_tot.items()]
         doc += ["", "Overhead: `build/bench/trainscope_doctor_bench RUN` replays each recorded run through the "
                 "online doctor (every detector, samples in step order), median of 5; divided by the scenario's "
                 "median recorded step time (`time/step`). The scenarios' steps are tiny (about a millisecond), so "

@@ -567,7 +567,7 @@ class OverfitResult:
         self.steps = steps
         self.target_ratio = target_ratio
         self.floor = floor
-        self.problem = problem          # None, "nonfinite", "no_gradient", "negative"
+        self.problem = problem          # None, "nonfinite", "no_gradient", "negative", "targets_are_inputs"
 
     def __repr__(self):
         return (f"OverfitResult(passed={self.passed}, initial_loss={self.initial_loss:.6g}, "
@@ -645,12 +645,44 @@ def _make_optimizer(optimizer, params, lr):
 
 
 def _loss_of(output, targets, loss_fn):
+    """The loss of one forward. A model returning (logits, loss), as nanoGPT's does, gives
+    its own loss when loss_fn is None, and its logits (the first element) to loss_fn."""
+    pair = isinstance(output, (tuple, list)) and len(output) >= 2 and isinstance(output[0], torch.Tensor)
     if loss_fn is not None:
-        return loss_fn(output, targets)
+        return loss_fn(output[0] if pair else output, targets)
+    if pair:
+        for item in output[1:]:
+            if isinstance(item, torch.Tensor) and item.numel() == 1:
+                return item
+        raise TypeError("overfit_check: loss_fn is None and the model's (logits, ...) output holds no scalar loss "
+                        "(pass the targets to the model, e.g. batch=((x, y), y), or give loss_fn)")
     loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
     if loss is None:
         raise TypeError("overfit_check: loss_fn is None and the model's output has no 'loss'")
     return loss
+
+
+def _copied_targets(inputs, targets):
+    """The fraction of target positions equal to the inputs (target_match), when the batch
+    has integer token inputs and integer targets of one size; else None."""
+    candidates = list(inputs) if isinstance(inputs, (tuple, list)) else \
+        list(inputs.values()) if isinstance(inputs, dict) else [inputs]
+    pair = _integer_pair(tuple(t for t in candidates if t is not targets) + (targets,)) \
+        if isinstance(targets, torch.Tensor) else None
+    if pair is None:
+        return None
+    copy_fraction, next_fraction = target_match(*pair)
+    return copy_fraction if copy_fraction > next_fraction else None
+
+
+def _sequence_targets(targets, inputs):
+    """Token targets of a sequence model: integer targets with more elements than samples
+    (B x T next-token predictions)."""
+    if not isinstance(targets, torch.Tensor) or targets.is_floating_point() or targets.dim() == 0:
+        return False
+    first = inputs[0] if isinstance(inputs, (tuple, list)) and inputs else inputs
+    samples = first.shape[0] if isinstance(first, torch.Tensor) and first.dim() > 0 else targets.shape[0]
+    return targets.numel() > samples
 
 
 def _fmt(x):
@@ -690,6 +722,9 @@ def _train_on_one_batch(model, forward, targets, loss_fn, steps, make_optimizer)
     return losses, None, "", frozen
 
 
+# Token targets of a sequence model (more targets than samples) pass at a tenth of the start.
+SEQUENCE_TARGET_RATIO = 0.1
+
 # Without a learning rate from the caller: 1e-3 (Adam's usual), then 1e-2, which small
 # models need to memorise a batch within 100 steps; a bug fails at both.
 _DEFAULT_LRS = (1e-3, 1e-2)
@@ -708,7 +743,11 @@ def overfit_check(model, loss_fn, batch, steps=100, lr=None, optimizer=None, *, 
     settings, fresh state) or a function params -> optimizer. lr: None with None or a class
     tries lr 1e-3, then 1e-2 if the first does not pass (a fresh copy each time).
     Passed: the final loss (the lowest of the last tenth of the steps) is <= target_ratio x
-    the initial loss (1 %), or <= floor (1e-3, for losses that start near zero). Returns an
+    the initial loss (1 %; 10 % for the token targets of a sequence model, more targets than
+    samples), or <= floor (1e-3, for losses that start near zero). A model returning
+    (logits, loss) gives its own loss when loss_fn is None (batch=((x, y), y) calls
+    model(x, y)), its logits to loss_fn otherwise. Integer targets equal to the integer
+    inputs (an LM trained on its current token) fail: copying memorises anything. Returns an
     OverfitResult; prints its verdict on stderr unless verbose=False.
     """
     _ensure_torch()
@@ -717,7 +756,14 @@ def overfit_check(model, loss_fn, batch, steps=100, lr=None, optimizer=None, *, 
     steps = int(steps)
     if steps < 1:
         raise ValueError(f"overfit_check: steps must be >= 1, got {steps}")
-    forward, targets, _ = _split_batch(batch)
+    forward, targets, inputs = _split_batch(batch)
+    # B x T token targets: memorising hundreds of next-token predictions takes longer than
+    # a few samples' labels; a tenth of the start in `steps` steps is a model that learns
+    # (a healthy char-level GPT batch went 4.46 -> 0.295 in 100 steps).
+    sequence = _sequence_targets(targets, inputs)
+    if sequence and target_ratio == 0.01:
+        target_ratio = SEQUENCE_TARGET_RATIO
+    copied = _copied_targets(inputs, targets)
     escalate = lr is None and (optimizer is None or isinstance(optimizer, type))
     lrs = _DEFAULT_LRS if escalate else (lr,)
     devices = sorted({p.device.index or 0 for p in model.parameters() if p.is_cuda})
@@ -744,7 +790,14 @@ def overfit_check(model, loss_fn, batch, steps=100, lr=None, optimizer=None, *, 
     elif escalate:
         tried = f" (lr {attempt_lr:g})"
     frozen_note = f"; {frozen} parameter tensors are frozen" if frozen else ""
-    if problem == "nonfinite":
+    if copied is not None and copied >= 0.9 and problem is None:
+        # A model copying its input memorises anything: passing proves nothing here.
+        passed, problem = False, "targets_are_inputs"
+        verdict = (f"overfit_check FAILED: the targets equal the inputs at {copied:.0%} of positions, so the loss "
+                   f"went from {_fmt(initial)} to {_fmt(final)} by copying{tried}. A next-token target is the input "
+                   "shifted by one (y = data[i+1:i+1+T] for x = data[i:i+T]); if the model shifts the labels "
+                   "itself (Hugging Face causal LMs with labels=input_ids), this check cannot tell")
+    elif problem == "nonfinite":
         verdict = (f"overfit_check FAILED: {detail} (start {_fmt(initial)}){tried}: lower the learning rate, and "
                    "look for log(0), division by zero or exp overflow in the model and the loss")
     elif problem == "no_gradient":
