@@ -101,37 +101,63 @@ def reference(files, out_path):
     print(f"wrote {out_path} ({len(files)} traces)")
 
 
+def trainscope_core(trainscope):
+    """The built _core module, loaded by its path (the venv has HTA, not torch: the package's
+    __init__ is not imported)."""
+    import glob
+    import importlib.util
+    folder = os.path.join(os.path.dirname(os.path.abspath(trainscope)), "python", "trainscope")
+    found = glob.glob(os.path.join(folder, "_core*.so"))
+    if not found:
+        return None
+    spec = importlib.util.spec_from_file_location("_core", found[0])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module if hasattr(module, "analyze_traces") else None
+
+
 def timing(files, runs, trainscope):
+    """Per trace: HTA's load + analyses in process; trainscope's read + every analysis in
+    process (_core.analyze_traces, what run.profile calls) and as a whole command (a new
+    process each run, `trainscope trace --json`)."""
     quiet()
+    core = trainscope_core(trainscope)
     rows = []
     with tempfile.TemporaryDirectory() as work:
         for f in files:
             folder = one_folder(f, work)
-            hta_times, ts_times = [], []
+            hta_times, proc_times, core_times = [], [], []
             for _ in range(runs):
                 seconds, _, res = hta_analyses(folder)
                 hta_times.append(seconds)
             for _ in range(runs):
                 t0 = time.perf_counter()
                 out = subprocess.run([trainscope, "trace", "--json", f], capture_output=True, text=True, check=True).stdout
-                ts_times.append(time.perf_counter() - t0)
+                proc_times.append(time.perf_counter() - t0)
+                if core is not None:
+                    t0 = time.perf_counter()
+                    core.analyze_traces([f], 10, False)
+                    core_times.append(time.perf_counter() - t0)
             mine = json.loads(out)["ranks"][0]["temporal"]
             t = res["temporal"]
             diff = "HTA: " + type(t).__name__ if isinstance(t, Exception) else \
-                "max |diff| %.3f pct points" % max(abs(mine[k] - float(t.iloc[0][c])) for k, c in zip(KEYS[4:], HTA_COLUMNS[4:]))
-            h, m = statistics.median(hta_times), statistics.median(ts_times)
-            rows.append((os.path.basename(f), os.path.getsize(f), h, m, diff))
-    print(f"| trace | bytes | HTA load + analyses (median of {runs}) | trainscope trace --json (median of {runs}) | speed-up | temporal breakdown |")
-    print("|---|---|---|---|---|---|")
-    for name, size, h, m, diff in rows:
-        print(f"| {name} | {size} | {h * 1e3:.1f} ms | {m * 1e3:.1f} ms | {h / m:.0f}x | {diff} |")
-    total_h, total_m = sum(r[2] for r in rows), sum(r[3] for r in rows)
-    print(f"| all {len(rows)} | | {total_h * 1e3:.0f} ms | {total_m * 1e3:.0f} ms | {total_h / total_m:.0f}x | |")
+                "%.2f pct points" % max(abs(mine[k] - float(t.iloc[0][c])) for k, c in zip(KEYS[4:], HTA_COLUMNS[4:]))
+            h, p = statistics.median(hta_times), statistics.median(proc_times)
+            c = statistics.median(core_times) if core_times else float("nan")
+            rows.append((os.path.basename(f), os.path.getsize(f), h, c, p, diff))
+    print(f"medians of {runs} runs each")
+    print("| trace | bytes | HTA load + analyses | trainscope in process | speed-up | `trainscope trace --json` (process) | speed-up | temporal breakdown vs HTA (max) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, size, h, c, p, diff in rows:
+        print(f"| {name} | {size} | {h * 1e3:.1f} ms | {c * 1e3:.2f} ms | {h / c:.0f}x | {p * 1e3:.1f} ms | {h / p:.0f}x | {diff} |")
+    th, tc, tp = (sum(r[i] for r in rows) for i in (2, 3, 4))
+    print(f"| all {len(rows)} | {sum(r[1] for r in rows)} | {th * 1e3:.0f} ms | {tc * 1e3:.1f} ms | {th / tc:.0f}x | {tp * 1e3:.0f} ms | {th / tp:.0f}x | |")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--traces", default=TRACES, help="folder of Kineto traces")
+    p.add_argument("--extra", action="append", default=[], help="another trace file to time (not in the reference)")
     p.add_argument("--reference", help="write HTA's breakdowns to this JSON")
     p.add_argument("--time", action="store_true", help="time HTA and trainscope")
     p.add_argument("--runs", type=int, default=5)
@@ -141,7 +167,7 @@ def main():
     if a.reference:
         reference(files, a.reference)
     if a.time:
-        timing(files, a.runs, a.trainscope)
+        timing(files + a.extra, a.runs, a.trainscope)
     if not a.reference and not a.time:
         p.error("give --reference FILE and/or --time")
 
