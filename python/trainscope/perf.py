@@ -405,8 +405,14 @@ def _shape_hints(module, entry, name, non_contiguous):
     dims = []
     if isinstance(module, torch.nn.Linear):
         dims = [module.in_features, module.out_features]
-    elif isinstance(module, (torch.nn.modules.conv._ConvNd,)):
-        dims = [module.in_channels // module.groups, module.out_channels]
+    elif isinstance(module, torch.nn.modules.conv._ConvNd):
+        depthwise = module.groups > 1 and module.groups == module.in_channels
+        dims = [module.in_channels, module.out_channels] if depthwise else \
+            [module.in_channels // module.groups, module.out_channels]
+        if depthwise:
+            hints.append(("memory_bound", "depthwise convolution (one input channel per filter): little arithmetic "
+                                          "per byte read, memory-bound on CPUs and GPUs alike; try channels_last "
+                                          "memory format or a fused depthwise-separable kernel"))
     odd = [d for d in dims if d % 8]
     if odd:
         hints.append(("odd_shape", f"dimension(s) {odd} not a multiple of 8: tensor cores and vector units work "
@@ -414,7 +420,7 @@ def _shape_hints(module, entry, name, non_contiguous):
     if entry["macs"] and entry["calls"] and entry["macs"] / entry["calls"] < (1 << 20):
         hints.append(("small_matmul", f"small matrix product ({entry['macs'] / entry['calls']:.3g} MACs per call): "
                                       f"fixed costs dominate; batch several, fuse, or grow the batch"))
-    if not entry["macs"]:
+    if not entry["macs"] and not any(h[0] == "memory_bound" for h in hints):
         hints.append(("memory_bound", "no matrix product: the op moves memory more than it computes; fuse it "
                                       "with its neighbours (torch.compile), run it in place, or drop it"))
     if name in non_contiguous:

@@ -310,3 +310,19 @@ def test_watch_modules_logs_each_step_at_its_own_step(tmp_path):
     run.finish()
     steps = ts.open_run(str(tmp_path / "watched")).scalars("perf/module/0/forward_s")["step"]
     assert list(steps) == [0, 1, 2, 3]
+
+
+def test_a_slow_depthwise_conv_is_called_memory_bound_not_odd():
+    class SlowDepthwise(torch.nn.Conv2d):
+        def forward(self, x):
+            import time
+            time.sleep(0.02)
+            return super().forward(x)
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 16, 3, padding=1), SlowDepthwise(16, 16, 3, padding=1, groups=16))
+    profile = ts.perf.profile_modules(model, torch.randn(2, 16, 16, 16), steps=2, warmup=1)
+    assert [f["location"] for f in profile["findings"]] == ["1"]
+    hints = profile["findings"][0]["evidence"]["hints"]
+    assert hints[0] == "memory_bound" and "odd_shape" not in hints
+    assert "depthwise" in profile["findings"][0]["summary"]
