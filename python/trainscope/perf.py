@@ -286,6 +286,13 @@ class ModuleTimer:
         self._pending = {}  # name -> [backward start, latest end]
 
     def attach(self):
+        devices = {p.device.type for p in self.model.parameters()}
+        if devices - {"cpu"}:
+            # Host clocks around asynchronous kernels measure their launch, not their run:
+            # numbers that look right and are not. Per-kernel device time: trainscope trace.
+            raise RuntimeError(f"ModuleTimer times modules on the CPU; this model has parameters on "
+                               f"{sorted(devices - {'cpu'})}: profile a few steps with torch.profiler and read the "
+                               f"trace with `trainscope trace`")
         for name, module in self.leaves.items():
             self.handles.append(module.register_forward_pre_hook(self._pre(name)))
             self.handles.append(module.register_forward_hook(self._post(name)))
