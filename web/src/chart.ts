@@ -44,9 +44,25 @@ export function textWidth(text: string, font = AXIS_FONT): number {
   return measureCtx.measureText(text).width;
 }
 
+// Log-axis ticks and grid at whole decades (uPlot's default draws every 1..9 x 10^k, a
+// striped background); with less than two decades in view, 1, 2, 5 x 10^k.
+function logSplits(_u: uPlot, _i: number, min: number, max: number): number[] {
+  if (!(min > 0) || !(max > min)) return [min, max];
+  const lo = Math.floor(Math.log10(min)), hi = Math.ceil(Math.log10(max));
+  const out: number[] = [];
+  const mults = hi - lo >= 3 ? [1] : [1, 2, 5];
+  const every = Math.max(1, Math.ceil((hi - lo) / 6));
+  for (let e = lo; e <= hi; e += every) for (const m of mults) {
+    const v = m * 10 ** e;
+    if (v >= min * (1 - 1e-9) && v <= max * (1 + 1e-9)) out.push(v);
+  }
+  return out.length >= 2 ? out : [min, max];
+}
+
 // The value axis: labels from tickLabels, the axis as wide as its widest label.
-function valueAxis(label?: string): uPlot.Axis {
+function valueAxis(label?: string, log = false): uPlot.Axis {
   return {
+    ...(log ? { splits: logSplits, filter: (_u: uPlot, splits: number[]) => splits } : {}),
     font: AXIS_FONT, label, labelSize: label ? 18 : 0, gap: 4,
     values: (_u, vals) => tickLabels(vals),
     size: (_u, values) => (values ? Math.ceil(Math.max(16, ...values.map((v) => textWidth(String(v))))) + 10 + 4 + 6 : 40),
@@ -236,10 +252,24 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
     cursor: { sync: { key: 'trainscope' }, drag: { x: true, y: false }, bind: { dblclick: () => () => null } },
     scales: { x: xScale(o.x === 'step' ? o.xRange : undefined, o.x === 'wall'), y: yRange(o.log) },
     axes: [stepAxis(o.x === 'relative' ? 'seconds since start' : o.x === 'step' ? 'step' : 'wall time', o.x === 'wall'),
-           valueAxis()],
+           valueAxis(undefined, o.log)],
     hooks: {
       draw: [(u) => {
         for (const d of drawMarkers) d(u);
+        // Buckets holding NaN/Inf: a red tick on the top edge at their steps (the curve has a gap there).
+        const ctx = u.ctx;
+        ctx.save();
+        ctx.fillStyle = '#d62728';
+        for (const c of curves) {
+          for (let i = 0; i < c.data.step.length; i++) {
+            if (!c.data.nonfinite[i]) continue;
+            const xv = xOf(c.data, i, o.x, c.start_time);
+            if (xv === null) continue;
+            const px = u.valToPos(xv, 'x', true);
+            if (px >= u.bbox.left && px <= u.bbox.left + u.bbox.width) ctx.fillRect(px - 1, u.bbox.top, 2, 6 * devicePixelRatio);
+          }
+        }
+        ctx.restore();
         wrap.dataset.xmin = String(u.scales.x.min);
         wrap.dataset.xmax = String(u.scales.x.max);
       }],
@@ -315,7 +345,7 @@ export function lineChart(title: string, x: number[], lines: LineSeries[], opts:
     legend: { show: false },
     cursor: { sync: { key: 'trainscope' } },
     scales: { x: xScale(opts.xRange), y: yRange(!!opts.log) },
-    axes: [stepAxis(), valueAxis(opts.yLabel)],
+    axes: [stepAxis(), valueAxis(opts.yLabel, !!opts.log)],
     series: [{}, ...lines.map((l, i) => ({
       label: l.label, stroke: l.color, width: 1.25, spanGaps: true, dash: l.dash, points: { ...points(values[i]), fill: l.color },
     }))],
@@ -423,7 +453,7 @@ export function bandChart(title: string, x: number[], percentiles: Num[][], opts
     width: opts.width, height: opts.height ?? 220, padding: PADDING, legend: { show: false }, series, bands,
     cursor: { sync: { key: 'trainscope' } },
     scales: { x: xScale(opts.xRange), y: yRange(!!opts.log) },
-    axes: [stepAxis(), valueAxis(opts.yLabel)],
+    axes: [stepAxis(), valueAxis(opts.yLabel, !!opts.log)],
     hooks: { draw: [markerLayer(wrap, opts.markers || [], (s) => s)] },
   }, data as uPlot.AlignedData, wrap);
   (wrap as HTMLElement & { plot?: uPlot }).plot = u;
