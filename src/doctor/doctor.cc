@@ -396,7 +396,9 @@ void Doctor::Report(Finding finding, bool amend) {
   // the difference is the detection delay.
   json evidence = json::parse(finding.evidence_json, nullptr, false);
   if (!evidence.is_object()) evidence = json::object();
-  evidence["detected_at"] = judging_step_;
+  // A detector that judged with hindsight (offline, at the end) says when the data first
+  // showed it; otherwise it is now.
+  if (!evidence.contains("detected_at")) evidence["detected_at"] = judging_step_;
   finding.evidence_json = evidence.dump();
   if (finding.actions.empty()) finding.actions = KnowledgeBase::Builtin().ActionsFor(finding);
   open_findings_[key] = findings_.size();

@@ -273,10 +273,20 @@ void LossDivergenceDetector::OnStep(const StepFrame& frame, const DetectorContex
     if (ctx.options.streaming) {
       ctx.Report(std::move(f));
     } else if (!deferred_) {
+      json ev = json::parse(f.evidence_json.empty() ? "{}" : f.evidence_json, nullptr, false);
+      if (ev.is_object()) {
+        ev["detected_at"] = frame.step;  // when the climb was seen, not the end of the run
+        f.evidence_json = ev.dump();
+      }
       deferred_ = std::move(f);
     } else {
       deferred_->last_step = std::max(deferred_->last_step, f.last_step);
-      if (f.severity > deferred_->severity) *deferred_ = std::move(f);
+      if (f.severity > deferred_->severity) {
+      f.evidence_json = deferred_->evidence_json;
+      f.summary = f.summary.empty() ? deferred_->summary : f.summary;
+      f.causes = f.causes.empty() ? deferred_->causes : f.causes;
+      *deferred_ = std::move(f);
+    }
     }
   };
   if (reported_ && (!critical || critical_)) {
@@ -374,7 +384,8 @@ void LossPlateauDetector::OnStep(const StepFrame& frame, const DetectorContext& 
   steps_.push_back(frame.step);
   values_.push_back(x);
   lrs_.push_back(ctx.facts.lr);
-  if (!reported_ && run_ >= options_.frozen_points && x != 0 && std::fabs(x) >= 0.05 * std::fabs(values_.front())) {
+  // (A negative loss repeating is NEGATIVE_LOSS's to report.)
+  if (!reported_ && run_ >= options_.frozen_points && x > 0 && x >= 0.05 * std::fabs(values_.front())) {
     ReportFrozen(ctx);
   }
   // Every eval_every points: online an early warning; offline a candidate that the end of
@@ -459,6 +470,7 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final, double m
   if (!stuck && !at_chance) return;
   if (!final && !ctx.options.streaming) {
     candidate_ = true;  // offline: the end of the run decides
+    candidate_step_ = steps_.back();
     return;
   }
   const bool inferred = classes_from == "inferred from the loss level";
@@ -487,6 +499,7 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final, double m
   // "initial" is the first value logged; the comparison uses the medians.
   json ev = {{"initial", Num(values_.front())}, {"initial_level", Num(initial)}, {"now", Num(now)},
              {"points", n}, {"at_chance", at_chance}};
+  if (candidate_) ev["detected_at"] = candidate_step_;
   if (c > 1) {
     ev["chance_level"] = Num(chance);
     ev["classes"] = c;

@@ -187,6 +187,7 @@ class LossPlateauDetector : public Detector {
   std::vector<double> lrs_;
   bool reported_ = false;
   bool candidate_ = false;  // offline: a plateau was seen during the run
+  int64_t candidate_step_ = 0;
   size_t run_ = 0;  // identical consecutive values ending at the last point
   int64_t run_start_ = 0;
   double label_min_ = kNaN, label_max_ = -1;

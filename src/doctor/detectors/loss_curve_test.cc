@@ -147,8 +147,58 @@ TEST(LossPlateau, ADivergedLossIsNotStuck) {
 }
 
 TEST(LossPlateau, TooEarlyToTell) {
-  std::vector<double> v(99, 5.0);
+  // Flat but noisy (a loss that moves, not a frozen one): 99 points are too few to judge.
+  std::vector<double> v;
+  for (int i = 0; i < 99; ++i) v.push_back(5.0 + 0.01 * ((i * 7919) % 13 - 6));
   EXPECT_TRUE(LossRun("loss_plateau", v).empty());
+}
+
+TEST(LossPlateau, AFrozenLossIsAPlateauEvenInAShortLog) {
+  // DeepSpeed print-outs of a broken start: 55.84, then 54.75 again and again.
+  std::vector<double> v = {55.84, 54.75, 54.75, 54.75, 54.75, 54.75, 54.75};
+  const auto f = LossRun("loss_plateau", v);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0].summary.find("frozen"), std::string::npos) << f[0].summary;
+  EXPECT_EQ(f[0].step, 1);
+  // Four repeats are not enough, and a loss frozen at 0 (converged, printed rounded) is not.
+  EXPECT_TRUE(LossRun("loss_plateau", {55.84, 54.75, 54.75, 54.75, 54.75, 53.1}).empty());
+  EXPECT_TRUE(LossRun("loss_plateau", {2.0, 0.5, 0, 0, 0, 0, 0, 0}).empty());
+}
+
+// Offline (diagnose), with no class count declared.
+std::vector<Finding> OfflineRunWithoutClasses(const std::string& detector, const std::vector<double>& loss) {
+  DoctorOptions options;
+  options.only = {detector};
+  options.streaming = false;
+  Doctor doctor(std::move(options));
+  for (size_t s = 0; s < loss.size(); ++s) doctor.OnScalar("train/loss", static_cast<int64_t>(s), 0, loss[s]);
+  doctor.Finish();
+  return doctor.findings();
+}
+
+TEST(LossPlateau, OfflineAPlateauThatTheRunLeftIsNotReported) {
+  // Flat for 200 points (a plateau at any early check), then learning: 30 % better at the end.
+  std::vector<double> v;
+  for (int i = 0; i < 600; ++i) v.push_back((i < 200 ? 1.0 : 1.0 - 0.3 * (i - 200) / 400.0) + 0.02 * (((i * 7919) % 13) - 6) / 6.0);
+  EXPECT_TRUE(OfflineRunWithoutClasses("loss_plateau", v).empty());
+  // Online the early warning stands (it cannot know the future).
+  EXPECT_FALSE(LossRun("loss_plateau", v).empty());
+}
+
+TEST(LossPlateau, ChanceLevelIsInferredForFewClassesAndSaysSo) {
+  // A binary classifier that never learns: noisy per-batch loss around ln 2.
+  std::vector<double> v;
+  for (int i = 0; i < 600; ++i) v.push_back(0.6931 + 0.05 * (((i * 7919) % 17) - 8) / 8.0);
+  const auto f = OfflineRunWithoutClasses("loss_plateau", v);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0].summary.find("ln(2)"), std::string::npos) << f[0].summary;
+  EXPECT_NE(f[0].summary.find("no class count"), std::string::npos) << f[0].summary;
+  // A loss at 3.0 is not matched to some ln K (K <= 4 only): stuck, but no chance claim.
+  std::vector<double> w(600);
+  for (int i = 0; i < 600; ++i) w[i] = 3.0 + 0.05 * (((i * 7919) % 17) - 8) / 8.0;
+  const auto g = OfflineRunWithoutClasses("loss_plateau", w);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].summary.find("chance"), std::string::npos) << g[0].summary;
 }
 
 TEST(LossPlateau, HealthyIsSilent) {

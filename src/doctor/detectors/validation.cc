@@ -40,7 +40,27 @@ void OverfittingDetector::OnStep(const StepFrame& frame, const DetectorContext& 
 void OverfittingDetector::Finish(const DetectorContext& ctx) {
   if (ctx.options.streaming) return;
   std::optional<Finding> f = Judge(ctx);
-  if (f) ctx.Report(std::move(*f));
+  if (!f) return;
+  // When the data first showed it: the shortest prefix of the evaluations that already
+  // shows the same turn (bounded: long curves are dated at the end).
+  if (evals_.size() <= 2000) {
+    const std::vector<Eval> all = evals_;
+    auto* self = const_cast<OverfittingDetector*>(this);
+    for (size_t k = options_.evals_after_best + 1; k < all.size(); ++k) {
+      self->evals_.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k));
+      std::optional<Finding> early = Judge(ctx);
+      if (early && early->step == f->step) {
+        json ev = json::parse(f->evidence_json, nullptr, false);
+        if (ev.is_object()) {
+          ev["detected_at"] = all[k - 1].step;
+          f->evidence_json = ev.dump();
+        }
+        break;
+      }
+    }
+    self->evals_ = all;
+  }
+  ctx.Report(std::move(*f));
 }
 
 std::vector<double> OverfittingDetector::Smoothed(const std::vector<Eval>& evals) {
@@ -81,6 +101,15 @@ std::optional<Finding> OverfittingDetector::Judge(const DetectorContext& ctx) co
   const double val_now = sm[n - 1];
   if (!(now.train < (1 - options_.train_drop) * b.train)) return std::nullopt;  // train loss must still be falling
   if (val_now - sm[best] < options_.min_rise_of_first * std::fabs(evals_.front().val)) return std::nullopt;
+  // And the rise clears the evaluation noise: sigma from the MAD of successive differences
+  // (robust to the curve's own trend and to single outliers), the rise >= noise_sigmas of it.
+  std::vector<double> diffs;
+  for (size_t i = 1; i < n; ++i) diffs.push_back(evals_[i].val - evals_[i - 1].val);
+  const double mid = Median(diffs);
+  std::vector<double> dev;
+  for (double d : diffs) dev.push_back(std::fabs(d - mid));
+  const double noise = 1.4826 * Median(dev) / std::sqrt(2.0);
+  if (val_now - sm[best] < options_.noise_sigmas * noise) return std::nullopt;
   const double gap_then = sm[best] - b.train, gap_now = val_now - now.train;
   if (!(gap_now > options_.gap_growth * std::max(gap_then, 0.0) && gap_now > 0)) return std::nullopt;
   Finding f;

@@ -25,6 +25,9 @@ struct OverfittingOptions {
   // The training loss must have fallen by 5 % since the best evaluation: with a flat
   // training loss a rising validation loss is SGD noise (or a shift), not memorisation.
   double train_drop = 0.05;
+  // The rise (smoothed, end against minimum) is >= 2 sigma of the evaluation noise: a
+  // validation loss that wanders by as much as it "rose" has not turned.
+  double noise_sigmas = 2;
 };
 
 class OverfittingDetector : public Detector {
