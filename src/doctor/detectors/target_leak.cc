@@ -66,7 +66,10 @@ void TargetLeakDetector::Judge(int64_t step, const DetectorContext& ctx, bool at
   done_ = true;
   Finding f;
   f.code = "TARGET_LEAK";
-  f.severity = Severity::kWarning;
+  // The loss alone cannot tell a leak from a task that is simply easy (a template-matching
+  // CNN of the scenarios reaches 0.3 % of its start honestly): info. With the data's
+  // evidence that the targets are the inputs: a warning.
+  f.severity = copies ? Severity::kWarning : Severity::kInfo;
   f.step = copies ? copy_first_step_ : first_step_;
   f.last_step = step;
   f.location = ctx.facts.roles.Get(Role::kLoss);

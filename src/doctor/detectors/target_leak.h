@@ -14,6 +14,8 @@
 //     first value and <= absolute_alone, within the first fast_points points; a
 //     validation loss, when one is logged, must be as low (<= val_ratio x the training
 //     loss or <= absolute_alone): memorising a small training set is OVERFITTING, not this.
+//   Severity: warning with the data's evidence, info on the loss alone (an easy task
+//   reaches near-zero loss honestly: the scenarios' template-matching CNN does).
 #pragma once
 
 #include <string>

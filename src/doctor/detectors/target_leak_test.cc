@@ -45,7 +45,9 @@ TEST(TargetLeakEdges, WhatATaskAllows) {
   EXPECT_TRUE(Curve(10.8, 3.0, 300, 1.0, 0.05, 1.1).empty());
   // No data check: the loss alone must fall under 1 % of its start and under 0.05.
   EXPECT_TRUE(Curve(2.3, 0.03, 300, -1, 0, 1.0).empty());        // 1.3 %
-  EXPECT_EQ(Curve(2.3, 0.004, 300, -1, 0, 1.0).size(), 1u);      // 0.17 %
+  ASSERT_EQ(Curve(2.3, 0.004, 300, -1, 0, 1.0).size(), 1u);      // 0.17 %
+  EXPECT_EQ(Curve(2.3, 0.004, 300, -1, 0, 1.0)[0].severity, Severity::kInfo);  // an easy task looks the same
+  EXPECT_EQ(Curve(4.2, 0.002, 200, 1.0, 0.07, 1.0)[0].severity, Severity::kWarning);
   // Memorising the training set: validation stays high. That is overfitting, not a leak.
   EXPECT_TRUE(Curve(2.3, 0.004, 300, -1, 0, /*val=*/200.0).empty());
   // Too slow to be a copy: reached after the first 1000 points.
