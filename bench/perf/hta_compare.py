@@ -45,7 +45,7 @@ def hta_analyses(folder):
         ("idle", lambda: analyzer.get_idle_time_breakdown(ranks=[rank], visualize=False)[0]),
         ("kernels", lambda: analyzer.get_gpu_kernel_breakdown(visualize=False)),
         ("overlap", lambda: analyzer.get_comm_comp_overlap(visualize=False)),
-        ("launch", lambda: analyzer.get_cuda_kernel_launch_stats(visualize=False)),
+        ("launch", lambda: analyzer.get_cuda_kernel_launch_stats(ranks=[rank], visualize=False)),
     ]:
         try:
             out[name] = call()
@@ -74,6 +74,17 @@ def hta_breakdowns(folder):
     if not isinstance(idle, Exception):
         sums = idle.groupby("idle_category")["idle_time"].sum()
         entry["idle_breakdown"] = {k + "_us": float(v) for k, v in sums.items()}
+    overlap = res["overlap"]
+    if not isinstance(overlap, Exception) and len(overlap):
+        value = float(overlap.iloc[0]["comp_comm_overlap_pctg"])
+        if value == value:  # NaN: no communication kernels
+            entry["comm_overlap_pct"] = value
+    launch = res["launch"]
+    if not isinstance(launch, Exception) and launch:
+        df = list(launch.values())[0]
+        if len(df):
+            entry["launch_delay"] = {"count": int(len(df)), "median_us": float(df["launch_delay"].median()),
+                                     "max_us": float(df["launch_delay"].max())}
     return entry
 
 
@@ -82,7 +93,8 @@ def reference(files, out_path):
     quiet()
     ref = {"produced_by": "bench/perf/hta_compare.py --reference, HolisticTraceAnalysis " +
            getattr(hta, "__version__", "?") + " from PyPI: TraceAnalysis(trace_dir=<a folder with the one file>), "
-           "get_temporal_breakdown(visualize=False), get_idle_time_breakdown(ranks=[rank]) summed over streams; "
+           "get_temporal_breakdown(visualize=False), get_idle_time_breakdown(ranks=[rank]) summed over streams, "
+           "get_comm_comp_overlap() (comm_overlap_pct), get_cuda_kernel_launch_stats() (launch_delay: count, median, max); "
            "include_last_profiler_step=False (HTA's default). 'hta' is HTA as it comes; 'hta_no_ns_rounding' is "
            "HTA with HTA_DISABLE_NS_ROUNDING=1 (by default HTA rounds the events of traces with fractional "
            "microseconds inward to whole microseconds: ts up, end down)", "traces": {}}

@@ -52,7 +52,7 @@ void PrintRank(const perf::RankTraceReport& r) {
       fmt::print("  communication {}: {:.1f}% of it overlapped with computation\n", Us(r.comm_us), r.comm_overlap_pct);
     }
     if (r.launch.count > 0) {
-      fmt::print("  launch delay (launch call -> GPU start), {} events: median {}, p95 {}, max {}\n", r.launch.count,
+      fmt::print("  launch delay (end of the launch call -> GPU start), {} events: median {}, p95 {}, max {}\n", r.launch.count,
                  Us(r.launch.median_us), Us(r.launch.p95_us), Us(r.launch.max_us));
     }
   } else {

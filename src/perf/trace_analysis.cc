@@ -211,7 +211,9 @@ RankTraceReport AnalyzeRank(const Trace& trace, const TraceAnalysisOptions& opti
   for (const TraceEvent* e : gpu) {
     if (e->kind == EventKind::kGpuSync) continue;
     auto launch = launch_of.find(e->correlation);
-    if (launch != launch_of.end()) delays.push_back(e->ts_us - launch->second->ts_us);
+    // HTA's definition: from the end of the launch call, clipped at 0 (a kernel may start
+    // before its launch call returns).
+    if (launch != launch_of.end()) delays.push_back(std::max(0.0, e->ts_us - launch->second->end_us()));
   }
   r.launch.count = static_cast<int64_t>(delays.size());
   if (!delays.empty()) {

@@ -11,7 +11,8 @@
 // - top kernels and CPU operators by total time, with counts;
 // - communication/computation overlap: the time NCCL kernels run while compute kernels run,
 //   over the NCCL kernels' time;
-// - launch delay: GPU start - start of the runtime call with the same correlation id;
+// - launch delay: GPU start - end of the runtime call with the same correlation id, at
+//   least 0 (HTA's get_cuda_kernel_launch_stats);
 // - collectives: algbw = bytes / time, busbw = algbw x nccl-tests' factor;
 // - profiler steps: each ProfilerStep#N's length and the DataLoader's share of it.
 //

@@ -90,9 +90,10 @@ TEST_F(TraceTest, TemporalBreakdownByHand) {
   // Stream 7: gemm ends 10, Memcpy starts 40 (gap 30); its launch at 45 is after 10: host wait.
   EXPECT_DOUBLE_EQ(r.idle.host_wait_us, 30);
   EXPECT_DOUBLE_EQ(r.idle.other_us, 0);
-  // Launch delays: 5, 9, 28, -5 -> median of {-5, 5, 9, 28} = 7.
+  // Launch delays from each launch call's end: 4, 8, 27, and -6 clipped to 0 -> median 6.
   EXPECT_EQ(r.launch.count, 4);
-  EXPECT_DOUBLE_EQ(r.launch.median_us, 7);
+  EXPECT_DOUBLE_EQ(r.launch.median_us, 6);
+  EXPECT_DOUBLE_EQ(r.launch.max_us, 27);
   ASSERT_FALSE(r.top_kernels.empty());
   EXPECT_EQ(r.top_kernels[0].name, "relu");
 }

@@ -65,6 +65,25 @@ def test_idle_breakdown_agrees_with_hta(name):
         assert mine[key] == pytest.approx(hta.get(key, 0.0), rel=1e-6, abs=1e-3), key
 
 
+@pytest.mark.parametrize("name", sorted(REFERENCE["traces"]))
+def test_launch_delay_and_overlap_agree_with_hta(name):
+    hta = REFERENCE["traces"][name]["hta_no_ns_rounding"]
+    rank = trace_json(TRACES / name)["ranks"][0]
+    if "launch_delay" in hta:
+        mine = rank["launch_delay"]
+        assert mine["count"] == hta["launch_delay"]["count"]
+        assert mine["median_us"] == pytest.approx(hta["launch_delay"]["median_us"], abs=1e-3)
+        assert mine["max_us"] == pytest.approx(hta["launch_delay"]["max_us"], abs=1e-3)
+    elif rank["has_gpu"]:
+        # HTA's launch stats know CUDA runtime launches only; the HIP (AMD) and driver-API
+        # (Triton's cuLaunchKernel) launches are counted here.
+        assert rank["launch_delay"]["count"] >= 1
+    if "comm_overlap_pct" in hta:
+        assert rank["comm_overlap_pct"] == pytest.approx(hta["comm_overlap_pct"], abs=0.006)  # HTA rounds to 0.01
+    else:
+        assert rank["comm_overlap_pct"] is None  # no NCCL kernels
+
+
 def test_two_ranks_from_a_folder_and_gzip(tmp_path):
     shutil.copy(TRACES / "hta_sampled_rank0.json", tmp_path)
     with open(TRACES / "hta_sampled_rank1.json", "rb") as src, gzip.open(tmp_path / "rank1.json.gz", "wb") as dst:
