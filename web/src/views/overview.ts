@@ -6,6 +6,7 @@
 import { api, Buckets, Finding, RunDetail, Spans, TensorSeries } from '../api';
 import { findingMarker, lineChart, Marker, sparkline } from '../chart';
 import { ctx, chartWidth, detail, findings, jumpTo, primaryRun, rangeParams, xRange } from '../ctx';
+import { isUserSeries } from '../groups';
 import { el, fmt, fmtTime, SEVERITY_RANK } from '../util';
 import { stepTimeChart } from './performance';
 
@@ -99,6 +100,14 @@ async function evidenceChart(run: string, f: Finding, d: RunDetail, xr: [number,
   return el('div', { class: 'evidence-chart' }, spark, el('div', { class: 'muted small' }, src.tag + (src.metric && src.metric !== 'l2_norm' ? ` ${src.metric}` : '')));
 }
 
+// The user's final metrics, losses first: where the run ended up.
+function finalLine(final: Record<string, number | string | null>): HTMLElement | null {
+  const keys = Object.keys(final).filter(isUserSeries)
+    .sort((a, b) => Number(!/loss/.test(a)) - Number(!/loss/.test(b)) || a.localeCompare(b)).slice(0, 6);
+  if (!keys.length) return null;
+  return el('div', { class: 'muted final' }, 'final: ' + keys.map((k) => `${k} ${fmt(final[k])}`).join(' · '));
+}
+
 function headline(groups: FindingGroup[], status: string, steps: number): string {
   const worst = groups[0];
   if (status === 'crashed') return worst ? `Crashed; ${worst.code.toLowerCase().replace(/_/g, ' ')} at step ${worst.findings[0].step}.` : 'Crashed.';
@@ -121,8 +130,10 @@ export async function overviewView(gen: number, box: HTMLElement): Promise<void>
   box.append(el('section', { id: 'health', class: `health ${health}` },
     el('div', { class: 'health-head' }, el('span', { class: `badge ${health}` }, health), el('b', {}, run),
        el('span', { class: 'muted' }, ` · ${status} · ${fmt(d.max_step + 1)} steps · started ${fmtTime(meta.start_time)}`
-         + (duration !== undefined ? ` · ${fmt(duration)} s` : '') + (meta.exit_reason ? ` · exit: ${meta.exit_reason}` : ''))),
+         + (duration !== undefined ? ` · ran ${duration >= 5400 ? fmt(duration / 3600) + ' h' : duration >= 120 ? fmt(duration / 60) + ' min'
+           : fmt(duration) + ' s'}` : '') + (meta.exit_reason ? ` · exit: ${meta.exit_reason}` : ''))),
     el('div', { class: 'headline' }, headline(groups, status, d.max_step)),
+    finalLine(summary?.final || {}),
     meta.exception ? el('pre', { class: 'exception' }, String(meta.exception)) : null));
 
   // Findings, grouped.
