@@ -125,10 +125,10 @@ def test_diagnose_sends_a_trace_to_trainscope_trace(name):
 
 # ---- real CPU trainings, profiled ----
 
-# 16 items x 10 ms = 160 ms of loading a batch, against 20 ms (idle machine) to 200 ms (two
-# vCPUs shared with builds, watch() on) of compute: 44 % or more, over the doctor's 30 %;
-# the fast loader's ~1 ms stays under 5 %.
-SLOW_ITEM_SECONDS = 0.01
+# 16 items x 20 ms = 320 ms of loading a batch, against 20 ms (idle machine) to a few hundred
+# ms (two vCPUs shared with builds, watch() on) of compute: well over the doctor's 30 %; the
+# fast loader's ~1 ms stays under 5 %.
+SLOW_ITEM_SECONDS = 0.02
 
 def _training(sleep_per_item, steps, on_step=None, batch=16):
     import torch
@@ -183,11 +183,11 @@ def test_dataloader_bottleneck_from_a_real_cpu_trace(tmp_path, slow):
     assert len(rank["steps"]) == 4
     codes = [f["code"] for f in out["findings"]]
     if slow:
-        assert rank["dataloader_share"] > 0.4
-        assert codes == ["DATALOADER_BOTTLENECK"]
+        assert rank["dataloader_share"] > 0.3, rank["steps"]
+        assert codes == ["DATALOADER_BOTTLENECK"], rank["steps"]
         finding = out["findings"][0]
         assert finding["evidence"]["threshold"] == 0.3  # the doctor's DataloaderOptions.share
-        assert finding["evidence"]["data_wait_ms"] > 150
+        assert finding["evidence"]["data_wait_ms"] > 300
     else:
         assert rank["dataloader_share"] < 0.3, rank["steps"]
         assert codes == [], rank["steps"]
@@ -216,7 +216,7 @@ def test_run_profile_adds_the_finding_to_the_run(tmp_path, slow):
         rank = prof.report["ranks"][0]
         assert len(rank["steps"]) == 3
         if slow:
-            assert "DATALOADER_BOTTLENECK" in codes
+            assert "DATALOADER_BOTTLENECK" in codes, rank["steps"]
             finding = next(f for f in run.findings if f["code"] == "DATALOADER_BOTTLENECK")
             # The run's steps (wait 1 + warmup 1: the window is steps 2..4), not the trace's.
             assert (finding["step"], finding["last_step"]) == (2, 4)
