@@ -16,7 +16,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${FUZZ_BUILD:-$root/build-fuzz}
 seconds=${FUZZ_SECONDS:-5}
 corpus=${FUZZ_CORPUS:-$build/corpus}
-targets=(tfevents json csv text_log detect store trace)
+targets=(tfevents json csv text_log detect store trace wandb mlflow)
 
 if ! command -v clang++ > /dev/null; then
   echo "fuzz/run.sh: clang++ not found (scripts/packages.d/ingest.txt lists clang and libclang-rt-14-dev)" >&2

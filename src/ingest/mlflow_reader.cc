@@ -139,16 +139,21 @@ Status ReadMlflowRunMeta(std::string_view text, const std::string& name, SampleS
 Status ReadMlflowRun(const std::string& dir, SampleSink* sink, ImportStats* stats) {
   stats->format = "mlflow";
   const fs::path d(dir);
+  json files = json::array();  // every file read, relative to the run folder (meta "mlflow_files")
+  std::error_code rel_ec;
+  auto note = [&](const fs::path& p) { files.push_back(fs::relative(p, d, rel_ec).generic_string()); };
   std::unique_ptr<MappedFile> file;
   Status s = ReadSmall(d / "meta.yaml", &file);
   if (!s.ok()) return s;
   ++stats->records;
+  note(d / "meta.yaml");
   s = ReadMlflowRunMeta(file->view(), (d / "meta.yaml").string(), sink);
   if (!s.ok()) stats->Warn(s.message());
   // The experiment's name, one folder up.
   std::error_code ec;
   const fs::path experiment = d.parent_path() / "meta.yaml";
   if (fs::is_regular_file(experiment, ec) && ReadSmall(experiment, &file).ok()) {
+    note(experiment);
     json doc;
     if (ParseYaml(file->view(), experiment.string(), &doc).ok() && doc.is_object() && doc.contains("name") &&
         doc["name"].is_string() && IsValidUtf8(doc["name"].get<std::string>())) {
@@ -160,6 +165,7 @@ Status ReadMlflowRun(const std::string& dir, SampleSink* sink, ImportStats* stat
     for (const auto& [key, path] : KeyFiles(d / part)) {
       if (!ReadSmall(path, &file).ok()) continue;
       ++stats->records;
+      note(path);
       std::string v(file->view().substr(0, 64 << 10));
       if (!IsValidUtf8(key) || !IsValidUtf8(v)) {
         ++stats->damaged;
@@ -177,8 +183,10 @@ Status ReadMlflowRun(const std::string& dir, SampleSink* sink, ImportStats* stat
       continue;
     }
     stats->bytes += file->size();
+    note(path);
     ReadMlflowMetricText(file->view(), key, path.string(), sink, stats);
   }
+  sink->OnMeta("mlflow_files", Json(files));
   if (stats->scalars == 0) {
     return Status::Error(dir + ": an MLflow run with no metric values (metrics/<key> files of \"<timestamp> <value> <step>\" lines)");
   }
