@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "core/json_number.h"
+#include "doctor/doctor.h"
 #include "ingest/importer.h"
 #include "store/run_io.h"
 #include "store/run_store.h"
@@ -59,6 +60,38 @@ class ProgressBar {
   bool shown_ = false;
   uint64_t total_ = 0;
   std::chrono::steady_clock::time_point start_;
+};
+
+// Every sample goes to the store and to the doctor, so an imported run is stored with its
+// findings, and the dashboard shows them as it shows a recorded run's.
+class TeeSink : public SampleSink {
+ public:
+  TeeSink(SampleSink* store, SampleSink* doctor) : store_(store), doctor_(doctor) {}
+  void OnScalar(std::string_view tag, int64_t step, double wall_time, double value) override {
+    store_->OnScalar(tag, step, wall_time, value);
+    doctor_->OnScalar(tag, step, wall_time, value);
+  }
+  void OnTensorStats(std::string_view tag, int64_t step, double wall_time, const TensorStats& stats) override {
+    store_->OnTensorStats(tag, step, wall_time, stats);
+    doctor_->OnTensorStats(tag, step, wall_time, stats);
+  }
+  void OnVector(std::string_view tag, int64_t step, double wall_time, const std::vector<float>& values) override {
+    store_->OnVector(tag, step, wall_time, values);
+    doctor_->OnVector(tag, step, wall_time, values);
+  }
+  void OnSpan(const Span& span) override {
+    store_->OnSpan(span);
+    doctor_->OnSpan(span);
+  }
+  void OnFinding(const Finding& finding) override { store_->OnFinding(finding); }
+  void OnMeta(std::string_view key, std::string_view value) override {
+    store_->OnMeta(key, value);
+    doctor_->OnMeta(key, value);
+  }
+
+ private:
+  SampleSink* store_;
+  SampleSink* doctor_;
 };
 
 std::string SafeName(std::string name) {
@@ -126,8 +159,14 @@ int ImportOne(const ImportSource& source, const std::string& run_dir, const inge
   ingest::ImportOptions options = base_options;
   options.progress = [&bar](uint64_t done, uint64_t total) { bar.Update(done, total); };
   StoreSink sink(store.get());
+  doctor::DoctorOptions doctor_options;
+  doctor_options.streaming = false;  // the whole log is known: judged as `diagnose` judges it
+  doctor::Doctor doctor(std::move(doctor_options));
+  TeeSink tee(&sink, &doctor);
   ImportStats stats;
-  const Status read = ingest::ImportSourceTo(source, &sink, &stats, options);
+  const Status read = ingest::ImportSourceTo(source, &tee, &stats, options);
+  doctor.Finish();
+  for (const Finding& f : doctor.findings()) sink.OnFinding(f);
   s = sink.Finish();
   bar.Done();
   // Damage in the source is not a crash of the run: keep what was read, say what stopped it.

@@ -198,7 +198,7 @@ def scores():
     """Recall of the labelled anomalies (the table's expected codes), false alarms on the
     healthy entries, step accuracy, and the same recall against SOURCES.md's own column."""
     expected = found = 0
-    alarms, healthy = [], 0
+    alarms, healthy, false_findings = [], 0, []
     steps_ok = steps_total = 0
     sources_labelled = sources_found = 0
     differing = []
@@ -211,6 +211,7 @@ def scores():
         codes = {f["code"] for f in d["findings"]}
         expected += len(e["expected"])
         found += len([c for c in e["expected"] if c in codes])
+        false_findings += [(e["path"], c) for c in e["must_not"] if c in codes]
         if e["healthy"]:
             healthy += 1
             alarms += [(e["path"], f["code"]) for f in d["findings"] if f["severity"] != "info"]
@@ -227,7 +228,7 @@ def scores():
                 differing.append(e["path"])
     return {"entries": len(ENTRIES), "read": len(READ) - len(failures), "failures": failures,
             "expected_codes": expected, "found_codes": found, "recall": found / expected if expected else 1.0,
-            "healthy_entries": healthy, "false_alarms": alarms, "steps_checked": steps_total, "steps_ok": steps_ok,
+            "healthy_entries": healthy, "false_alarms": alarms, "must_not_found": false_findings, "steps_checked": steps_total, "steps_ok": steps_ok,
             "sources_md_labelled": sources_labelled, "sources_md_found": sources_found, "sources_md_not_flagged": differing}
 
 
@@ -236,6 +237,7 @@ def test_corpus_scores():
     assert not s["failures"], s["failures"]
     assert s["recall"] >= 0.95, s
     assert not s["false_alarms"], s["false_alarms"]
+    assert not s["must_not_found"], s["must_not_found"]
     assert s["steps_ok"] == s["steps_checked"], s
 
 
