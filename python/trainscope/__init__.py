@@ -12,7 +12,6 @@ from trainscope.reader import RunView, diagnose, open_run, list_runs
 from trainscope.run import Run, StopTraining, init, on_alert
 from trainscope.metrics import classification_metrics
 from trainscope.checks import check_model, overfit_check
-from trainscope.flops import count_flops
 
 __all__ = ["Run", "RunView", "StopTraining", "check_model", "classification_metrics", "count_flops", "diagnose", "init", "list_runs",
            "on_alert", "open_run", "overfit_check"]
@@ -20,9 +19,13 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    # ts.perf on first use: `python -m trainscope.perf` (what the CLI runs) then imports the
-    # package without the module already in sys.modules.
+    # ts.perf and ts.count_flops on first use: `python -m trainscope.perf` (what the CLI runs)
+    # then imports the package without the module already in sys.modules.
+    # Both import torch: `import trainscope` itself needs only NumPy (a reader of runs on a
+    # machine without torch).
+    import importlib
     if name == "perf":
-        import importlib
         return importlib.import_module("trainscope.perf")
+    if name == "count_flops":
+        return importlib.import_module("trainscope.flops").count_flops
     raise AttributeError(f"module 'trainscope' has no attribute {name!r}")

@@ -79,3 +79,18 @@ def test_the_make_build_module_reads_right_under_this_numpy(run_dir):
     out = subprocess.run([sys.executable, "-c", code, str(run_dir)], env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.stdout.strip() == str([s for s, _ in LOGGED]), out.stderr
+
+
+def test_the_package_imports_and_reads_runs_without_torch(run_dir):
+    # The package needs only NumPy at run time: a machine without torch reads and diagnoses runs.
+    code = textwrap.dedent(f"""
+        import sys
+        sys.modules["torch"] = None  # any `import torch` now raises
+        import trainscope as ts
+        view = ts.open_run({str(run_dir)!r})
+        print(view.scalars("a")["step"].tolist() == {[s for s, _ in LOGGED]!r}, ts.diagnose({str(run_dir)!r}) is not None)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], env=conftest.child_env(), capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True"]
