@@ -204,67 +204,12 @@ Status LoadRunGroup(const std::string& path, LoadedRunGroup* out) {
   return Status::Ok();
 }
 
-std::string MetaOf(const RunData& data, const char* key) {
-  const auto found = data.meta.find(key);
-  return found == data.meta.end() ? "" : found->second;
-}
-
 std::string HostName() {
   char name[256] = {};
   return gethostname(name, sizeof(name) - 1) == 0 ? name : "";
 }
 
-// The peak a run's MFU is taken against: a recorded one, the table's row for its device and
-// precision, this machine's computed CPU peak when it was recorded here; else none (no MFU).
-perf::PeakChoice ChoosePeak(const RunData& data) {
-  perf::PeakChoice choice;
-  const double recorded = perf::MetaNumber(data, "perf/peak_flops");
-  const std::string device = MetaOf(data, "perf/device");
-  const std::string precision = perf::NormalizePrecision(MetaOf(data, "perf/precision"));
-  if (recorded > 0) {
-    choice.flops = recorded;
-    choice.source = "perf/peak_flops recorded with the run";
-    return choice;
-  }
-  if (device.empty()) {
-    choice.source = "no perf/device recorded (ts.perf.record): no MFU";
-    return choice;
-  }
-  if (device == "cpu") {
-    const std::string host = MetaOf(data, "host");
-    if (!host.empty() && host != HostName()) {
-      choice.source = fmt::format("recorded on host '{}', not this one: its CPU peak is not known here (record "
-                                  "perf/peak_flops): no MFU", host);
-      return choice;
-    }
-    if (precision != "fp32" && precision != "fp64") {
-      choice.source = fmt::format("no computed CPU peak for {}: no MFU", precision.empty() ? "this precision" : precision);
-      return choice;
-    }
-    const double threads = perf::MetaNumber(data, "perf/threads");
-    const perf::CpuPeak cpu = perf::ThisMachineCpuPeak(std::isfinite(threads) ? static_cast<int>(threads) : 0);
-    if (!cpu.known) {
-      choice.source = "CPU peak unknown (" + cpu.reason + "): no MFU";
-      return choice;
-    }
-    choice.flops = precision == "fp64" ? cpu.fp64_flops : cpu.fp32_flops;
-    choice.source = "computed CPU peak: " + cpu.basis;
-    return choice;
-  }
-  const perf::DevicePeak* row = perf::PeakTable::Builtin().Find(device);
-  if (row == nullptr) {
-    choice.source = fmt::format("device '{}' is not in the peak table: no MFU", device);
-    return choice;
-  }
-  choice.flops = row->PeakFlops(precision);
-  if (!choice.flops) {
-    choice.source = fmt::format("{} has no dense {} figure in the table: no MFU", row->name,
-                                precision.empty() ? "precision" : precision);
-    return choice;
-  }
-  choice.source = fmt::format("{} {} dense: {}", row->name, precision, row->source);
-  return choice;
-}
+perf::PeakChoice ChoosePeak(const RunData& data) { return perf::ChoosePeak(data, HostName()); }
 
 json FindingJson(const Finding& f) {
   json causes = json::array();

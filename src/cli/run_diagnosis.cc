@@ -4,6 +4,11 @@
 
 #include "doctor/ranks.h"
 #include "store/json_forms.h"
+#ifdef TRAINSCOPE_WITH_PERF
+#include <unistd.h>
+
+#include "perf/perf_metrics.h"
+#endif
 
 namespace trainscope::cli {
 
@@ -41,6 +46,19 @@ DistributedReport DiagnoseRanks(const RunGroup& group, const std::vector<RunRepo
   return dd;
 }
 
+// LOW_MFU for a run that recorded its FLOPs per step (ts.perf.record) on hardware whose peak
+// is known: the same analysis as `trainscope perf run`, so diagnose names it too.
+std::vector<Finding> PerfFindings(const RunData& data) {
+#ifdef TRAINSCOPE_WITH_PERF
+  if (data.meta.find("perf/flops_per_step") == data.meta.end()) return {};
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = 0;
+  return perf::AnalyzeRun({&data}, perf::ChoosePeak(data, host)).findings;
+#else
+  return {};
+#endif
+}
+
 }  // namespace
 
 std::string MetaText(const RunData& data, const char* key) {
@@ -54,6 +72,7 @@ Status DiagnosePath(const std::string& path, PathReport* out) {
   out->reports.clear();
   for (const LoadedRun& run : out->runs) {
     doctor::Diagnosis d = doctor::Diagnose(run.data);
+    for (Finding& f : PerfFindings(run.data)) d.findings.push_back(std::move(f));
     out->reports.push_back({&run, std::move(d.findings), std::move(d.not_checked)});
   }
   // The ranks of a data-parallel run (rank-<r>/ under one run directory) go together.

@@ -7,6 +7,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "perf/cpu_peak.h"
+#include "perf/peak_table.h"
+
 namespace trainscope::perf {
 
 namespace {
@@ -294,6 +297,67 @@ ScalingPerf CompareScaling(const RunPerf& run_1, const RunPerf& run_n, const Per
     out.findings.push_back(std::move(f));
   }
   return out;
+}
+
+namespace {
+
+std::string MetaText(const RunData& data, const char* key) {
+  const auto found = data.meta.find(key);
+  return found == data.meta.end() ? "" : found->second;
+}
+
+}  // namespace
+
+// The peak a run's MFU is taken against: a recorded one, the table's row for its device and
+// precision, this machine's computed CPU peak when it was recorded here; else none (no MFU).
+PeakChoice ChoosePeak(const RunData& data, std::string_view this_host) {
+  PeakChoice choice;
+  const double recorded = MetaNumber(data, "perf/peak_flops");
+  const std::string device = MetaText(data, "perf/device");
+  const std::string precision = NormalizePrecision(MetaText(data, "perf/precision"));
+  if (recorded > 0) {
+    choice.flops = recorded;
+    choice.source = "perf/peak_flops recorded with the run";
+    return choice;
+  }
+  if (device.empty()) {
+    choice.source = "no perf/device recorded (ts.perf.record): no MFU";
+    return choice;
+  }
+  if (device == "cpu") {
+    const std::string host = MetaText(data, "host");
+    if (!host.empty() && host != this_host) {
+      choice.source = fmt::format("recorded on host '{}', not this one: its CPU peak is not known here (record "
+                                  "perf/peak_flops): no MFU", host);
+      return choice;
+    }
+    if (precision != "fp32" && precision != "fp64") {
+      choice.source = fmt::format("no computed CPU peak for {}: no MFU", precision.empty() ? "this precision" : precision);
+      return choice;
+    }
+    const double threads = MetaNumber(data, "perf/threads");
+    const CpuPeak cpu = ThisMachineCpuPeak(std::isfinite(threads) ? static_cast<int>(threads) : 0);
+    if (!cpu.known) {
+      choice.source = "CPU peak unknown (" + cpu.reason + "): no MFU";
+      return choice;
+    }
+    choice.flops = precision == "fp64" ? cpu.fp64_flops : cpu.fp32_flops;
+    choice.source = "computed CPU peak: " + cpu.basis;
+    return choice;
+  }
+  const DevicePeak* row = PeakTable::Builtin().Find(device);
+  if (row == nullptr) {
+    choice.source = fmt::format("device '{}' is not in the peak table: no MFU", device);
+    return choice;
+  }
+  choice.flops = row->PeakFlops(precision);
+  if (!choice.flops) {
+    choice.source = fmt::format("{} has no dense {} figure in the table: no MFU", row->name,
+                                precision.empty() ? "precision" : precision);
+    return choice;
+  }
+  choice.source = fmt::format("{} {} dense: {}", row->name, precision, row->source);
+  return choice;
 }
 
 }  // namespace trainscope::perf

@@ -108,6 +108,11 @@ struct ScalingPerf {
 // sizes is used).
 ScalingPerf CompareScaling(const RunPerf& run_1, const RunPerf& run_n, const PerfOptions& options = {});
 
+// The peak a run's MFU is taken against: one recorded with it (perf/peak_flops), the table's
+// row for its perf/device and perf/precision, or the computed CPU peak when the run was
+// recorded on `this_host`; else none, with the reason in `source` (unknown hardware gets no MFU).
+PeakChoice ChoosePeak(const RunData& data, std::string_view this_host);
+
 // The meta key as a number (NaN when absent or not a number).
 double MetaNumber(const RunData& data, const std::string& key);
 

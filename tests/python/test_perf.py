@@ -141,6 +141,10 @@ def test_low_mfu_names_the_slow_loader_first(tmp_path):
     assert reasons[0]["id"] == "slow_dataloader" and reasons[0]["share"] > 0.5
     assert low[0]["causes"][0]["id"] == "slow_dataloader"
     assert slow["shares"]["data"] > 0.5
+    # diagnose names it too, the same finding as `perf run` gives
+    diagnosed = [f for f in cli_json("diagnose", slow_dir)["findings"] if f["code"] == "LOW_MFU"]
+    assert len(diagnosed) == 1 and diagnosed[0]["causes"][0]["id"] == "slow_dataloader"
+    assert diagnosed[0]["evidence"]["reasons"] == reasons
     fast_dir, _ = train(tmp_path, "fast", 25, 0.0)
     fast = cli_json("perf", "run", fast_dir)
     assert fast["shares"]["data"] < 0.2
