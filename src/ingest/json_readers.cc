@@ -1,6 +1,7 @@
 #include "ingest/json_readers.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <vector>
 #include <limits>
@@ -275,6 +276,11 @@ Status ReadJsonlLines(LineReader& lines, SampleSink* sink, ImportStats* stats) {
                                     "iter",  "_step", "trainer/global_step", "num_updates", "epoch"};
   std::string_view line;
   int64_t index = 0;
+  // mmcv / mmdetection *.log.json: "iter" counts within an epoch for "mode": "train" rows,
+  // and a "val" row's "iter" is the size of the evaluation. The step is the train
+  // iterations of the epochs before plus iter; a val row sits at the last train step, its
+  // metrics under "val/".
+  int64_t mm_epoch = INT64_MIN, mm_offset = 0, mm_max_iter = 0, mm_last = 0;
   for (;;) {
     const LineReader::Result r = lines.Next(&line);
     if (r == LineReader::kEnd) break;
@@ -297,6 +303,35 @@ Status ReadJsonlLines(LineReader& lines, SampleSink* sink, ImportStats* stats) {
     }
     int64_t step = index;
     const char* step_key = nullptr;
+    auto mode = obj.find("mode");
+    auto epoch_it = obj.find("epoch");
+    auto iter_it = obj.find("iter");
+    double epoch_v = 0, iter_v = 0;
+    if (mode != obj.end() && mode->is_string() && epoch_it != obj.end() && iter_it != obj.end() &&
+        JsonToNumber(*epoch_it, &epoch_v) && JsonToNumber(*iter_it, &iter_v) && std::isfinite(epoch_v) &&
+        std::isfinite(iter_v) && std::fabs(epoch_v) < 1e12 && std::fabs(iter_v) < 1e15) {
+      const bool train = mode->get<std::string>() == "train";
+      if (train) {
+        const int64_t e = static_cast<int64_t>(epoch_v), it = static_cast<int64_t>(iter_v);
+        if (e != mm_epoch) {
+          if (mm_epoch != INT64_MIN) mm_offset += mm_max_iter;
+          mm_epoch = e;
+          mm_max_iter = 0;
+        }
+        mm_max_iter = std::max(mm_max_iter, it);
+        mm_last = mm_offset + it;
+      }
+      obj.erase("iter");
+      obj.erase("mode");
+      json flat = json::object();
+      for (auto it = obj.begin(); it != obj.end(); ++it) {
+        flat[train || it.key() == "epoch" || it.key() == "lr" ? it.key() : "val/" + it.key()] = *it;
+      }
+      double wall_time = 0;
+      EmitFlattened(flat, "", mm_last, wall_time, lines.name(), sink, stats);
+      ++index;
+      continue;
+    }
     for (const char* key : kStepKeys) {
       auto it = obj.find(key);
       double d;

@@ -674,7 +674,9 @@ class TextLogParser {
         pairs.push_back(std::move(p));
       }
     }
-    if (parts.size() == 1 && pairs.size() + (step_found ? 1 : 0) < 2) {
+    // Fewer than two pairs by separators: try word pairs over the whole line (a comma
+    // inside "tps: 1,234" is no separator).
+    if (pairs.size() + (step_found ? 1 : 0) < 2) {
       bool word_step = false;
       int64_t wstep = 0;
       std::vector<Pair> words = ScanWordPairs(s, &word_step, &wstep);

@@ -273,3 +273,32 @@ def test_llamafactory_current_steps_is_the_step(tmp_path):
     rep, _, _ = _import_text(tmp_path, "".join(json.dumps(r) + "\n" for r in rows), "trainer_log.jsonl")
     assert rep["format"] == "jsonl"
     assert rep["series"]["loss"]["steps"] == [5 * (i + 1) for i in range(8)]
+
+
+def test_mmdet_log_json_counts_iterations_across_epochs(tmp_path):
+    rows = [{"env_info": "sys.platform: linux", "seed": 0}]
+    for epoch in (1, 2):
+        for it in (50, 100, 150):
+            rows.append({"mode": "train", "epoch": epoch, "iter": it, "lr": 0.02, "loss": 2.0 / (epoch * it), "time": 0.4})
+        rows.append({"mode": "val", "epoch": epoch, "iter": 500, "lr": 0.02, "bbox_mAP": 0.1 * epoch})
+    rep, _, _ = _import_text(tmp_path, "".join(json.dumps(r) + "\n" for r in rows), "20240101_000000.log.json")
+    assert rep["series"]["loss"]["steps"] == [50, 100, 150, 200, 250, 300]
+    assert rep["series"]["val/bbox_mAP"]["steps"] == [150, 300]
+
+
+def test_torchtitan_and_megatron_rank_prefixed_lines(tmp_path):
+    text = "".join(f"[titan] 2024-05-01 10:00:0{s} - root - INFO - step: {s:2d}  loss: {12 - s:7.4f}  memory: 34.5GiB(36.3%)"
+                   f"  tps: 1,{s}34  mfu: 12.{s}%\n" for s in range(1, 6))
+    rep, _, _ = _import_text(tmp_path, text)
+    assert rep["series"]["loss"]["steps"] == [1, 2, 3, 4, 5]
+    assert rep["series"]["tps"]["values"][0] == 1134
+    assert rep["series"]["memory_GiB"]["values"][0] == 34.5
+    (tmp_path / "m").mkdir()
+    text = "".join(f"[default{r}]: iteration {i}/ 100 | lm loss: {9 - i / 10:.6E} | grad norm: 1.5 |\n"
+                   for i in range(1, 4) for r in (0, 1))
+    rep, _, err = _import_text(tmp_path / "m", text)
+    assert rep["series"]["lm loss"]["steps"] == [1, 2, 3]  # each rank's copy kept once
+    # A log appended to itself (a resumed run) is not a repeat: steps going back are kept.
+    (tmp_path / "r").mkdir()
+    rep, _, _ = _import_text(tmp_path / "r", text * 2)
+    assert rep["series"]["lm loss"]["steps"] == [1, 2, 3, 1, 2, 3]
