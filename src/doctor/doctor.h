@@ -67,6 +67,7 @@ struct DoctorOptions {
   MemoryLeakOptions memory_leak;
   ThroughputOptions throughput;
   Fp16OverflowOptions fp16_overflow;
+  PrecisionFitOptions precision_fit;
   EarlyBlowupOptions early_blowup;
   TargetLeakOptions target_leak;
 

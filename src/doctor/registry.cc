@@ -38,6 +38,9 @@ std::vector<std::unique_ptr<Detector>> MakeDetectors(const DoctorOptions& o) {
   all.push_back(std::make_unique<MemoryLeakDetector>(o.memory_leak));
   all.push_back(std::make_unique<ThroughputDetector>(o.throughput));
   all.push_back(std::make_unique<Fp16OverflowDetector>(o.fp16_overflow));
+#ifdef TRAINSCOPE_WITH_NUMERICS
+  all.push_back(std::make_unique<PrecisionFitDetector>(o.precision_fit));
+#endif
   all.push_back(std::make_unique<DuplicateStepsDetector>());
   all.push_back(std::make_unique<RunExitDetector>());
   return all;

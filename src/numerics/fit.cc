@@ -159,42 +159,56 @@ std::vector<TensorFit> FitRun(const RunData& run, const FloatFormat& format, con
 
 LossScaleAdvice RecommendLossScale(const std::vector<const TensorStatsSeries*>& grads, const FloatFormat& format,
                                    int64_t step_min, int64_t step_max, int headroom_binades) {
-  LossScaleAdvice advice;
-  // One histogram of every gradient value recorded (all tags, all histogram points), and
-  // the largest gradient over every point, histogram or not.
-  TensorStats all;
-  bool any = false;
-  double worst = -1;
+  // Each tag's histogram points summed, and the largest gradient over every point,
+  // histogram or not.
+  std::vector<MergedGradient> merged;
+  double abs_max = 0;
+  std::string abs_max_tag;
+  int64_t abs_max_step = 0;
   for (const TensorStatsSeries* series : grads) {
-    TensorStats merged;
-    bool tag_any = false;
+    MergedGradient m{series->tag, {}};
+    bool any = false;
     for (size_t i = 0; i < series->steps.size(); ++i) {
       const int64_t step = series->steps[i];
       if (step < step_min || step > step_max) continue;
       const TensorStats s = series->stats[i];
-      if (s.finite() > s.zeros && std::isfinite(s.abs_max) && s.abs_max > advice.abs_max) {
-        advice.abs_max = s.abs_max;
-        advice.abs_max_tag = series->tag;
-        advice.abs_max_step = step;
+      if (s.finite() > s.zeros && std::isfinite(s.abs_max) && s.abs_max > abs_max) {
+        abs_max = s.abs_max;
+        abs_max_tag = series->tag;
+        abs_max_step = step;
       }
       if (!s.has_histogram) continue;
-      MergeTensorStats(merged, s);
-      tag_any = true;
+      MergeTensorStats(m.merged, s);
+      any = true;
     }
-    if (!tag_any) continue;
-    const FitCounts c = FitStats(merged, format, 0);
+    if (any) merged.push_back(std::move(m));
+  }
+  return RecommendLossScaleMerged(merged, abs_max, abs_max_tag, abs_max_step, format, headroom_binades);
+}
+
+LossScaleAdvice RecommendLossScaleMerged(const std::vector<MergedGradient>& grads, double abs_max,
+                                         const std::string& abs_max_tag, int64_t abs_max_step,
+                                         const FloatFormat& format, int headroom_binades) {
+  LossScaleAdvice advice;
+  advice.abs_max = abs_max;
+  advice.abs_max_tag = abs_max_tag;
+  advice.abs_max_step = abs_max_step;
+  if (grads.empty()) return advice;
+  TensorStats all;
+  double worst = -1;
+  for (const MergedGradient& g : grads) {
+    const FitCounts c = FitStats(g.merged, format, 0);
     const double u = c.Fraction(c.underflow_max);
     if (u > worst) {
       worst = u;
-      advice.worst_tag = series->tag;
+      advice.worst_tag = g.tag;
       advice.worst_tag_underflow = u;
     }
-    MergeTensorStats(all, merged);
-    any = true;
+    MergeTensorStats(all, g.merged);
   }
-  if (!any) return advice;
   advice.valid = true;
-  all.abs_max = advice.abs_max;
+  all.abs_max = std::max(all.abs_max, abs_max);
+  advice.abs_max = all.abs_max;
   advice.at_one = FitStats(all, format, 0);
   // k_high: abs_max * 2^(k + headroom) below the overflow threshold.
   int k_high = 0;

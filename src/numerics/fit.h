@@ -112,6 +112,15 @@ struct LossScaleAdvice {
 LossScaleAdvice RecommendLossScale(const std::vector<const TensorStatsSeries*>& grads, const FloatFormat& format,
                                    int64_t step_min = INT64_MIN, int64_t step_max = INT64_MAX,
                                    int headroom_binades = 1);
+// The same from gradients already merged per tag (each tag's histogram points summed) and
+// the largest gradient over every point: what a streaming caller (the doctor) keeps.
+struct MergedGradient {
+  std::string tag;
+  TensorStats merged;  // histogram points only
+};
+LossScaleAdvice RecommendLossScaleMerged(const std::vector<MergedGradient>& grads, double abs_max,
+                                         const std::string& abs_max_tag, int64_t abs_max_step,
+                                         const FloatFormat& format, int headroom_binades = 1);
 
 // FP8 with per-tensor delayed scaling (Transformer Engine's recipe, with the scale rounded
 // down to a power of two so bins shift exactly): at each point the scale is 2^k with

@@ -15,6 +15,8 @@
 #pragma once
 
 #include <deque>
+#include <map>
+#include <memory>
 #include <vector>
 
 #include "doctor/detector.h"
@@ -87,6 +89,72 @@ class Fp16OverflowDetector : public Detector {
   int64_t nan_first_step_ = -1, nan_last_step_ = -1;
   Severity reported_ = Severity::kInfo;
   bool reported_any_ = false;
+};
+
+// What the recorded exponent histograms say about low-precision formats the run uses or
+// considers (docs/numerics.md). It judges only what the run declares or shows:
+//   - float16 is in use when the config says so (precision "16-mixed"/"fp16", fp16: true,
+//     DeepSpeed's {"fp16": {"enabled": true}}, ...), when a loss-scale series is logged
+//     (GradScaler), or when an activation turns Inf at a step where another activation's
+//     finite values exceeded float16's range (the fingerprint of a cast to float16);
+//   - bfloat16 weights when the config says the parameters are bfloat16 ("bf16-true",
+//     param_dtype/torch_dtype bfloat16), and lost updates whatever the config says when
+//     they are observed (a weight's update is exactly zero while its gradient is not);
+//   - FP8 and TF32 only when the config names them.
+// A healthy FP32 run declares none of these and observes no lost update: it gets nothing.
+//
+// Codes: FP16_OVERFLOW (activations or gradients past 65504, at the first step and layer),
+// FP16_UNDERFLOW (gradients flushed to zero at the loss scale in use, with the loss scale
+// 2^k that fixes it), BF16_STALE_UPDATE (updates below half a bfloat16 ulp of their weight),
+// FP8_READINESS (per layer, delayed per-tensor scaling in E4M3 forward / E5M2 backward),
+// TF32_PRECISION (matmul inputs whose spread needs more than TF32's 10 mantissa bits).
+struct PrecisionFitOptions {
+  // FP16_UNDERFLOW: over all gradient values recorded with histograms, at least this share
+  // flushed to zero, or one gradient tensor with at least `underflow_tensor_fraction`.
+  double underflow_fraction = 1e-3;
+  double underflow_tensor_fraction = 0.05;
+  // BF16_STALE_UPDATE: a parameter whose updates are lost for at least this share of its
+  // values, on average over at least `stale_min_points` recorded updates; tensors smaller
+  // than `min_numel` are not judged (a 4-element bias makes a noisy share).
+  double stale_fraction = 0.25;
+  size_t stale_min_points = 3;
+  // Observed losses (weights that did not move) are reported when they are at least this
+  // share of all the update values recorded: a conv bias before a BatchNorm, whose gradient
+  // is ~0, loses its updates in FP32 too, and harmlessly.
+  double stale_model_fraction = 0.1;
+  size_t min_numel = 16;
+  // FP8_READINESS: amax history length (recorded points) of the delayed scaling; a layer
+  // losing more than `fp8_lost_warning` of its values makes the finding a warning.
+  int fp8_history = 16;
+  double fp8_lost_warning = 0.01;
+  // TF32_PRECISION: an input needs log2(|mean| / std) + 3 mantissa bits (its spread resolved
+  // to 1/8); noted above TF32's 10.
+  double tf32_mantissa_bits = 10;
+};
+
+// Which low-precision formats a run declares (its config and meta), and why.
+struct DeclaredPrecision {
+  bool fp16 = false, bf16 = false, bf16_weights = false, fp8 = false, tf32 = false;
+  std::string fp16_why, bf16_why, fp8_why, tf32_why;
+};
+DeclaredPrecision ParseDeclaredPrecision(const std::map<std::string, std::string>& meta);
+
+class PrecisionFitDetector : public Detector {
+ public:
+  explicit PrecisionFitDetector(PrecisionFitOptions options = {});
+  ~PrecisionFitDetector() override;
+  const char* name() const override { return "precision_fit"; }
+  DetectorSpec spec() const override {
+    return {{"FP16_OVERFLOW", "FP16_UNDERFLOW", "BF16_STALE_UPDATE", "FP8_READINESS", "TF32_PRECISION"},
+            {{Input::kGradStats, {"FP16_UNDERFLOW"}, true}, {Input::kWeightUpdates, {"BF16_STALE_UPDATE"}, true}}};
+  }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+  void Finish(const DetectorContext& ctx) override;
+
+ private:
+  struct State;
+  PrecisionFitOptions options_;
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace trainscope::doctor
