@@ -318,13 +318,7 @@ class Watcher:
             # Beside the forward and backward (they read the parameters and do not change
             # them): the last sampled step's weight pass, and the copy of the weights this
             # step's optimizer will update.
-            try:
-                self._submit_weight_pass()
-                if due.weights and self._snapshot_step != step - 1:
-                    self._refresh_snapshots(wait=False)
-                    self._snapshot_step = step - 1
-            except Exception as error:
-                self.failures.report("weights", error)
+            self._guarded("weights", self._weights_beside)(step)
         if self.activations and (due.activations or self._act_force or not self._order_recorded):
             self._act_step = step if (due.activations or self._act_force) else None
             self._act_force = False
@@ -644,16 +638,7 @@ class Watcher:
         except Exception as error:
             self.failures.report("gradients", error)
             skip = False
-        try:
-            if "weights" not in self.failures.off:
-                self._submit_weight_pass()  # no training forward came since the last step
-                # The update of a sampled step needs the weights from just before it.
-                step = self.clock.step
-                if self.schedule.weights_at(step) and self._snapshot_step != step - 1:
-                    self._refresh_snapshots(wait=False)
-                    self._snapshot_step = step - 1
-        except Exception as error:
-            self.failures.report("weights", error)
+        self._guarded("weights", self._weights_beside)(self.clock.step)  # no training forward came since the last step
         if not skip:
             self._wait_weights()  # the pass and the snapshots read the weights from before this update
             self.timer.start("optimizer")
@@ -874,6 +859,14 @@ class Watcher:
         ticket, executor = self._submit(lambda ex, plan: ex.weights(step, plan, histogram))
         self._snapshot_step = step
         self._keep_weight_ticket(ticket, executor, wait)
+
+    def _weights_beside(self, step):
+        """The last sampled step's weight pass, and the snapshot of the weights that step's
+        update will change if its update is sampled: jobs beside the forward (or the step)."""
+        self._submit_weight_pass()
+        if self.schedule.weights_at(step) and self._snapshot_step != step - 1:
+            self._refresh_snapshots(wait=False)
+            self._snapshot_step = step - 1
 
     def _refresh_snapshots(self, wait):
         """Copies the weights into the snapshots: on the host beside the forward (the
