@@ -385,7 +385,10 @@ void LossPlateauDetector::OnStep(const StepFrame& frame, const DetectorContext& 
   values_.push_back(x);
   lrs_.push_back(ctx.facts.lr);
   // (A negative loss repeating is NEGATIVE_LOSS's to report.)
-  if (!reported_ && run_ >= options_.frozen_points && x > 0 && x >= 0.05 * std::fabs(values_.front())) {
+  // A stretch, not a coincidence: also >= 10 % of the points so far (a long log printed
+  // with two decimals repeats a slowly moving value five times now and then).
+  if (!reported_ && run_ >= std::max(options_.frozen_points, values_.size() / 10) && x > 0 &&
+      x >= 0.05 * std::fabs(values_.front())) {
     ReportFrozen(ctx);
   }
   // Every eval_every points: online an early warning; offline a candidate that the end of

@@ -162,8 +162,10 @@ struct PlateauOptions {
   // loss of another kind (an LM's, a regression's) rarely sits within 3 % of one by chance,
   // and the summary says the class count was inferred.
   int max_inferred_classes = 4;
-  // The same value printed `frozen_points` times in a row, at >= 5 % of the initial level:
-  // the weights do not change (skipped updates, lr 0, a detached loss). Works on short logs.
+  // The same value printed `frozen_points` times in a row (and over >= 10 % of the points
+  // so far), at >= 5 % of the initial level: the weights do not change (skipped updates,
+  // lr 0, a detached loss). Works on short logs. A loss printed with fewer digits than it
+  // moves per line would look frozen: logs print 4 or more significant digits.
   size_t frozen_points = 5;
 };
 

@@ -163,6 +163,10 @@ TEST(LossPlateau, AFrozenLossIsAPlateauEvenInAShortLog) {
   // Four repeats are not enough, and a loss frozen at 0 (converged, printed rounded) is not.
   EXPECT_TRUE(LossRun("loss_plateau", {55.84, 54.75, 54.75, 54.75, 54.75, 53.1}).empty());
   EXPECT_TRUE(LossRun("loss_plateau", {2.0, 0.5, 0, 0, 0, 0, 0, 0}).empty());
+  // A noisy loss printed with two decimals repeats a value now and then: not frozen.
+  std::vector<double> printed;
+  for (int i = 0; i < 400; ++i) printed.push_back(std::round((3.0 - i * 0.002 + 0.03 * (((i * 7919) % 11) - 5) / 5.0) * 100) / 100);
+  EXPECT_TRUE(LossRun("loss_plateau", printed).empty());
 }
 
 // Offline (diagnose), with no class count declared.
