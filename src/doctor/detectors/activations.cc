@@ -49,6 +49,70 @@ void DeadUnitsDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
     f.causes = causes;
     ctx.Report(std::move(f));
   }
+  if (ctx.facts.has_dead) return;  // ReLU modules measure it on their outputs (above)
+  // Dead units stop the gradient: every layer before the dead one (in forward order) gets
+  // zero rows too, and the layer after it zero rows from its zero input (but a non-zero
+  // bias gradient: its units do get one). The dead layer is the latest in forward order
+  // whose rows are zero and whose bias gradient, when recorded, is zero as well.
+  std::string dead_param;
+  double dead_fraction_now = 0;
+  int dead_index = -1;
+  for (const auto& [tag, norms] : frame.vectors) {
+    std::string_view rest;
+    if (!HasPrefix(tag, "grad_units/", &rest) || norms.size() < options_.min_units) continue;
+    const std::string param(rest);
+    if (ClassifyParam(param, ctx.facts) != ParamRole::kWeight) continue;  // embedding rows of unseen tokens are 0
+    size_t zero = 0, finite = 0;
+    for (float v : norms) {
+      if (!std::isfinite(v)) continue;
+      ++finite;
+      zero += v == 0.0f;
+    }
+    if (finite < options_.min_units) continue;
+    const double fraction = static_cast<double>(zero) / static_cast<double>(finite);
+    unit_first_.try_emplace(param, fraction);
+    auto& [len, start] = unit_streak_[param];
+    const std::string module = RunFacts::ModuleOfParam(param);
+    const TensorStats* bias = frame.Stats("grad/" + (module.empty() ? std::string("bias") : module + ".bias"));
+    const bool units_get_gradient = bias && bias->finite() > 0 && bias->zeros < bias->finite();
+    if (fraction < options_.threshold || units_get_gradient) {
+      len = 0;
+      continue;
+    }
+    if (len == 0) start = frame.step;
+    ++len;
+    const int index = ctx.facts.ParamIndex(param);
+    if (dead_param.empty() || index > dead_index) {
+      dead_param = param;
+      dead_index = index;
+      dead_fraction_now = fraction;
+    }
+  }
+  if (dead_param.empty()) return;
+  const auto [len, start] = unit_streak_[dead_param];
+  if (len < options_.units_sustain) return;
+  const std::string module = RunFacts::ModuleOfParam(dead_param);
+  Finding f;
+  f.code = "DEAD_UNITS";
+  f.severity = Severity::kWarning;
+  f.step = start;
+  f.last_step = frame.step;
+  f.location = module.empty() ? dead_param : module;
+  f.summary = FormatNumber(100 * dead_fraction_now, 3) + "% of the units of " + f.location +
+              " get no gradient at all (their weight rows' and bias's gradients are exactly 0, " + std::to_string(len) +
+              " records since step " + std::to_string(start) + "; " + FormatNumber(100 * unit_first_[dead_param], 3) +
+              "% at first): their activation is 0 for every sample (a ReLU, F.relu included, that died); the layers "
+              "before it get no gradient through it";
+  f.evidence_json = json{{"zero_gradient_unit_fraction", Num(dead_fraction_now)},
+                         {"first_zero_gradient_unit_fraction", Num(unit_first_[dead_param])},
+                         {"param", dead_param}, {"since_step", start}, {"source", "grad_units"},
+                         {"lr", Num(ctx.facts.lr)}}.dump();
+  std::vector<Cause> causes;
+  RaiseCause(&causes, "dying_relu", 0.7);
+  if (unit_first_[dead_param] < options_.threshold) RaiseCause(&causes, "lr_too_high", 0.4);
+  else RaiseCause(&causes, "bad_init", 0.4);
+  f.causes = causes;
+  ctx.Report(std::move(f));
 }
 
 void SaturationDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {

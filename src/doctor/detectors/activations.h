@@ -15,6 +15,14 @@ struct DeadUnitsOptions {
   // is off for half the inputs), so 0.7 is past both.
   double threshold = 0.7;
   size_t sustain = 20;
+  // A functional activation (F.relu in forward) is no module: its output has no
+  // dead_fraction. A unit that is zero for every sample passes no gradient back, so its
+  // weight row's gradient is exactly 0: the per-unit gradient norms (grad_units/, every
+  // units_every steps) show it whatever the activation is written as. Judged when the run
+  // records no dead_fraction (no ReLU modules), at >= threshold of a weight matrix's rows
+  // (>= min_units of them) exactly 0 for units_sustain records in a row.
+  size_t units_sustain = 3;
+  size_t min_units = 8;
 };
 
 class DeadUnitsDetector : public Detector {
@@ -30,6 +38,8 @@ class DeadUnitsDetector : public Detector {
   DeadUnitsOptions options_;
   std::unordered_map<std::string, std::pair<size_t, int64_t>> streak_;
   std::unordered_map<std::string, double> first_;
+  std::unordered_map<std::string, std::pair<size_t, int64_t>> unit_streak_;  // grad_units/ records
+  std::unordered_map<std::string, double> unit_first_;
 };
 
 struct SaturationOptions {

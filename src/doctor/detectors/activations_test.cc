@@ -86,5 +86,48 @@ TEST(BatchNormBatch, TinyBatchesOnly) {
   EXPECT_EQ(f[0].causes[0].id, "batchnorm_stats");
 }
 
+// F.relu is no module: no act/ dead_fraction. Dead units show in the per-unit gradient
+// norms of the weight before it: their rows' gradients are exactly 0.
+TEST(DeadUnits, FunctionalReluFromPerUnitGradients) {
+  auto run = [](double dead, bool relu_module) {
+    Feed feed({"dead_units"});
+    for (int64_t s = 0; s < 600; s += 100) {
+      std::vector<float> rows(64, 0.5f);
+      const size_t n_dead = static_cast<size_t>(dead * 64);
+      for (size_t i = 0; i < n_dead; ++i) rows[i] = 0.0f;
+      feed.Vector("grad_units/fc1.weight", s, rows);
+      feed.Vector("grad_units/wte.weight", s, std::vector<float>(64, 0.0f));  // unseen tokens: not units
+      TensorStats act = Normal(64, 0, 1);
+      if (relu_module) act.dead_fraction = 0.1;
+      feed.Stats("act/fc1", s, act);
+    }
+    return feed.Finish();
+  };
+  EXPECT_TRUE(run(0.5, false).empty());
+  const auto f = run(0.8, false);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].code, "DEAD_UNITS");
+  EXPECT_EQ(f[0].location, "fc1");
+  EXPECT_EQ(f[0].causes[0].id, "dying_relu");
+  EXPECT_TRUE(run(0.8, true).empty());  // ReLU modules are judged on their outputs
+}
+
+// Dead fc1: conv1 before it gets no gradient through it, fc2 after it zero rows from its
+// zero input (but a bias gradient). The finding names fc1 only.
+TEST(DeadUnits, TheDeadLayerNotTheLayersAroundIt) {
+  Feed feed({"dead_units"});
+  feed.Meta("param_order", R"(["conv1.weight", "conv1.bias", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"])");
+  const std::vector<float> zeros(16, 0.0f);
+  for (int64_t s = 0; s < 5; ++s) {
+    for (const char* p : {"conv1", "fc1", "fc2"}) feed.Vector(std::string("grad_units/") + p + ".weight", s, zeros);
+    feed.Stats("grad/conv1.bias", s, ComputeTensorStats(std::vector<double>(16, 0.0).data(), 16, false));
+    feed.Stats("grad/fc1.bias", s, ComputeTensorStats(std::vector<double>(16, 0.0).data(), 16, false));
+    feed.Stats("grad/fc2.bias", s, Normal(16, 0, 0.1));
+  }
+  const auto f = feed.Finish();
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].location, "fc1");
+}
+
 }  // namespace
 }  // namespace trainscope::doctor

@@ -12,7 +12,8 @@ of the fault that are not findings of their own), and why (what the row shows).
 Delays, as documented in docs/doctor.md: a non-finite value is found at its step (0); a
 blow-up in the first steps at the step it shows (<= 2); a data wait after the dataloader
 detector's 5 + 20 steps (<= 30); a target leak when the loss has fallen below 5 % of its
-start (the copying model gets there within a few hundred steps: <= 300).
+start (the copying model gets there within a few hundred steps: <= 300); dead units seen
+through F.relu at the third per-unit gradient record (units_every = 100: <= 250).
 """
 
 RUNS = [
@@ -34,6 +35,8 @@ RUNS = [
          why="a NaN written into fc1.weight; accuracy collapses to one class after it"),
     dict(script="mnist_cnn", fault="dropout_09", expected=["ARCHITECTURE_WARNING"], causes=["dropout_too_high"],
          max_delay=0, location="dropout1", why="Dropout(0.9): one finding, not one per module"),
+    dict(script="mnist_cnn", fault="dead_relu", expected=["DEAD_UNITS"], causes=["dying_relu"], max_delay=250,
+         location="fc1", why="fc1.bias = -5: every F.relu unit dead (per-unit gradients every 100 steps)"),
     dict(script="mnist_cnn", fault="label_roll", expected=["LOSS_PLATEAU"], causes=None, max_delay=None,
          why="target.roll(1): loss stays at ln 10 (chance level; its cause is the issue-17 work)"),
     dict(script="word_lm", fault="none", expected=[],

@@ -20,6 +20,8 @@ Faults (--fault):
   nan_weights    a NaN written into fc1's weights at step NAN_STEP (a corrupted checkpoint
                  merge): every output is NaN, the test accuracy collapses to one class
   dropout_09     Dropout(0.9) where the example has 0.25 and 0.5 (ARCHITECTURE_WARNING)
+  dead_relu      fc1's bias initialised to -5: every F.relu(fc1(x)) unit is 0 for every
+                 sample from the start (DEAD_UNITS, seen through F.relu: no ReLU module)
 
 The run directory gets truth.json: the fault and the step at which it is real (the
 first non-finite loss for bce_no_eps, measured by the script itself).
@@ -40,7 +42,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import trainscope as ts
 
-FAULTS = ("none", "label_roll", "lr_100", "bce_no_eps", "nan_weights", "dropout_09")
+FAULTS = ("none", "label_roll", "lr_100", "bce_no_eps", "nan_weights", "dropout_09", "dead_relu")
 NAN_STEP = 120
 SIZE = 14
 
@@ -120,6 +122,9 @@ def main(argv=None):
     test_loader = DataLoader(TensorDataset(test_x, test_y), batch_size=500)
 
     model = Net(dropout1=0.9 if args.fault == "dropout_09" else 0.25)
+    if args.fault == "dead_relu":
+        with torch.no_grad():
+            model.fc1.bias.fill_(-5.0)
     lr = 100.0 if args.fault == "lr_100" else 1.0
     optimizer = torch.optim.Adadelta(model.parameters(), lr=lr)
     # The BCE variant trains hot and without decay (lr 3, gamma 1, 10 epochs), so its logits keep growing.
