@@ -715,7 +715,11 @@ void PrecisionFitDetector::Finish(const DetectorContext& ctx) {
       all.Add(u.at_used_scale);
       merged.push_back(u.merged);
       const double share = u.at_used_scale.Fraction(u.at_used_scale.underflow_min);
-      if (share > worst) {
+      // Ties (two tensors all flushed) go to the larger, then the first by name: online and
+      // offline see gradients in different orders and must name the same one.
+      const bool tie = share == worst && !worst_tag.empty();
+      const uint64_t numel = u.at_used_scale.numel, worst_numel = tie ? st.grads.at(worst_tag).at_used_scale.numel : 0;
+      if (share > worst || (tie && (numel > worst_numel || (numel == worst_numel && tag < worst_tag)))) {
         worst = share;
         worst_tag = tag;
       }
@@ -811,7 +815,8 @@ void PrecisionFitDetector::Finish(const DetectorContext& ctx) {
       // The parameter losing the most updates (share x size) first: a 4-element bias losing
       // all of them matters less than a weight matrix losing most.
       std::stable_sort(lost.begin(), lost.end(), [](const Lost& a, const Lost& b) {
-        return a.share * static_cast<double>(a.x->numel) > b.share * static_cast<double>(b.x->numel);
+        const double la = a.share * static_cast<double>(a.x->numel), lb = b.share * static_cast<double>(b.x->numel);
+        return la != lb ? la > lb : a.param < b.param;
       });
       const Lost& worst = lost.front();
       double lost_values = 0, all_values = 0;
