@@ -523,7 +523,9 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final, double m
   }
   RaiseCause(&causes, "bad_init", 0.2);
   RaiseCause(&causes, "missing_zero_grad", 0.05);
-  if (at_chance) RaiseCause(&causes, "label_noise", 0.3);
+  // At chance with a learning rate that is not tiny: the labels (or their pairing with the
+  // inputs) carry no signal the model can use, likelier than a slow optimiser.
+  if (at_chance) RaiseCause(&causes, "label_noise", inferred ? 0.3 : 0.5);
   f.evidence_json = ev.dump();
   f.causes = causes;
   ctx.Report(std::move(f));
