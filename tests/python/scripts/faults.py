@@ -36,7 +36,7 @@ RUNS = [
     dict(script="mnist_cnn", fault="dropout_09", expected=["ARCHITECTURE_WARNING"], causes=["dropout_too_high"],
          max_delay=0, location="dropout1", why="Dropout(0.9): one finding, not one per module"),
     dict(script="mnist_cnn", fault="dead_relu", expected=["DEAD_UNITS"], causes=["dying_relu"], max_delay=250,
-         location="fc1", why="fc1.bias = -5: every F.relu unit dead (per-unit gradients every 100 steps)"),
+         location="fc1", why="fc1.bias = -5: every F.relu unit dead (seen in the per-unit gradients)"),
     dict(script="mnist_cnn", fault="label_roll", expected=["LOSS_PLATEAU"], causes=None, max_delay=None,
          why="target.roll(1): loss stays at ln 10 (chance level; its cause is the issue-17 work)"),
     dict(script="word_lm", fault="none", expected=[],
