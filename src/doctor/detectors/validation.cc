@@ -45,9 +45,8 @@ void OverfittingDetector::Finish(const DetectorContext& ctx) {
   // shows the same turn (bounded: long curves are dated at the end).
   if (evals_.size() <= 2000) {
     const std::vector<Eval> all = evals_;
-    auto* self = const_cast<OverfittingDetector*>(this);
     for (size_t k = options_.evals_after_best + 1; k < all.size(); ++k) {
-      self->evals_.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k));
+      evals_.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k));
       std::optional<Finding> early = Judge(ctx);
       if (early && early->step == f->step) {
         json ev = json::parse(f->evidence_json, nullptr, false);
@@ -58,7 +57,7 @@ void OverfittingDetector::Finish(const DetectorContext& ctx) {
         break;
       }
     }
-    self->evals_ = all;
+    evals_ = all;
   }
   ctx.Report(std::move(*f));
 }
@@ -131,7 +130,7 @@ std::optional<Finding> OverfittingDetector::Judge(const DetectorContext& ctx) co
                          {"evaluations_after_best", after}, {"smoothing", "median of 3 evaluations"}}
                         .dump();
   f.causes = {{"overfitting", 0.8}, {"insufficient_data", 0.4}};
-  (void)ctx;
+  (void)ctx;  // judged on the evaluations alone
   return f;
 }
 
