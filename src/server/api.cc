@@ -1,10 +1,17 @@
 #include "server/api.h"
 
+#ifdef TRAINSCOPE_WITH_NUMERICS
+#include "numerics/fit.h"
+#include "numerics/formats.h"
+#include "numerics/report.h"
+#endif
+
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -243,6 +250,9 @@ ApiReply Api::Handle(const std::string& endpoint, const QueryParams& params) {
       {"spans", [](Api* a, const std::string& db, const QueryParams& p) { return a->Spans(db, p); }},
       {"findings", [](Api* a, const std::string& db, const QueryParams&) { return a->Findings(db); }},
       {"config", [](Api* a, const std::string& db, const QueryParams&) { return a->Config(db); }},
+#ifdef TRAINSCOPE_WITH_NUMERICS
+      {"numerics", [](Api* a, const std::string& db, const QueryParams& p) { return a->Numerics(db, p); }},
+#endif
   };
   Handler handler = nullptr;
   for (const auto& [name, h] : kPerRun) {
@@ -691,5 +701,70 @@ ApiReply Api::Config(const std::string& db_path) {
   if (config.is_discarded()) config = json::object();
   return {200, Dump({{"config", config}})};
 }
+
+#ifdef TRAINSCOPE_WITH_NUMERICS
+// The layer x format table (docs/numerics.md): per tensor with exponent histograms, the share
+// lost (overflow + flushed) in each format. ?formats=fp16,bf16 (default fp16, bf16, fp8-e4m3,
+// fp8-e5m2), &loss_scale=k (gradients x 2^k), &steps=A:B.
+ApiReply Api::Numerics(const std::string& db_path, const QueryParams& params) {
+  const numerics::FormatTable& table = numerics::FormatTable::Builtin();
+  std::vector<const numerics::FloatFormat*> formats;
+  const std::string* names = Param(params, "formats");
+  const std::string list = names ? *names : "fp16,bf16,fp8-e4m3,fp8-e5m2";
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string name = list.substr(start, comma - start);
+    start = comma + 1;
+    if (name.empty()) continue;
+    const numerics::FloatFormat* f = table.Find(name);
+    if (!f) return Error(400, "unknown format '" + name + "' (known: " + table.Names() + ")");
+    formats.push_back(f);
+  }
+  if (formats.empty() || formats.size() > 16) return Error(400, "parameter 'formats' must name 1 to 16 formats");
+  numerics::FitOptions options;
+  if (const std::string* k = Param(params, "loss_scale")) {
+    const std::string text = k->rfind("2^", 0) == 0 ? k->substr(2) : *k;
+    char* end = nullptr;
+    const long value = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || value < -126 || value > 126) {
+      return Error(400, "parameter 'loss_scale' must be an exponent k (gradients x 2^k), -126..126");
+    }
+    options.grad_scale_exponent = static_cast<int>(value);
+  }
+  if (const std::string* steps = Param(params, "steps")) {
+    const size_t colon = steps->find(':');
+    char* end = nullptr;
+    if (colon == std::string::npos) return Error(400, "parameter 'steps' must be A:B");
+    const std::string a = steps->substr(0, colon), b = steps->substr(colon + 1);
+    if (!a.empty()) {
+      options.step_min = std::strtoll(a.c_str(), &end, 10);
+      if (*end != '\0') return Error(400, "parameter 'steps' must be A:B");
+    }
+    if (!b.empty()) {
+      options.step_max = std::strtoll(b.c_str(), &end, 10);
+      if (*end != '\0') return Error(400, "parameter 'steps' must be A:B");
+    }
+  }
+  RunStore* store = nullptr;
+  Status s = StoreFor(db_path, &store);
+  std::vector<SeriesInfo> series;
+  if (s.ok()) s = store->ListSeries(&series);
+  if (!s.ok()) return Error(s);
+  RunData run;
+  std::vector<TensorStatsPoint> points;
+  for (const SeriesInfo& info : series) {
+    if (info.kind != SeriesKind::kTensorStats) continue;
+    std::string family, layer;
+    numerics::SplitTag(info.tag, &family, &layer);
+    if (family != "grad" && family != "weight" && family != "update" && family != "act" && family != "input") continue;
+    points.clear();
+    s = store->ReadTensorStats(info.tag, options.step_min, options.step_max, &points);
+    if (!s.ok()) return Error(s);
+    for (const TensorStatsPoint& p : points) run.OnTensorStats(info.tag, p.step, p.wall_time, p.stats);
+  }
+  return {200, Dump(numerics::FitMatrixJson(run, formats, options))};
+}
+#endif
 
 }  // namespace trainscope::server

@@ -70,6 +70,8 @@ class Api {
   ApiReply Spans(const std::string& db_path, const QueryParams& params);
   ApiReply Findings(const std::string& db_path);
   ApiReply Config(const std::string& db_path);
+  // The layer x format fit table (only when the numerics part is built).
+  ApiReply Numerics(const std::string& db_path, const QueryParams& params);
 
   RunRegistry* registry_;
   // Per-run summary for the runs list, recomputed only when the store's files changed.

@@ -205,3 +205,46 @@ def test_fit_text_and_errors(recorded):
     assert bad.returncode == 2 and "power of two" in bad.stderr
     missing = run_cli("numerics", "fit", str(run_dir) + "-nowhere")
     assert missing.returncode == 2 and "nowhere" in missing.stderr
+
+
+def test_dashboard_endpoint_is_the_fit_matrix(recorded):
+    """GET /api/numerics?run=...: the layer x format table the dashboard colours, the same
+    numbers as `numerics fit` for each format."""
+    import http.client
+    import re
+    import signal
+    run_dir, _ = recorded
+    from conftest import CLI
+    proc = subprocess.Popen([str(CLI), "serve", str(run_dir.parent), "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        match = re.search(r"http://[^:/]+:(\d+)/", proc.stdout.readline())
+        assert match
+        port = int(match.group(1))
+
+        def get(target):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn.request("GET", target)
+            res = conn.getresponse()
+            body = res.read().decode()
+            conn.close()
+            return res.status, body
+
+        status, body = get(f"/api/numerics?run={run_dir.name}&formats=fp16,bf16&loss_scale=10")
+        assert status == 200, body
+        matrix = json.loads(body)
+        assert matrix["formats"] == ["fp16", "bf16"] and matrix["loss_scale_exponent"] == 10
+        fits = {}
+        for fmt in ("fp16", "bf16"):
+            out = run_cli("numerics", "fit", run_dir, "--format", fmt, "--loss-scale", "2^10", "--json", check=True)
+            fits[fmt] = {t["tag"]: t for t in json.loads(out.stdout)["tensors"]}
+        assert {r["tag"] for r in matrix["rows"]} == set(fits["fp16"])
+        for row in matrix["rows"]:
+            for i, fmt in enumerate(("fp16", "bf16")):
+                assert row["lost"][i] == pytest.approx(fits[fmt][row["tag"]]["lost"], abs=1e-12)
+        assert max(r["lost"][0] for r in matrix["rows"]) == matrix["rows"][0]["lost"][0]  # worst first
+        assert get(f"/api/numerics?run={run_dir.name}&formats=fp7")[0] == 400
+        assert get(f"/api/numerics?run={run_dir.name}&loss_scale=x")[0] == 400
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
