@@ -80,6 +80,10 @@ struct RunFacts {
   // tracks moving targets and each batch's advantages, not progress: the loss-curve checks
   // do not judge it (not_checked says so).
   std::string rl_tag;
+  // Offline only (NaN while streaming): the loss's level at the end of the run, the median
+  // of its last finite points. The whole run is known before its first step is judged, so
+  // an early detector can tell a start the run recovered from from one it never did.
+  double loss_end_level = kNaN;
 
   // Index of a module in forward order (or -1).
   int ModuleIndex(const std::string& module) const;

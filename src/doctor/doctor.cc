@@ -460,16 +460,38 @@ bool Doctor::IsConsequence(const Finding& finding) {
   return true;
 }
 
+namespace {
+
+// The median of the last tenth (at least 5) of a series' finite points; NaN without any.
+double EndLevel(const std::map<int64_t, StepFrame>& frames, const std::string& tag) {
+  if (tag.empty()) return kNaN;
+  std::vector<double> values;
+  for (const auto& [step, frame] : frames) {
+    const double* v = frame.Scalar(tag);
+    if (v && std::isfinite(*v)) values.push_back(*v);
+  }
+  if (values.empty()) return kNaN;
+  const size_t n = std::min(values.size(), std::max<size_t>(5, values.size() / 10));
+  std::vector<double> tail(values.end() - static_cast<std::ptrdiff_t>(n), values.end());
+  std::nth_element(tail.begin(), tail.begin() + static_cast<std::ptrdiff_t>(n / 2), tail.end());
+  return tail[n / 2];
+}
+
+}  // namespace
+
 void Doctor::Finish() {
   if (finished_) return;
   if (!options_.streaming) {
     // Offline the whole run is known: whether it is reinforcement learning is decided before
     // its first step is judged (its return may be logged later than its loss).
+    RoleResolver roles = facts_.roles;
     for (const auto& [step, frame] : open_) {
       for (const auto& [tag, value] : frame.scalars) {
         if (facts_.rl_tag.empty() && IsReinforcementLearningTag(tag)) facts_.rl_tag = tag;
+        roles.See(tag);
       }
     }
+    facts_.loss_end_level = EndLevel(open_, roles.Get(Role::kLoss));
   }
   while (!open_.empty()) {
     StepFrame frame = std::move(open_.begin()->second);

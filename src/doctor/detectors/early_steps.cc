@@ -62,6 +62,10 @@ void EarlyBlowupDetector::OnStep(const StepFrame& frame, const DetectorContext& 
   const double ratio = loss / first_loss_;
   if (!(ratio >= options_.jump_ratio)) return;
   done_ = true;
+  // Offline the end is known: a run whose loss ends far below where it started came back
+  // from its first steps and learned; the jump was a transient, not a divergence (the
+  // spike detectors still see it).
+  if (ctx.facts.loss_end_level <= options_.recovered_fraction * first_loss_) return;
   Finding f;
   f.code = "LOSS_DIVERGENCE";
   f.severity = ratio >= options_.critical_ratio ? Severity::kCritical : Severity::kWarning;

@@ -25,6 +25,9 @@ struct EarlyBlowupOptions {
   // its norm, or a global gradient norm >= grad_ratio x its first value.
   double update_ratio = 0.3;
   double grad_ratio = 10;
+  // Offline: no finding when the loss ends at or below this fraction of its first value (a
+  // network the blow-up killed ends near its start, ln K; one that learns ends well below).
+  double recovered_fraction = 0.5;
 };
 
 class EarlyBlowupDetector : public Detector {

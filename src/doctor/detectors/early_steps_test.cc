@@ -1,5 +1,7 @@
 #include "doctor/detectors/early_steps.h"
 
+#include <cmath>
+
 #include "doctor/test_util.h"
 
 namespace trainscope::doctor {
@@ -62,6 +64,31 @@ TEST(EarlyBlowup, ConsequencesAreListedNotReported) {
   EXPECT_EQ(f[0].code, "LOSS_DIVERGENCE");
   EXPECT_NE(f[0].evidence_json.find("consequences"), std::string::npos);
   EXPECT_NE(f[0].evidence_json.find("LOSS_PLATEAU"), std::string::npos);
+}
+
+std::vector<Finding> Offline(const std::vector<double>& loss) {
+  DoctorOptions options;
+  options.only = {"early_blowup"};
+  options.streaming = false;
+  Doctor doctor(std::move(options));
+  for (size_t s = 0; s < loss.size(); ++s) doctor.OnScalar("train/loss", static_cast<int64_t>(s), 0, loss[s]);
+  doctor.Finish();
+  return doctor.findings();
+}
+
+// Offline the end of the run is known: a jump in the first steps that the run came back
+// from, ending far below its start, was a transient; one that killed the network (its loss
+// back near ln K, its start) stays a divergence.
+TEST(EarlyBlowup, OfflineAStartTheRunRecoveredFromIsNoDivergence) {
+  std::vector<double> learned = {2.31, 1111, 31};
+  for (int i = 0; i < 200; ++i) learned.push_back(2.3 * std::exp(-i / 40.0) + 0.05);
+  EXPECT_TRUE(Offline(learned).empty());
+  std::vector<double> killed = {2.31, 1111, 31};
+  for (int i = 0; i < 200; ++i) killed.push_back(2.302 + 1e-3 * (i % 3));
+  ASSERT_EQ(Offline(killed).size(), 1u);
+  EXPECT_EQ(Offline(killed)[0].code, "LOSS_DIVERGENCE");
+  // Online the alert stands: it cannot know the future.
+  EXPECT_EQ(Start({2.31, 1111, 31, 0.3, 0.2}).size(), 1u);
 }
 
 }  // namespace
