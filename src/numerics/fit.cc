@@ -275,6 +275,8 @@ DelayedScalingFit FitDelayedScaling(const TensorStatsSeries& series, const Float
     if (static_cast<int>(window.size()) > fit.history) window.erase(window.begin());
   }
   fit.amax_history = window;
+  // The scale the next step would use: from the history as it stands.
+  if (!window.empty()) fit.last_scale_exponent = DelayedScaleExponent(*std::max_element(window.begin(), window.end()), format);
   return fit;
 }
 

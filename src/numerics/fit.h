@@ -132,7 +132,7 @@ struct DelayedScalingFit {
   int history = 0;
   size_t points = 0, histogram_points = 0;
   int64_t step_first = 0, step_last = 0;
-  int last_scale_exponent = 0;
+  int last_scale_exponent = 0;       // the scale the next step would use (from amax_history)
   std::vector<double> amax_history;  // the last `history` abs_max values (oldest first)
   FitCounts counts;                  // histogram points, each at its own delayed scale
   size_t overflow_points = 0;        // points whose amax outgrew the delayed scale

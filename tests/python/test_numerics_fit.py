@@ -248,3 +248,18 @@ def test_dashboard_endpoint_is_the_fit_matrix(recorded):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=10)
+
+
+def test_fp8_delayed_scaling_per_tensor(recorded):
+    run_dir, kept = recorded
+    out = json.loads(run_cli("numerics", "fp8", run_dir, "--history", "4", "--json", check=True).stdout)
+    assert out["forward_format"] == "fp8-e4m3" and out["backward_format"] == "fp8-e5m2"
+    rows = {t["tag"]: t for t in out["tensors"]}
+    assert rows["act/fc1"]["format"] == "fp8-e4m3" and rows["grad/fc1.weight"]["format"] == "fp8-e5m2"
+    for t in out["tensors"]:
+        assert 0 <= t["lost"] <= 1 and len(t["amax_history"]) <= 4
+        # the scale maps the history's amax below the format's max: 2^k * amax <= max < 2^(k+1) * amax
+        amax = max(float(a) for a in t["amax_history"]) if t["amax_history"] else 0
+        if amax > 0:
+            top = 448.0 if t["format"] == "fp8-e4m3" else 57344.0
+            assert amax * 2.0 ** t["scale_exponent"] <= top < amax * 2.0 ** (t["scale_exponent"] + 1), t["tag"]

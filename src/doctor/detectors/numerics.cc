@@ -901,7 +901,11 @@ void PrecisionFitDetector::Finish(const DetectorContext& ctx) {
                         {"overflow", Num(r.f->counts.Fraction(r.f->counts.overflow_max))},
                         {"underflow", Num(r.f->counts.Fraction(r.f->counts.underflow_max))},
                         {"stale_scale_steps", r.f->overflow_points}, {"points", r.f->points},
-                        {"scale_exponent", r.f->last_k}, {"amax_history", amax}});
+                        {"scale_exponent", r.f->window.empty() ? r.f->last_k
+                                                               : numerics::DelayedScaleExponent(
+                                                                     *std::max_element(r.f->window.begin(), r.f->window.end()),
+                                                                     *r.f->format)},
+                        {"amax_history", amax}});
     }
     std::string family, layer;
     numerics::SplitTag(worst.tag, &family, &layer);

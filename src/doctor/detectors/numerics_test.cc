@@ -354,6 +354,34 @@ TEST(PrecisionFit, Fp8ReadinessOnlyWhenConsidered) {
   }
 }
 
+TEST(PrecisionFit, Tf32NoteForAMatmulWhoseInputIsAnOffset) {
+  // fc2's input (act1's output) is 1000 +- 0.01: its variation is 2^-16.6 of its magnitude,
+  // which TF32's 10 mantissa bits do not resolve. fc1's input (input features) is centred.
+  for (const bool declared : {false, true}) {
+    Feed feed({"precision_fit"});
+    feed.Meta("config", declared ? R"({"allow_tf32": true})" : R"({})");
+    feed.Meta("module_order", R"(["fc1", "act1", "fc2"])");
+    for (int64_t s = 0; s < 5; ++s) {
+      feed.Scalar("train/loss", s, 1.0);
+      feed.Stats("act/fc1", s, Normal(500, 0, 1, s));
+      feed.Stats("act/act1", s, Normal(500, 1000, 0.01, s));
+      feed.Stats("act/fc2", s, Normal(500, 0, 1, s));
+    }
+    const auto findings = feed.Finish();
+    const Finding* f = FindCode(findings, "TF32_PRECISION");
+    if (!declared) {
+      EXPECT_EQ(f, nullptr);
+      continue;
+    }
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->location, "fc2");
+    EXPECT_EQ(f->severity, Severity::kInfo);
+    const json ev = json::parse(f->evidence_json);
+    EXPECT_EQ(ev["layers"].size(), 1u);
+    EXPECT_NEAR(ev["layers"][0]["mantissa_bits_needed"].get<double>(), std::log2(1000 / 0.01) + 3, 0.2);
+  }
+}
+
 #endif  // TRAINSCOPE_WITH_NUMERICS
 
 }  // namespace
