@@ -293,9 +293,15 @@ class ModuleTimer:
             raise RuntimeError(f"ModuleTimer times modules on the CPU; this model has parameters on "
                                f"{sorted(devices - {'cpu'})}: profile a few steps with torch.profiler and read the "
                                f"trace with `trainscope trace`")
+        # Hooks that pickle as inert (torch.save(model) of a timed model works) and that are
+        # on the parameters once: a hook registered on a parameter in each forward stays on it.
+        from trainscope._watch.hooks import Hook
         for name, module in self.leaves.items():
-            self.handles.append(module.register_forward_pre_hook(self._pre(name)))
-            self.handles.append(module.register_forward_hook(self._post(name)))
+            self.handles.append(module.register_forward_pre_hook(Hook(self._pre(name))))
+            self.handles.append(module.register_forward_hook(Hook(self._post(name))))
+            for p in module.parameters(recurse=False):
+                if p.requires_grad:
+                    self.handles.append(p.register_hook(Hook(self._backward_end(name))))
         return self
 
     def detach(self):
@@ -326,9 +332,11 @@ class ModuleTimer:
             out = output if isinstance(output, torch.Tensor) else None
             if out is None or not out.requires_grad:
                 return
-            ends = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad and x is not out]
-            ends += [p for p in module.parameters(recurse=False) if p.requires_grad]
-            if not ends:
+            # Inputs made in this forward (not leaves): their hooks go with the graph.
+            ends = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad and x is not out
+                    and x.grad_fn is not None]
+            has_params = any(p.requires_grad for p in module.parameters(recurse=False))
+            if not ends and not has_params:
                 return
             out.register_hook(self._backward_start(name))
             for tensor in ends:
@@ -389,7 +397,8 @@ def watch_modules(run, model, flops=None):
         if timer.step is not None and any(timer.calls.values()):
             timer.log(run, timer.step, timer.flops)
 
-    timer.handles.append(model.register_forward_pre_hook(on_forward))
+    from trainscope._watch.hooks import Hook
+    timer.handles.append(model.register_forward_pre_hook(Hook(on_forward)))
     timer.flush = flush
     return timer
 

@@ -171,6 +171,7 @@ class Run:
         self._finished = False
         self._clock = None        # watch.StepClock once watch()/data()/step() is used
         self._watchers = []
+        self._module_timers = []  # run.watch(perf=True): trainscope.perf.watch_modules
         self._lr_tags = ()        # the opt/lr tags watch() logs
         self._user_lr_tags = set()  # those of them the script logs itself: watch() leaves them to it
         self._sampler = None      # the C++ system-metrics thread (watch())
@@ -390,6 +391,11 @@ class Run:
                 Default 5.0.
             checks (bool): the model checks before the first step (ARCHITECTURE_WARNING,
                 docs/doctor.md); loss_fn and batch_size help them. Default True.
+            perf (bool): each leaf module's forward and backward time every step
+                (perf/module/<name>/forward_s, backward_s; CPU only, from hooks: on an
+                accelerator profile with run.profile()). Default False.
+            flops: with perf, ts.count_flops(model, example_inputs) of one forward: adds
+                perf/module/<name>/flops_per_second. Default None.
 
         Returns:
             The watcher, or None if it could not be set up (reported; training goes on).
@@ -413,6 +419,8 @@ class Run:
         checks = options.pop("checks", True)
         loss_fn = options.pop("loss_fn", None)
         batch_size = options.pop("batch_size", None)
+        module_perf = options.pop("perf", False)
+        flops = options.pop("flops", None)
         try:
             watcher = Watcher(self, clock, model, optimizer, every=every, histograms_every=histograms_every,
                               activations=activations, **options)
@@ -430,6 +438,12 @@ class Run:
                 clock.sampler = self._sampler
             except Exception as error:
                 self._warn_once("sampler", f"system metrics are off: {error}")
+        if module_perf:
+            try:
+                from trainscope.perf import watch_modules
+                self._module_timers.append(watch_modules(self, model, flops))
+            except Exception as error:
+                self._warn_once("perf", f"per-module times are off: {error}")
         if checks:
             from trainscope.checks import watch_checks
             watch_checks(self, model, loss_fn=loss_fn, batch_size=batch_size)  # never raises
@@ -544,6 +558,13 @@ class Run:
             except Exception as error:
                 print(f"trainscope: could not remove the watch hooks: {error}", file=sys.stderr)
         self._watchers = []
+        for timer in self._module_timers:
+            try:
+                timer.flush()
+                timer.detach()
+            except Exception as error:
+                print(f"trainscope: last per-module times lost: {error}", file=sys.stderr)
+        self._module_timers = []
         if self._clock is not None:
             try:
                 self._clock.finish()

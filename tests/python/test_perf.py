@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 import trainscope as ts
@@ -330,3 +331,30 @@ def test_a_slow_depthwise_conv_is_called_memory_bound_not_odd():
     hints = profile["findings"][0]["evidence"]["hints"]
     assert hints[0] == "memory_bound" and "odd_shape" not in hints
     assert "depthwise" in profile["findings"][0]["summary"]
+
+
+def test_watch_perf_records_every_module_each_step_and_keeps_the_model_saveable(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(32, 64)
+    flops = ts.count_flops(model, x)
+    run = ts.init(logdir=str(tmp_path), name="perf")
+    run.watch(model, optimizer, perf=True, flops=flops)
+    for _ in range(5):
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+        run.log({"train/loss": 1.0})
+    hooks_on_weight = len(model[0].weight._backward_hooks or {})
+    torch.save(model, tmp_path / "model.pt")  # a timed model pickles (inert hooks)
+    run.finish()
+    assert hooks_on_weight <= 2  # once per parameter, not once per forward
+    assert not model[0].weight._backward_hooks and not model[0]._forward_hooks  # finish removes them
+    view = ts.open_run(str(tmp_path / "perf"))
+    forward = view.scalars("perf/module/0/forward_s")
+    assert list(forward["step"]) == [0, 1, 2, 3, 4] and (forward["value"] > 0).all()
+    assert (view.scalars("perf/module/2/backward_s")["value"] > 0).all()
+    achieved = view.scalars("perf/module/0/flops_per_second")
+    seconds = forward["value"] + view.scalars("perf/module/0/backward_s")["value"]
+    np.testing.assert_allclose(achieved["value"], flops.module("0")["training_flops"] / seconds, rtol=1e-6)
