@@ -88,7 +88,11 @@ def measure_peak(dtype=torch.float32, size=None, seconds=1.0, device="cpu", thre
     A GEMM is the fastest thing a training does, so this is the peak a training can hope to
     approach here, below the computed one (clock and vector units) by what the BLAS and the
     memory system lose. Takes about `seconds` after a warm-up; the best of the timed rounds
-    (another process on a shared machine only ever makes a round slower)."""
+    (another process on a shared machine only ever makes a round slower).
+
+    `threads` sets torch's pool; a BLAS with a pool of its own (OpenBLAS) sizes it from
+    OPENBLAS_NUM_THREADS / OMP_NUM_THREADS when it loads, so set those before importing
+    torch (`trainscope perf peak --threads N` does)."""
     if threads is not None:
         torch.set_num_threads(int(threads))
     dev = torch.device(device)

@@ -43,8 +43,10 @@ std::string Rate(double flops) {
 
 std::string Pct(double fraction) { return std::isfinite(fraction) ? fmt::format("{:.2f} %", 100 * fraction) : "-"; }
 
-// Runs `python -m trainscope.perf ARGS...`, its stdout into *out. Returns "" or what failed.
-std::string RunPerfModule(const std::vector<std::string>& args, std::string* out) {
+// Runs `python -m trainscope.perf ARGS...` with `env` added, its stdout into *out. Returns ""
+// or what failed.
+std::string RunPerfModule(const std::vector<std::string>& args, std::string* out,
+                          const std::vector<std::pair<std::string, std::string>>& env = {}) {
   const fs::path package_dir = fs::path(ExecutableDir()) / "python";
   if (fs::exists(package_dir / "trainscope" / "perf.py")) {
     const char* old = std::getenv("PYTHONPATH");
@@ -61,6 +63,7 @@ std::string RunPerfModule(const std::vector<std::string>& args, std::string* out
     dup2(pipe_fds[1], STDOUT_FILENO);
     close(pipe_fds[0]);
     close(pipe_fds[1]);
+    for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
     std::vector<std::string> argv_text = {python, "-m", "trainscope.perf"};
     argv_text.insert(argv_text.end(), args.begin(), args.end());
     std::vector<char*> argv;
@@ -106,8 +109,16 @@ int PeakCommand(bool as_json, bool measure, int threads) {
   if (measure) {
     std::string text;
     std::vector<std::string> args = {"measure-peak"};
-    if (threads > 0) args.insert(args.end(), {"--threads", std::to_string(threads)});
-    const std::string error = RunPerfModule(args, &text);
+    std::vector<std::pair<std::string, std::string>> env;
+    if (threads > 0) {
+      args.insert(args.end(), {"--threads", std::to_string(threads)});
+      // torch.set_num_threads does not reach the BLAS's own pool (Debian's torch on OpenBLAS
+      // multiplied on every core with it at 1): the pools are sized before the BLAS loads.
+      for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"}) {
+        env.emplace_back(name, std::to_string(threads));
+      }
+    }
+    const std::string error = RunPerfModule(args, &text, env);
     json parsed = error.empty() ? json::parse(text, nullptr, false) : json();
     if (!error.empty() || parsed.is_discarded() || !parsed.is_object()) {
       measured = {{"error", error.empty() ? "the measurement printed no JSON object" : error}};
