@@ -483,6 +483,21 @@ try {
       });
     }
   }
+  await check('the numerics page shows each tensor against each format, as the API computes it', async () => {
+    const fit = (await apiJson('api/numerics?run=nan')).body;
+    assert.ok(fit.rows.length > 0, 'the nan run has exponent histograms');
+    await page.goto('about:blank');
+    await page.goto(`${base}?static=1#runs=nan&tab=numerics`);
+    await page.waitForSelector('body[data-ready="1"]', { timeout: 20000 });
+    const shown = await page.evaluate(() => [...document.querySelectorAll('table.numerics tbody tr')].map((tr) =>
+      [...tr.querySelectorAll('td')].map((td) => td.textContent)));
+    assert.equal(shown.length, fit.rows.length);
+    assert.deepEqual(shown.map((r) => r[0]), fit.rows.map((r) => r.tag));
+    for (const r of shown) assert.equal(r.length, 2 + fit.formats.length);
+    // a format that loses nothing reads 0, one that loses values reads a percentage
+    fit.rows.forEach((row, i) => row.lost.forEach((lost, k) => assert.equal(shown[i][2 + k] === '0', lost === 0, `${row.tag} ${fit.formats[k]}`)));
+  });
+
   await page.setViewportSize({ width: 1400, height: 1000 });
 
   await check('?static=1 opens no event stream and plain headless chromium --screenshot captures the charts', async () => {

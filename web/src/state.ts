@@ -1,7 +1,7 @@
 // The view's state, kept in the URL fragment so a view can be shared by its link:
 // #runs=a,b&tab=scalars&tags=loss&smooth=0.6&log=1&x=step&range=100:300&layer=fc1.weight
 
-export type Tab = 'overview' | 'scalars' | 'distributions' | 'gradients' | 'activations' | 'findings' | 'performance';
+export type Tab = 'overview' | 'scalars' | 'distributions' | 'gradients' | 'activations' | 'findings' | 'performance' | 'numerics';
 export type XMode = 'step' | 'wall' | 'relative';
 
 export interface State {
@@ -20,7 +20,7 @@ export interface State {
   open: string;  // sections opened or closed by the user: '+key' / '-key', comma-separated
 }
 
-export const TABS: Tab[] = ['overview', 'scalars', 'distributions', 'gradients', 'activations', 'findings', 'performance'];
+export const TABS: Tab[] = ['overview', 'scalars', 'distributions', 'gradients', 'activations', 'findings', 'performance', 'numerics'];
 
 export function readState(): State {
   const h = new URLSearchParams(location.hash.slice(1));

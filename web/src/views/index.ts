@@ -6,6 +6,7 @@ import { activationsView } from './activations';
 import { distributionsView } from './distributions';
 import { findingsView } from './findings';
 import { gradientsView } from './gradients';
+import { numericsView } from './numerics';
 import { overviewView } from './overview';
 import { performanceView } from './performance';
 import { scalarsView } from './scalars';
@@ -24,4 +25,5 @@ export const VIEWS: View[] = [
   { id: 'activations', label: 'Activations', render: activationsView },
   { id: 'findings', label: 'Findings', render: findingsView },
   { id: 'performance', label: 'Performance', render: performanceView },
+  { id: 'numerics', label: 'Numerics', render: numericsView },
 ];
