@@ -418,7 +418,10 @@ bool IsConsequenceCode(const std::string& code, bool blown_up) {
                                                   "GRAD_VANISHING",   "DEAD_UNITS",        "UPDATE_RATIO_LOW",
                                                   "ACTIVATION_SATURATION", "LOSS_OSCILLATION", "METRIC_IMBALANCE",
                                                   "ACTIVATION_DRIFT"};
-  static const std::set<std::string> after_blowup = {"GRAD_EXPLOSION", "LOSS_SPIKE", "UPDATE_RATIO_HIGH"};
+  // Weights the first updates blew up are so large that later updates round away in them:
+  // lost updates there are the blow-up's, not the precision's.
+  static const std::set<std::string> after_blowup = {"GRAD_EXPLOSION", "LOSS_SPIKE", "UPDATE_RATIO_HIGH",
+                                                     "BF16_STALE_UPDATE"};
   return after_any.count(code) > 0 || (blown_up && after_blowup.count(code) > 0);
 }
 
