@@ -4,15 +4,17 @@ wandb_internal.proto Record fields, MLflow's file store) by a few lines of Pytho
 no code with trainscope's readers, then imported and checked point by point."""
 
 import json
+import os
 import math
 import pathlib
 import sqlite3
 import struct
+import subprocess
 import zlib
 
 import pytest
 
-from conftest import CLI, run_cli
+from conftest import CLI, REPO, run_cli
 
 pytestmark = pytest.mark.skipif(not CLI.exists(), reason=f"{CLI} not built")
 
@@ -302,3 +304,46 @@ def test_torchtitan_and_megatron_rank_prefixed_lines(tmp_path):
     (tmp_path / "r").mkdir()
     rep, _, _ = _import_text(tmp_path / "r", text * 2)
     assert rep["series"]["lm loss"]["steps"] == [1, 2, 3, 1, 2, 3]
+
+
+def test_real_wandb_and_mlflow_runs_imported_are_served_like_recorded_runs(tmp_path):
+    """A W&B run folder and an MLflow run of the corpus, imported into one logdir, are in the
+    dashboard's runs list with their health and final metrics, and their series read back."""
+    import http.client
+    import re
+    import signal
+    import urllib.parse
+    root = pathlib.Path(os.environ.get("TRAINSCOPE_TESTDATA_ROOT", REPO.parent / "shared" / "testdata")) / "external-2"
+    wandb_run = root / "wandb" / "nanogpt_shakespeare_char_overfit_kt2awly2"
+    if not wandb_run.is_dir():
+        pytest.skip(f"corpus not here: {root}")
+    mlflow_run = next((root / "mlflow" / "swahili_asr_keras_ctc_plateau" / "mlruns" / "1").glob("*/meta.yaml")).parent
+    logdir = tmp_path / "logs"
+    for name, src in (("from-wandb", wandb_run), ("from-mlflow", mlflow_run)):
+        r = run_cli("import", src, "-o", logdir / name)
+        assert r.returncode == 0, r.stderr
+    proc = subprocess.Popen([str(CLI), "serve", str(logdir), "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        port = int(re.search(r":(\d+)/", proc.stdout.readline()).group(1))
+
+        def get(target):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", target)
+            res = conn.getresponse()
+            body = res.read()
+            conn.close()
+            assert res.status == 200, (target, body[:300])
+            return json.loads(body)
+
+        runs = {r["name"]: r for r in get("/api/runs")["runs"]}
+        assert {"from-wandb", "from-mlflow"} <= set(runs)
+        assert runs["from-wandb"]["health"] in ("warning", "critical")  # the overfitting nanoGPT run
+        for name in ("from-wandb", "from-mlflow"):
+            series = [s for s in get(f"/api/run?run={name}")["series"] if s["kind"] == "scalar" and s["points"] > 1]
+            assert series, name
+            buckets = get(f"/api/scalars?run={name}&tag={urllib.parse.quote(series[0]['tag'])}&width=50")
+            assert buckets, name
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
