@@ -21,6 +21,7 @@
 #include "perf/cpu_peak.h"
 #include "perf/peak_table.h"
 #include "perf/perf_metrics.h"
+#include "store/json_forms.h"
 
 #ifndef TRAINSCOPE_PYTHON_EXECUTABLE
 #define TRAINSCOPE_PYTHON_EXECUTABLE "python3"
@@ -222,14 +223,6 @@ std::string HostName() {
 
 perf::PeakChoice ChoosePeak(const RunData& data) { return perf::ChoosePeak(data, HostName()); }
 
-json FindingJson(const Finding& f) {
-  json causes = json::array();
-  for (const auto& c : f.causes) causes.push_back({{"id", c.id}, {"confidence", c.confidence}});
-  return {{"code", f.code}, {"severity", SeverityName(f.severity)}, {"step", f.step}, {"last_step", f.last_step},
-          {"location", f.location}, {"summary", f.summary}, {"evidence", json::parse(f.evidence_json, nullptr, false)},
-          {"causes", causes}, {"actions", f.actions}};
-}
-
 json RunPerfJson(const std::string& source, const perf::RunPerf& perf, const RunData& first, bool with_steps) {
   json ranks = json::array();
   for (const auto& r : perf.ranks) {
@@ -238,7 +231,7 @@ json RunPerfJson(const std::string& source, const perf::RunPerf& perf, const Run
   json shares = json::object();
   for (const auto& s : perf.shares) shares[s.phase] = Number(s.share);
   json findings = json::array();
-  for (const auto& f : perf.findings) findings.push_back(FindingJson(f));
+  for (const auto& f : perf.findings) findings.push_back(FindingToJson(f));
   const double measured = perf::MetaNumber(first, "perf/measured_peak_flops");
   json out = {{"source", source},
               {"world_size", perf.world_size},
@@ -356,7 +349,7 @@ int ScalingCommand(const std::string& path_1, const std::string& path_n, bool as
     return 2;
   }
   json findings = json::array();
-  for (const auto& f : scaling.findings) findings.push_back(FindingJson(f));
+  for (const auto& f : scaling.findings) findings.push_back(FindingToJson(f));
   const json j = {{"run_1", RunPerfJson(path_1, run_1, *one.ranks[0], false)},
                   {"run_n", RunPerfJson(path_n, run_n, *many.ranks[0], false)},
                   {"n_1", scaling.n_1}, {"n_n", scaling.n_n}, {"unit", scaling.unit},
