@@ -162,22 +162,9 @@ int FitCommand(const FitArgs& args) {
   }
   std::vector<const FloatFormat*> formats;
   for (const std::string& list : args.formats) {
-    size_t start = 0;
-    while (start <= list.size()) {
-      const size_t comma = std::min(list.find(',', start), list.size());
-      const std::string name = list.substr(start, comma - start);
-      start = comma + 1;
-      if (name.empty()) continue;
-      if (name == "all") {
-        for (const char* n : {"fp16", "bf16", "fp8-e4m3", "fp8-e5m2"}) formats.push_back(table.Find(n));
-        continue;
-      }
-      const FloatFormat* f = table.Find(name);
-      if (!f) {
-        fmt::print(stderr, "trainscope numerics fit: unknown format '{}' (known: {})\n", name, table.Names());
-        return 2;
-      }
-      formats.push_back(f);
+    if (Status s = table.FindList(list, &formats, {"fp16", "bf16", "fp8-e4m3", "fp8-e5m2"}); !s.ok()) {
+      fmt::print(stderr, "trainscope numerics fit: {}\n", s.message());
+      return 2;
     }
   }
   if (formats.empty()) formats.push_back(table.Find("fp16"));

@@ -228,6 +228,25 @@ std::string FormatTable::Names() const {
   return out;
 }
 
+Status FormatTable::FindList(std::string_view list, std::vector<const FloatFormat*>* out,
+                             const std::vector<std::string_view>& all) const {
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string_view name = list.substr(start, comma - start);
+    start = comma + 1;
+    if (name.empty()) continue;
+    if (name == "all" && !all.empty()) {
+      for (std::string_view n : all) out->push_back(Find(n));
+      continue;
+    }
+    const FloatFormat* f = Find(name);
+    if (!f) return Status::InvalidArgument("unknown format '" + std::string(name) + "' (known: " + Names() + ")");
+    out->push_back(f);
+  }
+  return Status::Ok();
+}
+
 Status LoadFormatTable(const std::string& extra_file, FormatTable* out) {
   FormatTable table = FormatTable::Builtin();
   if (!extra_file.empty()) {

@@ -91,6 +91,11 @@ class FormatTable {
   const FloatFormat* Find(std::string_view name) const;
   // The list of names, comma-separated (for error messages).
   std::string Names() const;
+  // Appends the formats a comma-separated list names ("fp16,bf16"; empty items skipped);
+  // with `all` given, the name "all" stands for those formats. InvalidArgument naming an
+  // unknown one and the known names.
+  Status FindList(std::string_view list, std::vector<const FloatFormat*>* out,
+                  const std::vector<std::string_view>& all = {}) const;
 
  private:
   std::vector<FloatFormat> formats_;

@@ -711,16 +711,7 @@ ApiReply Api::Numerics(const std::string& db_path, const QueryParams& params) {
   std::vector<const numerics::FloatFormat*> formats;
   const std::string* names = Param(params, "formats");
   const std::string list = names ? *names : "fp16,bf16,fp8-e4m3,fp8-e5m2";
-  size_t start = 0;
-  while (start <= list.size()) {
-    const size_t comma = std::min(list.find(',', start), list.size());
-    const std::string name = list.substr(start, comma - start);
-    start = comma + 1;
-    if (name.empty()) continue;
-    const numerics::FloatFormat* f = table.Find(name);
-    if (!f) return Error(400, "unknown format '" + name + "' (known: " + table.Names() + ")");
-    formats.push_back(f);
-  }
+  if (Status s = table.FindList(list, &formats); !s.ok()) return Error(400, s.message());
   if (formats.empty() || formats.size() > 16) return Error(400, "parameter 'formats' must name 1 to 16 formats");
   numerics::FitOptions options;
   if (const std::string* k = Param(params, "loss_scale")) {
