@@ -48,6 +48,7 @@ struct RunFacts {
   std::vector<std::string> module_order;  // forward order: meta `module_order`, else first-seen act/
   bool module_order_explicit = false;
   std::unordered_map<std::string, std::string> module_types;  // meta `module_types`
+  std::unordered_map<std::string, std::vector<int64_t>> param_shapes;  // meta `param_shapes`
   std::vector<std::string> param_order;  // meta `param_order`, else first-seen weight/, grad/
   bool param_order_explicit = false;
 
@@ -94,6 +95,8 @@ struct RunFacts {
   static std::string ModuleOfParam(const std::string& param);
   // The module's type from meta `module_types`, else "" (callers fall back to its name).
   std::string ModuleType(const std::string& module) const;
+  // The parameter's number of dimensions from meta `param_shapes`, else -1.
+  int ParamDims(const std::string& param) const;
 };
 
 struct DoctorOptions;

@@ -90,6 +90,11 @@ std::string RunFacts::ModuleType(const std::string& module) const {
   return it == module_types.end() ? "" : it->second;
 }
 
+int RunFacts::ParamDims(const std::string& param) const {
+  auto it = param_shapes.find(param);
+  return it == param_shapes.end() ? -1 : static_cast<int>(it->second.size());
+}
+
 void RaiseCause(std::vector<Cause>* causes, const std::string& id, double confidence) {
   for (Cause& c : *causes) {
     if (c.id == id) {
@@ -206,6 +211,18 @@ void Doctor::OnMeta(std::string_view key, std::string_view value) {
     if (j.is_object()) {
       for (const auto& [name, type] : j.items()) {
         if (type.is_string()) facts_.module_types[name] = type.get<std::string>();
+      }
+    }
+  } else if (key == "param_shapes") {
+    json j = json::parse(value, nullptr, false);
+    if (j.is_object()) {
+      for (const auto& [name, shape] : j.items()) {
+        if (!shape.is_array()) continue;
+        std::vector<int64_t> dims;
+        for (const json& d : shape) {
+          if (d.is_number_integer()) dims.push_back(d.get<int64_t>());
+        }
+        if (dims.size() == shape.size()) facts_.param_shapes[name] = std::move(dims);
       }
     }
   } else if (key == "config") {

@@ -927,3 +927,34 @@ def test_gradients_from_inside_backward_equal_param_grad(tmp_path):
     for (sa, ua), (sb, ub) in zip(hot.vectors("grad_units/0.weight"), cold.vectors("grad_units/0.weight")):
         assert sa == sb
         np.testing.assert_array_equal(ua, ub)
+
+
+def test_a_sequentials_batchnorm_scale_is_no_constant_init_but_constant_linears_are(tmp_path):
+    """nn.Sequential names its parameters "1.weight": the watcher records the module types
+    and parameter shapes, so the doctor (online and offline) knows "1.weight" is a
+    BatchNorm's scale, which starts at ones by design, and a vector scale is no symmetry."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 16), torch.nn.ReLU(),
+                                torch.nn.Linear(16, 4))
+    with torch.no_grad():  # constant matrices: the 16 hidden units compute alike and stay alike
+        model[4].weight.fill_(0.01)
+        model[6].weight.fill_(0.02)
+    # A small lr keeps the BatchNorm's scale at ones (to 1e-7) when its weights are first read.
+    opt = torch.optim.SGD(model.parameters(), lr=1e-6)
+    run = ts.init(tmp_path, "seq")
+    run.watch(model, opt)
+    g = torch.Generator().manual_seed(2)
+    data = [(torch.randn(8, 3, 8, 8, generator=g), torch.randint(0, 4, (8,), generator=g)) for _ in range(5)]
+    for x, y in run.data(data):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    run.finish()
+    meta = ts.open_run(tmp_path / "seq").meta["extra"]
+    assert json.loads(meta["module_types"])["1"] == "BatchNorm2d"
+    assert json.loads(meta["param_shapes"])["4.weight"] == [16, 512]
+    for findings in (run.findings, ts.diagnose(tmp_path / "seq")["findings"]):
+        assert not [f for f in findings if f["location"] in ("1", "1.weight")], findings
+        constant = [f for f in findings if f["code"] in ("WEIGHT_SYMMETRY", "ARCHITECTURE_WARNING")]
+        assert [f["location"] for f in constant] in (["4"], ["4.weight"]), findings

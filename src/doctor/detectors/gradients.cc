@@ -338,6 +338,9 @@ void WeightSymmetryDetector::OnStep(const StepFrame& frame, const DetectorContex
     const std::string p(rest);
     if (!seen_.insert(p).second) continue;  // only the first record: the initialisation
     if (IsBiasOrNormParam(p, ctx.facts) || s.numel < 2 || s.nan + s.inf) continue;
+    // Only a parameter that mixes units (a matrix, a kernel) makes its units alike when
+    // constant: a vector scales each unit alone (LayerScale starts at a constant 1e-6).
+    if (const int dims = ctx.facts.ParamDims(p); dims >= 0 && dims < 2) continue;
     const double sd = s.stddev();
     if (!(sd <= options_.rel_std * std::max(1.0, std::fabs(s.mean())))) continue;
     Finding f;

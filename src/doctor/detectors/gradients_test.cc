@@ -196,6 +196,21 @@ TEST(WeightSymmetry, ConstantInitButNotNormScales) {
   EXPECT_TRUE(where.count("fc2.weight"));
 }
 
+TEST(WeightSymmetry, ModuleTypesAndShapesTellWhatNamesCannot) {
+  // An nn.Sequential names its BatchNorm's scale "1.weight"; a LayerScale vector starts at a
+  // constant. Both are judged by the watcher's module_types and param_shapes, not by name.
+  Feed feed({"weight_symmetry"});
+  feed.Meta("module_types", R"({"0": "Conv2d", "1": "BatchNorm2d", "2": "LayerScale", "3": "Linear"})");
+  feed.Meta("param_shapes", R"({"0.weight": [8, 3, 3, 3], "1.weight": [8], "2.gamma": [8], "3.weight": [4, 8]})");
+  const std::vector<double> one(8, 1.0), small(8, 1e-6), c(32, 0.5);
+  feed.Stats("weight/1.weight", 0, ComputeTensorStats(one.data(), one.size(), false));
+  feed.Stats("weight/2.gamma", 0, ComputeTensorStats(small.data(), small.size(), false));
+  feed.Stats("weight/3.weight", 0, ComputeTensorStats(c.data(), c.size(), false));
+  const auto f = feed.Finish();
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].location, "3.weight");
+}
+
 TEST(WeightSymmetry, IdenticalUnitGradients) {
   Feed feed({"weight_symmetry"});
   for (int64_t s = 0; s < 3; ++s) {
