@@ -15,7 +15,7 @@ The calls (plan: plan.ParamPlan):
   weights(step, plan, histogram)       weight/update pass against plan.snapshots (refreshed)
   snapshot(plan)                       plan.snapshots := the weights
   capture(series_id, tensor, kind, histogram, flat) -> a captured item (None: not measurable)
-  activations(step, captured)          one forward's captured items
+  activations(step, captured)          captured items (host: one tensor per job, device: a forward's rows)
 A host call returns None when a tensor does not fit the plan (moved off the host, resized):
 the watcher plans again.
 """

@@ -9,9 +9,10 @@ says when, and holds the tickets of what is in flight.
   Without an optimizer: at the step's end.
 - Weights and updates (w_t - w_{t-1}): the pass of a sampled optimizer step runs at the next
   training forward, beside it, and is waited for before the next step changes the weights.
-- Activations and inputs: captured in forward hooks (attached only for measuring forwards),
-  submitted as one job at the forward's end, logged at the optimizer step unless a later op
-  changed the tensor in place (then that module is measured at once from then on).
+- Activations and inputs: captured in forward hooks (attached only for measuring forwards):
+  on the host one job per tensor, submitted in its hook and let go once done; on a device
+  reduced in the hook and copied in one job at the forward's end. A statistic is dropped if
+  a later op changed its tensor in place (that module is then measured at once).
 - Labels: the integer targets' range (run.data() batches, else integer model inputs).
 """
 
@@ -92,8 +93,8 @@ class Watcher:
         # last forward's activations (until committed), device copies (until they land).
         self._grad_ticket = None
         self._weight_tickets = []
-        self._forward = []          # (executor, ticket, names, versions) of the last forward's activation jobs
-        self._captured = []         # this forward's (name, version, executor, captured item), until its end
+        self._forward = []          # (executor, ticket, names, versions) of the last forward's activation jobs not logged yet
+        self._captured = []         # this forward's (name, item) reduced on the device, until its end
         self._device_tickets = collections.deque()
         self._rss_step = None       # the step whose RSS the helper logs with the gradient pass
         self._weights_due = None    # (step, histogram): the last optimizer step's weight pass, to start
@@ -140,6 +141,11 @@ class Watcher:
             "weights_every": s.weights_every, "units_every": s.units_every, "dense_steps": s.dense_steps,
             "accumulation_steps": int(accumulation_steps), "guard": self.guard,
             "compiled": self.compiled, "optimizer": type(optimizer).__name__ if optimizer else None}))
+        # What the doctor tells parameters apart by where their names say nothing (an
+        # nn.Sequential's "1.weight" is a BatchNorm's scale): module classes, parameter shapes.
+        base = getattr(model, "_orig_mod", model)
+        self.rec.set_meta("module_types", json.dumps({name: type(m).__name__ for name, m in base.named_modules() if name}))
+        self.rec.set_meta("param_shapes", json.dumps({name: list(p.shape) for name, p in self.params}))
         self._install()
 
     # ---- setup and teardown ----
@@ -376,45 +382,59 @@ class Watcher:
         return self._guarded("activations", measure)
 
     def _capture(self, name, tag, tensor, kind, histogram, flat=False):
-        """Captures a tensor for this forward's activation job; measured at once instead when
-        a later op changed it in place before (its values after its hook are gone by then)."""
+        """Measures a module output (or model input) of a measuring forward.
+
+        On the host it is a job of its own, submitted now: the helper reads it while the
+        forward goes on, and the tensor is let go at the first later hook that finds the job
+        done. An output autograd does not keep (a BatchNorm's before its ReLU) then lives a
+        few modules longer, not until the optimizer step: held that long, the CNN
+        benchmark's allocator returned and re-faulted ~10 MB more per step, +10 % of its
+        step time (docs/benchmarks.md). On a device it is reduced now, and the forward's
+        rows go to the host in one copy at its end. A module a later op changed in place
+        before is measured at once (its values after its hook are gone by then)."""
         executor = self._executor(tensor.is_cpu)
         item = executor.capture(self._id(tag, "tensor_stats"), tensor, kind, histogram, flat)
         if item is None:
             return
-        if name in self._act_in_place and not executor.on_device:
-            executor.activations(self.clock.step, [item]).log_activations([True])
+        if executor.on_device:
+            self._captured.append((name, item))
             return
-        self._captured.append((name, tensor._version, executor, item))
+        ticket = executor.activations(self.clock.step, [item])
+        if name in self._act_in_place:
+            ticket.log_activations([True])
+            return
+        self._commit_activations(finished_only=True)
+        self._forward.append((executor, ticket, [name], [tensor._version]))
 
     def _submit_forward(self):
-        """At the forward's end: its captured tensors go to their executors, one job each."""
+        """At the forward's end: the rows reduced on the device go to the host in one copy."""
         captured, self._captured = self._captured, []
-        step = self.clock.step
         try:
-            for executor in {id(ex): ex for _, _, ex, _ in captured}.values():
-                mine = [(n, v, item) for n, v, ex, item in captured if ex is executor]
-                ticket = executor.activations(step, [item for _, _, item in mine])
-                self._forward.append((executor, ticket, [n for n, _, _ in mine], [v for _, v, _ in mine]))
+            ticket = self._device.activations(self.clock.step, [item for _, item in captured])
+            self._forward.append((self._device, ticket, [name for name, _ in captured], None))
         except Exception as error:
             self.failures.report("activations", error)
 
-    def _commit_activations(self):
-        """Logs the last forward's activation statistics.
+    def _commit_activations(self, finished_only=False):
+        """Logs the activation statistics of the last forward (finished_only: of the host
+        jobs already done, letting their tensors go).
 
         A statistic is dropped when a later op changed its tensor in place (its version moved
         since the module's hook: an in-place ReLU after a conv, say), since the pass may have
         read the changed values; that module is measured in its hook from then on."""
         forward, self._forward = self._forward, []
-        for executor, ticket, names, versions in forward:
-            if executor.on_device:  # reduced in the hook, in stream order: logged when the copy lands
+        for entry in forward:
+            executor, ticket, names, versions = entry
+            if finished_only and (executor.on_device or not ticket.done()):
+                self._forward.append(entry)
+            elif executor.on_device:  # reduced in the hook, in stream order: logged when the copy lands
                 self._device_tickets.append(ticket)
-                continue
-            keep = [t._version == v for t, v in zip(ticket.kept, versions)]
-            for name, same in zip(names, keep):
-                if not same:
-                    self._act_in_place.add(name)
-            ticket.log_activations(keep)
+            else:
+                keep = [t._version == v for t, v in zip(ticket.kept, versions)]
+                for name, same in zip(names, keep):
+                    if not same:
+                        self._act_in_place.add(name)
+                ticket.log_activations(keep)
 
     def _flush_forward(self):
         if self._captured:
