@@ -14,18 +14,25 @@ online doctor and sampler) and nothing of the others':
 Reported per mode: the median over blocks of the mean step time of a block, as process CPU
 time (the training thread plus trainscope's threads; robust to other processes sharing the
 cores) and as wall time, and the median over rounds of the per-round ratio to plain
-(neighbouring blocks share the machine's state).
+(neighbouring blocks share the machine's state); and the training thread's minor page
+faults per step.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/watch/overhead.py [--rounds 10] [--block 10] [--threads 1]
+    ... overhead.py --only cnn --threads 1 --modes plain,defaults,everything --processes 20 \
+        --code before=/path/to/old/python --code now=build/python
 
 --threads N sets torch's and OpenBLAS's threads (OpenBLAS's idle threads spin, which on a
 shared 2-core machine turns other processes' load into this one's CPU time).
+--processes P repeats the whole set of processes P times and reports medians over the
+processes, paired set by set: each process's heap is its own draw (see bench()).
+--code NAME=PYTHONPATH (repeated) runs each watched mode once per trainscope version.
 """
 
 import argparse
 import contextlib
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -139,6 +146,7 @@ class Mode:
         self.run = None
         self.block_means = []   # wall seconds per step, per block
         self.block_cpu = []     # process CPU seconds per step, per block
+        self.block_faults = []  # minor page faults of the training thread per step, per block
         self.step_wall = {}     # run step -> wall seconds of that loop iteration (watched modes)
         self.step_thread = {}   # run step -> CPU seconds of the training thread in that iteration
         self.cursor = 0
@@ -152,6 +160,7 @@ class Mode:
         self.cursor = (self.cursor + steps) % len(self.batches)
         source = self.run.data(loader) if self.run is not None else loader
         times = []
+        faults_start = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
         cpu_start = time.process_time()
         start = time.perf_counter()
         thread_start = time.thread_time()
@@ -168,6 +177,7 @@ class Mode:
         if record:
             self.block_means.append(sum(times) / len(times))
             self.block_cpu.append(cpu)
+            self.block_faults.append((resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - faults_start) / len(times))
 
 
 SETUPS = {"lm": lm_setup, "cnn": cnn_setup}
@@ -189,7 +199,7 @@ def worker(model_name, mode_name, logdir, cpu_clock):
             mode.train_block(request["steps"], record=request["record"])
             reply = {}
         else:  # finish: the run's own measure of its cost, warm-up steps left out
-            reply = {"cpu": mode.block_cpu, "wall": mode.block_means, "own": None,
+            reply = {"cpu": mode.block_cpu, "wall": mode.block_means, "faults": mode.block_faults, "own": None,
                      "tensors": len(list(mode.model.parameters())),
                      "values": sum(p.numel() for p in mode.model.parameters())}
             if mode.run is not None:
@@ -208,15 +218,21 @@ def worker(model_name, mode_name, logdir, cpu_clock):
             return
 
 
-def bench(label, model_name, rounds, block, modes, threads, cpu_clock):
-    logdir = tempfile.mkdtemp(prefix="ts-bench-watch-")
+def run_workers(model_name, rounds, block, modes, threads, cpu_clock, logdir, codes, warmup=0):
+    """One process per mode, trained block by block in turn; their finish replies. A mode
+    "defaults@before" runs the trainscope found on codes["before"] (a PYTHONPATH)."""
     command = [sys.executable, os.path.abspath(__file__), "--worker", model_name, "--logdir", logdir]
     if cpu_clock:
         command.append("--self-cpu")
     if threads:
         command += ["--threads", str(threads)]
-    workers = {m: subprocess.Popen(command + ["--mode", m], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   text=True) for m in modes}
+
+    def start(mode):
+        name, _, code = mode.partition("@")
+        env = dict(os.environ, PYTHONPATH=codes[code]) if code else None
+        return subprocess.Popen(command + ["--mode", name], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                env=env)
+    workers = {m: start(m) for m in modes}
 
     def ask(mode, request):
         w = workers[mode]
@@ -229,30 +245,58 @@ def bench(label, model_name, rounds, block, modes, threads, cpu_clock):
 
     for r in range(rounds + 1):  # round 0 warms up (allocator, first histograms and census)
         for mode in modes:
-            ask(mode, {"do": "block", "steps": block, "record": r > 0})
+            ask(mode, {"do": "block", "steps": block if r else max(block, warmup), "record": r > 0})
     results = {mode: ask(mode, {"do": "finish"}) for mode in modes}
     for w in workers.values():
         w.wait()
-    plain = results["plain"]
+    return results
+
+
+def bench(label, model_name, rounds, block, modes, threads, cpu_clock, processes=1, codes=None, warmup=0):
+    """processes > 1: that many fresh sets of worker processes, one after the other (the
+    mode order rotated each time), and the medians over processes. A process's heap is a
+    draw of its own: with glibc's malloc the CNN's training thread took ~4,500 page faults a
+    step in one process and ~14,000 in the next of the same mode (docs/benchmarks.md), a
+    spread larger than the effect measured, so one process per mode measures that draw."""
+    logdir = tempfile.mkdtemp(prefix="ts-bench-watch-")
+    sets = []
+    for p in range(processes):
+        order = modes[p % len(modes):] + modes[:p % len(modes)]
+        sets.append(run_workers(model_name, rounds, block, order, threads, cpu_clock, logdir, codes or {}, warmup))
+    plain = sets[0]["plain"]
     print(f"\n{label}: {plain['tensors']} parameter tensors, {plain['values'] / 1e6:.2f} M values; "
-          f"{rounds} blocks of {block} steps per mode, interleaved, one process per mode")
-    print(f"{'mode':<12}{'CPU ms/step':>12}{'vs plain':>10}{'paired':>9}{'wall ms/step':>14}{'vs plain':>10}")
+          f"{max(block, warmup)} steps of warm-up, then {rounds} blocks of {block} steps per mode, interleaved, "
+          f"one process per mode"
+          + (f"; {processes} sets of processes" if processes > 1 else ""))
+    width = max(12, max(map(len, modes)) + 2)
+    print(f"{'mode':<{width}}{'CPU ms/step':>12}{'vs plain':>10}{'paired':>9}{'wall ms/step':>14}{'vs plain':>10}"
+          f"{'paired':>9}{'faults/step':>13}")
+
+    def per_process(mode, key):  # one number per process: the median over its blocks
+        return [statistics.median(s[mode][key]) for s in sets]
+
+    def paired(mode, key):
+        if processes == 1:  # block by block within the one set
+            return statistics.median(a / b for a, b in zip(sets[0][mode][key], sets[0]["plain"][key]))
+        return statistics.median(a / b for a, b in zip(per_process(mode, key), per_process("plain", key)))
+
     summary = {}
+    plain_cpu, plain_wall = statistics.median(per_process("plain", "cpu")), statistics.median(per_process("plain", "wall"))
     for mode in modes:
-        res = results[mode]
-        cpu = statistics.median(res["cpu"])
-        wall = statistics.median(res["wall"])
-        paired = statistics.median(a / b for a, b in zip(res["cpu"], plain["cpu"]))
-        print(f"{mode:<12}{cpu * 1e3:>12.2f}{(cpu / statistics.median(plain['cpu']) - 1) * 100:>+9.1f}%"
-              f"{(paired - 1) * 100:>+8.1f}%{wall * 1e3:>14.2f}"
-              f"{(wall / statistics.median(plain['wall']) - 1) * 100:>+9.1f}%")
-        summary[mode] = (cpu, paired, wall)
+        cpu, wall = statistics.median(per_process(mode, "cpu")), statistics.median(per_process(mode, "wall"))
+        faults = statistics.median(per_process(mode, "faults"))
+        cpu_paired, wall_paired = paired(mode, "cpu"), paired(mode, "wall")
+        print(f"{mode:<{width}}{cpu * 1e3:>12.2f}{(cpu / plain_cpu - 1) * 100:>+9.1f}%{(cpu_paired - 1) * 100:>+8.1f}%"
+              f"{wall * 1e3:>14.2f}{(wall / plain_wall - 1) * 100:>+9.1f}%{(wall_paired - 1) * 100:>+8.1f}%"
+              f"{faults:>13.0f}")
+        summary[mode] = (cpu, cpu_paired, wall)
     print("self-measured (time/watch against the rest of the same step, as "
-          f"{'CPU time of the training thread' if cpu_clock else 'wall time'}):")
+          f"{'CPU time of the training thread' if cpu_clock else 'wall time'}; median over processes):")
     for mode in modes:
-        if results[mode]["own"] is not None:
-            median, total, per_step = results[mode]["own"]
-            print(f"  {mode:<12} median step {median * 100:+.2f}%, all steps {total * 100:+.2f}% "
+        owns = [s[mode]["own"] for s in sets if s[mode]["own"] is not None]
+        if owns:
+            median, total, per_step = (statistics.median(o[i] for o in owns) for i in range(3))
+            print(f"  {mode:<{width}} median step {median * 100:+.2f}%, all steps {total * 100:+.2f}% "
                   f"({per_step * 1e3:.2f} ms/step inside trainscope)")
     return summary
 
@@ -262,6 +306,15 @@ def main():
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--block", type=int, default=5)
     parser.add_argument("--only", choices=["lm", "cnn"], default=None)
+    parser.add_argument("--modes", default="plain,defaults,everything,naive,anomaly",
+                        help="comma-separated, plain first")
+    parser.add_argument("--code", action="append", default=[], metavar="NAME=PYTHONPATH",
+                        help="A/B of trainscope versions: each watched mode runs once per code, side by side")
+    parser.add_argument("--warmup-steps", type=int, default=0,
+                        help="steps of the unmeasured first block (at least --block); 55 measures the defaults "
+                             "after their 50 dense first steps")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="fresh sets of worker processes, one after the other; medians over them")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch.set_num_threads and OPENBLAS_NUM_THREADS (0: their defaults)")
     parser.add_argument("--worker", choices=sorted(SETUPS), help=argparse.SUPPRESS)
@@ -282,13 +335,18 @@ def main():
         pass
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, BLAS loaded: {blas}; "
           f"load average {open('/proc/loadavg').read().split()[:3]}")
-    modes = ["plain", "defaults", "everything", "naive", "anomaly"]
+    codes = dict(item.split("=", 1) for item in args.code)
+    modes = args.modes.split(",")
+    if modes[0] != "plain":
+        parser.error("--modes: plain first")
+    if codes:  # every watched mode once per code
+        modes = ["plain"] + [f"{m}@{c}" for m in modes[1:] for c in codes]
     if args.only in (None, "lm"):
         bench("Transformer LM (6 blocks, d=128, 16x64 tokens)", "lm", args.rounds, args.block, modes, args.threads,
-              args.self_cpu)
+              args.self_cpu, args.processes, codes, args.warmup_steps)
     if args.only in (None, "cnn"):
         bench("CNN (3 conv + BN + ReLU, 2 linear; 32x3x32x32)", "cnn", args.rounds, args.block, modes, args.threads,
-              args.self_cpu)
+              args.self_cpu, args.processes, codes, args.warmup_steps)
 
 
 if __name__ == "__main__":

@@ -423,11 +423,12 @@ class Watcher:
         since the module's hook: an in-place ReLU after a conv, say), since the pass may have
         read the changed values; that module is measured in its hook from then on."""
         forward, self._forward = self._forward, []
-        for entry in forward:
+        for index, entry in enumerate(forward):
             executor, ticket, names, versions = entry
             if finished_only and (executor.on_device or not ticket.done()):
-                self._forward.append(entry)
-            elif executor.on_device:  # reduced in the hook, in stream order: logged when the copy lands
+                self._forward = forward[index:]  # the helper runs jobs in order: none later is done
+                return
+            if executor.on_device:  # reduced in the hook, in stream order: logged when the copy lands
                 self._device_tickets.append(ticket)
             else:
                 keep = [t._version == v for t, v in zip(ticket.kept, versions)]
