@@ -64,6 +64,7 @@ struct DoctorOptions {
   InputScaleOptions input_scale;
   BatchNormBatchOptions batchnorm_batch;
   DataloaderOptions dataloader;
+  PageFaultOptions page_faults;
   MemoryLeakOptions memory_leak;
   ThroughputOptions throughput;
   Fp16OverflowOptions fp16_overflow;

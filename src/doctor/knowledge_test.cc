@@ -14,7 +14,7 @@ TEST(Knowledge, BuiltinHasEveryDesignCodeAndCause) {
         "UPDATE_RATIO_HIGH", "UPDATE_RATIO_LOW", "WEIGHT_SYMMETRY", "LR_ANOMALY", "DATALOADER_BOTTLENECK",
         "MEMORY_LEAK", "LOW_MFU", "THROUGHPUT_DROP", "STRAGGLER", "POOR_SCALING", "FP16_OVERFLOW", "FP16_UNDERFLOW",
         "BF16_STALE_UPDATE", "ACTIVATION_DRIFT", "NORM_SCALE_COLLAPSE", "METRIC_IMBALANCE", "ARCHITECTURE_WARNING",
-        "LABEL_OUT_OF_RANGE", "UNNORMALIZED_INPUT"}) {
+        "LABEL_OUT_OF_RANGE", "UNNORMALIZED_INPUT", "HOST_PAGE_FAULTS"}) {
     const CodeInfo* info = kb.Code(code);
     ASSERT_NE(info, nullptr) << code;
     EXPECT_FALSE(info->title.empty()) << code;
@@ -24,7 +24,7 @@ TEST(Knowledge, BuiltinHasEveryDesignCodeAndCause) {
                             "exp_overflow", "input_nonfinite", "label_out_of_range", "precision_overflow", "bad_init",
                             "constant_init", "missing_zero_grad", "unnormalized_input", "batchnorm_stats",
                             "lr_too_low", "insufficient_capacity", "overfitting", "slow_dataloader", "retained_graph",
-                            "saturating_activation", "dying_relu"}) {
+                            "saturating_activation", "dying_relu", "allocator_returns_memory"}) {
     const CauseInfo* info = kb.Cause(cause);
     ASSERT_NE(info, nullptr) << cause;
     EXPECT_FALSE(info->actions.empty()) << cause;

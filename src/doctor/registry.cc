@@ -35,6 +35,7 @@ std::vector<std::unique_ptr<Detector>> MakeDetectors(const DoctorOptions& o) {
   all.push_back(std::make_unique<InputScaleDetector>(o.input_scale));
   all.push_back(std::make_unique<BatchNormBatchDetector>(o.batchnorm_batch));
   all.push_back(std::make_unique<DataloaderDetector>(o.dataloader));
+  all.push_back(std::make_unique<PageFaultDetector>(o.page_faults));
   all.push_back(std::make_unique<MemoryLeakDetector>(o.memory_leak));
   all.push_back(std::make_unique<ThroughputDetector>(o.throughput));
   all.push_back(std::make_unique<Fp16OverflowDetector>(o.fp16_overflow));

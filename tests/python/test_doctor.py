@@ -135,3 +135,31 @@ def test_online_and_offline_doctor_agree_on_the_first_producer(runs):
         merged = [(f["code"], f["location"], f["step"]) for f in d["findings"] if f["code"].startswith("NONFINITE")]
         assert stored, name
         assert merged == stored, name
+
+
+@pytest.mark.skipif(not hasattr(__import__("resource"), "RUSAGE_THREAD"), reason="Linux: per-thread getrusage")
+def test_page_faulting_training_is_found_and_the_advised_environment_cures_it(tmp_path):
+    """A real training whose 33 MB activations glibc's malloc maps and unmaps every step:
+    HOST_PAGE_FAULTS online and offline, with the allocator as the cause. The same training
+    with the thresholds the finding advises takes no faults and gets no finding."""
+    script = os.path.join(ROOT, "tests", "python", "page_fault_train.py")
+    held = {"MALLOC_MMAP_THRESHOLD_": "1073741824", "MALLOC_TRIM_THRESHOLD_": "1073741824"}
+    found = {}
+    for name, extra in (("glibc", {}), ("held", held)):
+        env = conftest.child_env()
+        for key in held:
+            env.pop(key, None)
+        env.update(extra, OPENBLAS_NUM_THREADS="1")
+        proc = subprocess.run([PYTHON, script, str(tmp_path), name], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        _, report = diagnose(str(tmp_path / name))
+        found[name] = [f for f in report["findings"] if f["code"] == "HOST_PAGE_FAULTS"]
+        online = "HOST_PAGE_FAULTS" in proc.stderr
+        assert online == bool(found[name]), (name, proc.stderr[-2000:])
+    assert len(found["glibc"]) == 1 and not found["held"]
+    f = found["glibc"][0]
+    assert f["causes"][0]["id"] == "allocator_returns_memory"
+    assert f["evidence"]["page_faults_per_step"] > 8000  # a 33 MB tensor is 8,192 pages
+    assert f["evidence"]["kernel_share"] > 0.15
+    assert any("MALLOC_TRIM_THRESHOLD_" in a for a in f["actions"])

@@ -73,6 +73,51 @@ void DataloaderDetector::OnStep(const StepFrame& frame, const DetectorContext& c
   ctx.Report(std::move(f));
 }
 
+void PageFaultDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  if (reported_) return;
+  const double* kernel = frame.Scalar("mem/kernel_seconds");
+  const double* faults = frame.Scalar("mem/page_faults");
+  double wait, step;
+  if (!kernel || !faults || !StepTimes(frame, &wait, &step) || !(step > 0) || !std::isfinite(*kernel) ||
+      !std::isfinite(*faults)) {
+    return;
+  }
+  if (++seen_ <= options_.skip) return;
+  window_.push_back({frame.step, *kernel, *faults, step});
+  if (window_.size() > options_.window) window_.pop_front();
+  if (window_.size() < options_.window) return;
+  std::vector<double> shares, fault_counts, kernel_times, steps;
+  for (const Point& p : window_) {
+    shares.push_back(p.kernel_seconds / p.step_seconds);
+    fault_counts.push_back(p.faults);
+    kernel_times.push_back(p.kernel_seconds);
+    steps.push_back(p.step_seconds);
+  }
+  const double share = Median(shares), per_step = Median(fault_counts);
+  if (share <= options_.share || per_step < options_.min_faults) return;
+  reported_ = true;
+  const double megabytes = per_step * 4096 / 1e6;
+  Finding f;
+  f.code = "HOST_PAGE_FAULTS";
+  f.severity = Severity::kWarning;
+  f.step = window_.front().step;
+  f.last_step = frame.step;
+  f.location = "host memory";
+  f.summary = "the training thread spends " + FormatNumber(100 * share, 3) + "% of each step in the kernel, taking " +
+              std::to_string(std::llround(per_step)) + " page faults (" + FormatNumber(megabytes, 3) +
+              " MB of fresh pages) a step: the allocator gives freed tensor memory back to the system and faults it "
+              "in again (median over " + std::to_string(options_.window) + " steps)";
+  f.evidence_json = json{{"kernel_share", Num(share)},
+                         {"page_faults_per_step", Num(per_step)},
+                         {"fresh_megabytes_per_step", Num(megabytes)},
+                         {"kernel_ms", Num(1e3 * Median(kernel_times))},
+                         {"step_ms", Num(1e3 * Median(steps))},
+                         {"threshold", options_.share}}
+                        .dump();
+  f.causes = {{"allocator_returns_memory", 0.9}};
+  ctx.Report(std::move(f));
+}
+
 void MemoryLeakDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   for (const auto& [tag, v] : frame.scalars) {
     if (!std::isfinite(v)) continue;

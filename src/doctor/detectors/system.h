@@ -1,6 +1,7 @@
 // Detectors on time and memory: data-loader bottleneck (data wait share of the step),
-// memory leak (robust slope of memory over steps after warm-up, with the object type that
-// grows), and throughput drop against the run's own early step time.
+// page faults of the training thread (its kernel time share of the step), memory leak
+// (robust slope of memory over steps after warm-up, with the object type that grows), and
+// throughput drop against the run's own early step time.
 #pragma once
 
 #include <deque>
@@ -40,6 +41,39 @@ class DataloaderDetector : public Detector {
   size_t seen_ = 0;
   std::deque<std::pair<double, double>> window_;  // (wait, step)
   std::deque<int64_t> steps_;
+};
+
+struct PageFaultOptions {
+  // The training thread's kernel time (mem/kernel_seconds) above 15 % of the step, with at
+  // least 1,000 minor page faults a step (mem/page_faults: 4 MB of fresh pages), median over
+  // 20 steps after the first 10 (allocator and caches warming up). glibc's malloc returns
+  // freed blocks above its trim and mmap thresholds to the system and faults them back in at
+  // the next allocation: the CPU CNN of bench/watch spent 26 % of its step so (89.6 ms a step,
+  // 66.3 ms with the thresholds held; docs/benchmarks.md). A healthy loop faults a few pages.
+  double share = 0.15;
+  double min_faults = 1000;
+  size_t window = 20;
+  size_t skip = 10;
+};
+
+class PageFaultDetector : public Detector {
+ public:
+  explicit PageFaultDetector(PageFaultOptions options = {}) : options_(options) {}
+  const char* name() const override { return "page_faults"; }
+  DetectorSpec spec() const override {
+    return {{"HOST_PAGE_FAULTS"}, {{Input::kStepTime}, {Input::kMemory}}};
+  }
+  void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+
+ private:
+  PageFaultOptions options_;
+  size_t seen_ = 0;
+  bool reported_ = false;
+  struct Point {
+    int64_t step;
+    double kernel_seconds, faults, step_seconds;
+  };
+  std::deque<Point> window_;
 };
 
 struct MemoryLeakOptions {

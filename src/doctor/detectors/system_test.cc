@@ -34,6 +34,27 @@ TEST(Dataloader, EdgeOfThirtyPercent) {
   EXPECT_TRUE(DataRun(0.4, 0.6, false).empty()); // 40 % of a 1 ms step: nothing to win
 }
 
+std::vector<Finding> FaultRun(double kernel_ms, double faults, double step_ms = 90) {
+  Feed feed({"page_faults"});
+  std::mt19937 rng(1);
+  std::lognormal_distribution<double> n(0, 0.1);
+  for (int64_t s = 0; s < 40; ++s) {
+    feed.Scalar("time/step", s, step_ms * n(rng) / 1e3);
+    feed.Scalar("mem/kernel_seconds", s, kernel_ms * n(rng) / 1e3);
+    feed.Scalar("mem/page_faults", s, faults * n(rng));
+  }
+  return feed.Finish();
+}
+
+TEST(PageFaults, KernelShareAndFaultsBoth) {
+  EXPECT_TRUE(FaultRun(10, 3000).empty());   // 11 % of the step
+  const auto found = FaultRun(24, 14000);    // the bench CNN under glibc's malloc: 26 %
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].code, "HOST_PAGE_FAULTS");
+  EXPECT_EQ(found[0].causes[0].id, "allocator_returns_memory");
+  EXPECT_TRUE(FaultRun(24, 50).empty());     // kernel time without faults: I/O, not the allocator
+}
+
 std::vector<Finding> MemRun(double bytes_per_step, bool census) {
   Feed feed({"memory_leak"});
   std::mt19937 rng(1);
