@@ -17,6 +17,15 @@ double MedianOf(const std::deque<double>& d) {
   return Median(v);
 }
 
+// Dead units, by what they were at first: units that died in training point at the
+// learning rate, units dead from the first record at the initialisation.
+std::vector<Cause> DeadUnitCauses(double dying_relu, double first_fraction, double threshold) {
+  std::vector<Cause> causes;
+  RaiseCause(&causes, "dying_relu", dying_relu);
+  RaiseCause(&causes, first_fraction < threshold ? "lr_too_high" : "bad_init", 0.4);
+  return causes;
+}
+
 }  // namespace
 
 void DeadUnitsDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
@@ -42,11 +51,7 @@ void DeadUnitsDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
                 std::to_string(start) + "; " + FormatNumber(100 * first_[m], 3) + "% at first)";
     f.evidence_json = json{{"dead_fraction", Num(s.dead_fraction)}, {"first_dead_fraction", Num(first_[m])},
                            {"since_step", start}, {"lr", Num(ctx.facts.lr)}}.dump();
-    std::vector<Cause> causes;
-    RaiseCause(&causes, "dying_relu", 0.8);
-    if (first_[m] < options_.threshold) RaiseCause(&causes, "lr_too_high", 0.4);
-    else RaiseCause(&causes, "bad_init", 0.4);
-    f.causes = causes;
+    f.causes = DeadUnitCauses(0.8, first_[m], options_.threshold);
     ctx.Report(std::move(f));
   }
   if (ctx.facts.has_dead) return;  // ReLU modules measure it on their outputs (above)
@@ -107,11 +112,7 @@ void DeadUnitsDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
                          {"first_zero_gradient_unit_fraction", Num(unit_first_[dead_param])},
                          {"param", dead_param}, {"since_step", start}, {"source", "grad_units"},
                          {"lr", Num(ctx.facts.lr)}}.dump();
-  std::vector<Cause> causes;
-  RaiseCause(&causes, "dying_relu", 0.7);
-  if (unit_first_[dead_param] < options_.threshold) RaiseCause(&causes, "lr_too_high", 0.4);
-  else RaiseCause(&causes, "bad_init", 0.4);
-  f.causes = causes;
+  f.causes = DeadUnitCauses(0.7, unit_first_[dead_param], options_.threshold);
   ctx.Report(std::move(f));
 }
 
