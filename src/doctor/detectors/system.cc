@@ -74,7 +74,6 @@ void DataloaderDetector::OnStep(const StepFrame& frame, const DetectorContext& c
 }
 
 void PageFaultDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
-  if (reported_) return;
   const double* kernel = frame.Scalar("mem/kernel_seconds");
   const double* faults = frame.Scalar("mem/page_faults");
   double wait, step;
@@ -95,7 +94,6 @@ void PageFaultDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
   }
   const double share = Median(shares), per_step = Median(fault_counts);
   if (share <= options_.share || per_step < options_.min_faults) return;
-  reported_ = true;
   const double megabytes = per_step * 4096 / 1e6;
   Finding f;
   f.code = "HOST_PAGE_FAULTS";

@@ -68,7 +68,6 @@ class PageFaultDetector : public Detector {
  private:
   PageFaultOptions options_;
   size_t seen_ = 0;
-  bool reported_ = false;
   struct Point {
     int64_t step;
     double kernel_seconds, faults, step_seconds;
