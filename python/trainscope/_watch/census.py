@@ -11,6 +11,8 @@ import resource
 
 import torch
 
+_RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", None)  # Linux only
+
 _CUDA_MEMORY = (("mem/cuda_allocated", torch.cuda.memory_allocated),
                 ("mem/cuda_reserved", torch.cuda.memory_reserved),
                 ("mem/cuda_peak", torch.cuda.max_memory_allocated))
@@ -45,8 +47,8 @@ class Census:
         # The training thread's (a step ends on it) page faults and kernel time since the last
         # step end: with glibc's malloc a CPU training can spend a quarter of each step
         # faulting back in the tensor memory it freed (HOST_PAGE_FAULTS). One getrusage call.
-        if hasattr(resource, "RUSAGE_THREAD"):  # Linux
-            usage = resource.getrusage(resource.RUSAGE_THREAD)
+        if _RUSAGE_THREAD is not None:
+            usage = resource.getrusage(_RUSAGE_THREAD)
             now = (usage.ru_minflt, usage.ru_stime)
             if self.thread_usage is not None:
                 ids += [self.series("mem/page_faults", "scalar"), self.series("mem/kernel_seconds", "scalar")]

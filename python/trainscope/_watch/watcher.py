@@ -75,7 +75,8 @@ class Watcher:
         self.census = Census(self._id, self.self_time, census_every)
         # A torch.compile'd model (OptimizedModule) names its parameters "_orig_mod.<name>":
         # the tags use the model's own names, as its eager twin's and its activations' do.
-        self.params = [(name, p) for name, p in getattr(model, "_orig_mod", model).named_parameters()
+        self.base = getattr(model, "_orig_mod", model)
+        self.params = [(name, p) for name, p in self.base.named_parameters()
                        if p.requires_grad]
         self.plan = ParamPlan(self.params, self._id) if self.params else None
         self._host = None           # HostExecutor, made when first needed (it starts the helper thread)
@@ -143,8 +144,8 @@ class Watcher:
             "compiled": self.compiled, "optimizer": type(optimizer).__name__ if optimizer else None}))
         # What the doctor tells parameters apart by where their names say nothing (an
         # nn.Sequential's "1.weight" is a BatchNorm's scale): module classes, parameter shapes.
-        base = getattr(model, "_orig_mod", model)
-        self.rec.set_meta("module_types", json.dumps({name: type(m).__name__ for name, m in base.named_modules() if name}))
+        self.rec.set_meta("module_types",
+                          json.dumps({name: type(m).__name__ for name, m in self.base.named_modules() if name}))
         self.rec.set_meta("param_shapes", json.dumps({name: list(p.shape) for name, p in self.params}))
         self._install()
 
@@ -158,9 +159,9 @@ class Watcher:
             # Hooks are attached only for the forwards that measure: a module with hooks
             # takes torch's slow call path, which on every step would cost more than the
             # measuring itself does on one step in twenty.
-            base = getattr(root, "_orig_mod", root)
-            self._act_hooks = [(module, self._activation_hook(name, module)) for name, module in base.named_modules()
-                               if module is not base and not isinstance(module, CONTAINERS)]
+            self._act_hooks = [(module, self._activation_hook(name, module))
+                               for name, module in self.base.named_modules()
+                               if module is not self.base and not isinstance(module, CONTAINERS)]
         if self._hot is not None:
             for slot, (_, p) in enumerate(self.params):
                 self._handles.append(p.register_hook(self._grad_hook(slot, p)))
