@@ -70,8 +70,6 @@ void Decimate(Line* line, size_t buckets = 600) {
   line->y = std::move(y);
 }
 
-std::string Num(double v) { return fmt::format("{:.4g}", v); }
-
 // Tick labels by the dashboard's rules (web/src/util.ts fmtNum, tickLabels): `digits`
 // significant, plain between 1e-3 and 1e4, SI suffixes up to T above, a short exponent
 // beyond; the fewest digits (2..6) that keep distinct ticks distinct. Same data, same labels.
