@@ -8,7 +8,7 @@
 
 namespace trainscope::doctor {
 
-extern const char kDefaultRolesJson[];  // data/roles.json, embedded by embed_roles.cmake
+extern const char kDefaultRolesJson[];  // data/roles.json, embedded by cmake/embed_text.cmake
 
 std::string Lower(std::string_view s) {
   std::string out(s);

@@ -1,4 +1,5 @@
 #include "server/api.h"
+#include "server/series_groups.h"
 
 #ifdef TRAINSCOPE_WITH_NUMERICS
 #include "numerics/fit.h"
@@ -179,17 +180,6 @@ std::vector<size_t> PickTensorPoints(const std::vector<TensorStatsPoint>& points
     }
   }
   return keep;
-}
-
-// Series trainscope records itself (watch's bookkeeping and optimisation curves), as
-// opposed to what the user logged; web/src/groups.ts draws the same line for the UI.
-bool IsTrainscopeSeries(const std::string& tag) {
-  static const char* const kPrefixes[] = {"census/", "sys/", "input/", "time/", "mem/", "perf/", "guard/",
-                                          "opt/", "grad/", "update_ratio/", "amp/"};
-  for (const char* p : kPrefixes) {
-    if (tag.rfind(p, 0) == 0) return true;
-  }
-  return tag == "train/grad_zeroed";
 }
 
 // A crashed run is critical whatever its findings said: it did not finish.

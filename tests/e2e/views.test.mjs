@@ -1,19 +1,19 @@
-// Unit tests of the UI's pure parts, run with node's test runner after esbuild strips the
-// types: tick labels (web/src/util.ts), percentiles from exponent histograms
-// (web/src/percentiles.ts), sections and internal series (web/src/groups.ts).
+// Unit tests of the UI's pure parts, run with node's test runner after esbuild bundles them:
+// tick labels (web/src/util.ts), percentiles from exponent histograms (web/src/percentiles.ts),
+// sections and internal series (web/src/groups.ts).
 //   node --test tests/e2e/views.test.mjs
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
-import { readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const esbuild = createRequire(join(repo, 'web/package.json'))('esbuild');
+// Bundled, as the dashboard is: groups.ts imports data/series_groups.json.
 const load = async (file) => {
-  const code = esbuild.transformSync(readFileSync(join(repo, 'web/src', file), 'utf8'), { loader: 'ts', format: 'esm' }).code;
-  return import('data:text/javascript,' + encodeURIComponent(code));
+  const out = esbuild.buildSync({ entryPoints: [join(repo, 'web/src', file)], bundle: true, format: 'esm', write: false });
+  return import('data:text/javascript,' + encodeURIComponent(out.outputFiles[0].text));
 };
 const { fmtNum, tickLabels } = await load('util.ts');
 const { histogramPercentiles, BAND_PERCENTILES } = await load('percentiles.ts');

@@ -1,24 +1,23 @@
 // Which series are the user's and which are trainscope's own bookkeeping, and the W&B-style
 // sections (by tag prefix) the charts are grouped in. The runs table, the Scalars and the
-// Performance views all ask here, so a tag is classified once.
+// Performance views all ask here, so a tag is classified once; the groups themselves are
+// data/series_groups.json, which the server reads too (src/server/series_groups.cc).
+import groups from '../../data/series_groups.json';
+
+// An entry ending in '/' is a prefix, any other a whole tag.
+function matcher(entries: string[]): (tag: string) => boolean {
+  return (tag) => entries.some((e) => (e.endsWith('/') ? tag.startsWith(e) : tag === e));
+}
 
 // Recorded by watch for its own use or for the doctor: not what a user logged.
-const INTERNAL = [/^census\//, /^sys\//, /^input\//, /^train\/grad_zeroed$/, /^time\//, /^mem\//, /^perf\//, /^guard\//];
+export const isInternal = matcher(groups.internal);
 // Recorded by watch about the optimisation: useful curves, but not the user's metrics.
-const WATCH = [/^opt\//, /^grad\//, /^update_ratio\//, /^amp\//];
+const isWatch = matcher(groups.watch);
 // Shown on the Performance view, not on Scalars.
-export const PERFORMANCE = [/^mem\//, /^perf\//, /^time\//, /^sys\//, /^census\//];
-
-export function isInternal(tag: string): boolean {
-  return INTERNAL.some((re) => re.test(tag));
-}
+export const isPerformance = matcher(groups.performance);
 
 export function isUserSeries(tag: string): boolean {
-  return !isInternal(tag) && !WATCH.some((re) => re.test(tag));
-}
-
-export function isPerformance(tag: string): boolean {
-  return PERFORMANCE.some((re) => re.test(tag));
+  return !isInternal(tag) && !isWatch(tag);
 }
 
 export interface Section {
