@@ -5,6 +5,8 @@ in turn block by block (A B C D E A B C D E ...), so machine noise hits them ali
 process per mode so that each mode's CPU time holds its own threads (trainscope's writer,
 online doctor and sampler) and nothing of the others':
   plain      the training loop alone
+  control    the training loop alone again, in its own process: an A/A comparison whose
+             distance from plain is what the benchmark cannot tell from nothing
   defaults   run.watch(model, opt) + run.data(loader)
   everything every statistic every step: every=1, histograms_every=1, activations_every=1,
              weights_every=1, units_every=1
@@ -18,20 +20,25 @@ cores) and as wall time, and the median over rounds of the per-round ratio to pl
 faults per step.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/watch/overhead.py [--rounds 10] [--block 10] [--threads 1]
-    ... overhead.py --only cnn --threads 1 --modes plain,defaults,everything --processes 20 \
-        --code before=/path/to/old/python --code now=build/python
+    ... overhead.py --only cnn --threads 1 --modes plain,control,defaults,everything --processes 24 \
+        --randomize-layout --code before=/path/to/old/python --code now=build/python
 
 --threads N sets torch's and OpenBLAS's threads (OpenBLAS's idle threads spin, which on a
 shared 2-core machine turns other processes' load into this one's CPU time).
 --processes P repeats the whole set of processes P times and reports medians over the
 processes, paired set by set: each process's heap is its own draw (see bench()).
 --code NAME=PYTHONPATH (repeated) runs each watched mode once per trainscope version.
+With several processes each paired ratio comes with a bootstrap 95 % interval of its median
+over processes; --json FILE keeps every process's numbers. --randomize-layout gives each
+process a random memory layout, without which an A/A pair (plain, control) differs by a few
+per cent on the CNN under glibc's heap (see bench()).
 """
 
 import argparse
 import contextlib
 import json
 import os
+import random
 import resource
 import statistics
 import subprocess
@@ -121,6 +128,8 @@ def naive_stats(model):
     return out
 
 
+WATCHED = ("defaults", "everything")  # the modes that run trainscope
+
 # watch() options of the "everything" mode: every statistic every step
 EVERYTHING = dict(every=1, histograms_every=1, activations_every=1, weights_every=1, units_every=1)
 
@@ -150,7 +159,7 @@ class Mode:
         self.step_wall = {}     # run step -> wall seconds of that loop iteration (watched modes)
         self.step_thread = {}   # run step -> CPU seconds of the training thread in that iteration
         self.cursor = 0
-        if name in ("defaults", "everything"):
+        if name in WATCHED:
             self.run = ts.init(logdir, f"{name}-{id(self)}", flush_interval=1.0)
             self.run.watch(self.model, self.opt, **(EVERYTHING if name == "everything" else {}))
 
@@ -218,9 +227,11 @@ def worker(model_name, mode_name, logdir, cpu_clock):
             return
 
 
-def run_workers(model_name, rounds, block, modes, threads, cpu_clock, logdir, codes, warmup=0):
+def run_workers(model_name, rounds, block, modes, threads, cpu_clock, logdir, codes, warmup=0, layouts=None):
     """One process per mode, trained block by block in turn; their finish replies. A mode
-    "defaults@before" runs the trainscope found on codes["before"] (a PYTHONPATH)."""
+    "defaults@before" runs the trainscope found on codes["before"] (a PYTHONPATH).
+    layouts: a random.Random; each process then gets an environment variable of a random
+    length (0 to 64 KiB), which moves its stack and every later heap allocation (see bench())."""
     command = [sys.executable, os.path.abspath(__file__), "--worker", model_name, "--logdir", logdir]
     if cpu_clock:
         command.append("--self-cpu")
@@ -229,7 +240,9 @@ def run_workers(model_name, rounds, block, modes, threads, cpu_clock, logdir, co
 
     def start(mode):
         name, _, code = mode.partition("@")
-        env = dict(os.environ, PYTHONPATH=codes[code]) if code else None
+        env = dict(os.environ, PYTHONPATH=codes[code]) if code else dict(os.environ)
+        if layouts is not None:
+            env["TRAINSCOPE_BENCH_LAYOUT"] = "x" * layouts.randrange(0, 65536, 16)
         return subprocess.Popen(command + ["--mode", name], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                 env=env)
     workers = {m: start(m) for m in modes}
@@ -252,22 +265,33 @@ def run_workers(model_name, rounds, block, modes, threads, cpu_clock, logdir, co
     return results
 
 
-def bench(label, model_name, rounds, block, modes, threads, cpu_clock, processes=1, codes=None, warmup=0):
+def bench(label, model_name, rounds, block, modes, threads, cpu_clock, processes=1, codes=None, warmup=0,
+          json_path=None, randomize_layout=False):
     """processes > 1: that many fresh sets of worker processes, one after the other (the
     mode order rotated each time), and the medians over processes. A process's heap is a
     draw of its own: with glibc's malloc the CNN's training thread took ~4,500 page faults a
     step in one process and ~14,000 in the next of the same mode (docs/benchmarks.md), a
-    spread larger than the effect measured, so one process per mode measures that draw."""
+    spread larger than the effect measured, so one process per mode measures that draw.
+    The draw also follows from the process's memory layout, which changes with anything: a
+    mode's name two letters longer on the command line moved the plain CNN by -3.9 %
+    (the A/A mode "control"). randomize_layout gives every process a random layout (an
+    environment variable of random length), so that each mode's processes sample layouts
+    alike and their medians compare the code, not the one layout its name and
+    allocations fell on (Mytkowicz et al., "Producing wrong data without doing anything
+    obviously wrong!", ASPLOS 2009)."""
     logdir = tempfile.mkdtemp(prefix="ts-bench-watch-")
     sets = []
+    layouts = random.Random(f"{model_name} layouts") if randomize_layout else None
     for p in range(processes):
         order = modes[p % len(modes):] + modes[:p % len(modes)]
-        sets.append(run_workers(model_name, rounds, block, order, threads, cpu_clock, logdir, codes or {}, warmup))
+        sets.append(run_workers(model_name, rounds, block, order, threads, cpu_clock, logdir, codes or {}, warmup,
+                                layouts))
     plain = sets[0]["plain"]
     print(f"\n{label}: {plain['tensors']} parameter tensors, {plain['values'] / 1e6:.2f} M values; "
           f"{max(block, warmup)} steps of warm-up, then {rounds} blocks of {block} steps per mode, interleaved, "
           f"one process per mode"
-          + (f"; {processes} sets of processes" if processes > 1 else ""))
+          + (f"; {processes} sets of processes" if processes > 1 else "")
+          + ("; a random memory layout per process" if randomize_layout else ""))
     width = max(12, max(map(len, modes)) + 2)
     print(f"{'mode':<{width}}{'CPU ms/step':>12}{'vs plain':>10}{'paired':>9}{'wall ms/step':>14}{'vs plain':>10}"
           f"{'paired':>9}{'faults/step':>13}")
@@ -275,10 +299,20 @@ def bench(label, model_name, rounds, block, modes, threads, cpu_clock, processes
     def per_process(mode, key):  # one number per process: the median over its blocks
         return [statistics.median(s[mode][key]) for s in sets]
 
+    def ratios(mode, key):  # to plain: block by block within the one set, else process by process
+        if processes == 1:
+            return [a / b for a, b in zip(sets[0][mode][key], sets[0]["plain"][key])]
+        return [a / b for a, b in zip(per_process(mode, key), per_process("plain", key))]
+
     def paired(mode, key):
-        if processes == 1:  # block by block within the one set
-            return statistics.median(a / b for a, b in zip(sets[0][mode][key], sets[0]["plain"][key]))
-        return statistics.median(a / b for a, b in zip(per_process(mode, key), per_process("plain", key)))
+        return statistics.median(ratios(mode, key))
+
+    def interval(mode, key, draws=2000):
+        """Bootstrap 95 % interval of the paired median over processes (fixed seed)."""
+        values = ratios(mode, key)
+        pick = random.Random(0)
+        medians = sorted(statistics.median(pick.choices(values, k=len(values))) for _ in range(draws))
+        return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
 
     summary = {}
     plain_cpu, plain_wall = statistics.median(per_process("plain", "cpu")), statistics.median(per_process("plain", "wall"))
@@ -288,7 +322,9 @@ def bench(label, model_name, rounds, block, modes, threads, cpu_clock, processes
         cpu_paired, wall_paired = paired(mode, "cpu"), paired(mode, "wall")
         print(f"{mode:<{width}}{cpu * 1e3:>12.2f}{(cpu / plain_cpu - 1) * 100:>+9.1f}%{(cpu_paired - 1) * 100:>+8.1f}%"
               f"{wall * 1e3:>14.2f}{(wall / plain_wall - 1) * 100:>+9.1f}%{(wall_paired - 1) * 100:>+8.1f}%"
-              f"{faults:>13.0f}")
+              f"{faults:>13.0f}"
+              + (" wall paired 95%% [%+.1f%% .. %+.1f%%]" % tuple((v - 1) * 100 for v in interval(mode, "wall"))
+                 if processes >= 5 and mode != "plain" else ""))
         summary[mode] = (cpu, cpu_paired, wall)
     print("self-measured (time/watch against the rest of the same step, as "
           f"{'CPU time of the training thread' if cpu_clock else 'wall time'}; median over processes):")
@@ -298,6 +334,9 @@ def bench(label, model_name, rounds, block, modes, threads, cpu_clock, processes
             median, total, per_step = (statistics.median(o[i] for o in owns) for i in range(3))
             print(f"  {mode:<{width}} median step {median * 100:+.2f}%, all steps {total * 100:+.2f}% "
                   f"({per_step * 1e3:.2f} ms/step inside trainscope)")
+    if json_path:
+        with open(json_path, "w") as out:
+            json.dump({"label": label, "sets": sets}, out)
     return summary
 
 
@@ -315,6 +354,9 @@ def main():
                              "after their 50 dense first steps")
     parser.add_argument("--processes", type=int, default=1,
                         help="fresh sets of worker processes, one after the other; medians over them")
+    parser.add_argument("--randomize-layout", action="store_true",
+                        help="give every process a random memory layout (see bench())")
+    parser.add_argument("--json", help="write every process's numbers to this file (the model's name is added)")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch.set_num_threads and OPENBLAS_NUM_THREADS (0: their defaults)")
     parser.add_argument("--worker", choices=sorted(SETUPS), help=argparse.SUPPRESS)
@@ -340,13 +382,15 @@ def main():
     if modes[0] != "plain":
         parser.error("--modes: plain first")
     if codes:  # every watched mode once per code
-        modes = ["plain"] + [f"{m}@{c}" for m in modes[1:] for c in codes]
+        modes = [m2 for m in modes for m2 in ([f"{m}@{c}" for c in codes] if m in WATCHED else [m])]
     if args.only in (None, "lm"):
         bench("Transformer LM (6 blocks, d=128, 16x64 tokens)", "lm", args.rounds, args.block, modes, args.threads,
-              args.self_cpu, args.processes, codes, args.warmup_steps)
+              args.self_cpu, args.processes, codes, args.warmup_steps, args.json and f"{args.json}.lm.json",
+              args.randomize_layout)
     if args.only in (None, "cnn"):
         bench("CNN (3 conv + BN + ReLU, 2 linear; 32x3x32x32)", "cnn", args.rounds, args.block, modes, args.threads,
-              args.self_cpu, args.processes, codes, args.warmup_steps)
+              args.self_cpu, args.processes, codes, args.warmup_steps, args.json and f"{args.json}.cnn.json",
+              args.randomize_layout)
 
 
 if __name__ == "__main__":
