@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "doctor/doctor.h"
+#include "doctor/knowledge.h"
 
 namespace trainscope::doctor {
 
@@ -384,6 +385,9 @@ void LossPlateauDetector::OnStep(const StepFrame& frame, const DetectorContext& 
   steps_.push_back(frame.step);
   values_.push_back(x);
   lrs_.push_back(ctx.facts.lr);
+  const size_t w = options_.initial_points;
+  rolling_.push_back(values_.size() < w ? kNaN : Median(std::span<const double>(values_.data() + values_.size() - w, w)));
+  if (!(rolling_[best_] <= rolling_.back())) best_ = rolling_.size() - 1;  // NaN at first: replaced
   // (A negative loss repeating is NEGATIVE_LOSS's to report.)
   // A stretch, not a coincidence: also >= 10 % of the points so far (a long log printed
   // with two decimals repeats a slowly moving value five times now and then).
@@ -471,6 +475,8 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final, double m
     if (z >= 3) at_chance = stuck = false;  // climbing through its start: diverging, not stuck
   }
   if (!stuck && !at_chance) return;
+  const double best = rolling_[best_];
+  const bool regressed = best <= options_.regressed_ratio * std::min(initial, now);
   if (!final && !ctx.options.streaming) {
     candidate_ = true;  // offline: the end of the run decides
     candidate_step_ = steps_.back();
@@ -489,7 +495,21 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final, double m
                      "-class classifier (no class count in the config)"
                : "ln(" + std::to_string(c) + ") = " + FormatNumber(chance, 4) + ", chance level for " + std::to_string(c) +
                      " classes (" + classes_from + "): the model predicts uniform probabilities";
-  if (at_chance && !stuck) {
+  // Where it went back up: the first point after the best whose rolling median is past
+  // half way from the best to the level now.
+  int64_t rose_step = f.step;
+  if (regressed) {
+    size_t i = best_;
+    while (i + 1 < n && !(rolling_[i] >= best + 0.5 * (now - best))) ++i;
+    rose_step = steps_[i];
+    f.step = rose_step;
+  }
+  if (regressed) {
+    f.summary = "loss went back up after the model had learned: it reached " + FormatNumber(best, 4) + " at step " +
+                std::to_string(steps_[best_]) + ", rose again from step " + std::to_string(rose_step) + " and is " +
+                FormatNumber(now, 4) + " now (median of the last " + std::to_string(recent_n) + " points), " +
+                (at_chance ? "at " + chance_words : "back at its initial value " + FormatNumber(initial, 4));
+  } else if (at_chance && !stuck) {
     f.summary = "loss is stuck at chance level: " + FormatNumber(now, 4) + " (median of the last " + std::to_string(recent_n) +
                 " of " + std::to_string(n) + " points) ~ " + chance_words;
   } else {
@@ -510,6 +530,30 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final, double m
   }
   std::vector<Cause> causes;
   const double lr = ctx.facts.lr;
+  if (regressed) {
+    // It learned at this learning rate, so a slow optimiser or labels without signal are
+    // unlikely: what undoes learning is a step too large (or a spike through it) that
+    // knocks units dead or the weights off. A 10x higher lr (the code's own advice) is
+    // the wrong fix here, so the actions are the causes'.
+    ev["regressed"] = true;
+    ev["best_level"] = Num(best);
+    ev["best_step"] = steps_[best_];
+    ev["rose_from_step"] = rose_step;
+    if (std::isfinite(lr)) ev["lr"] = Num(lr);
+    RaiseCause(&causes, "lr_too_high", 0.5);
+    RaiseCause(&causes, "dying_relu", 0.35);
+    RaiseCause(&causes, "gradient_explosion", 0.25);
+    f.actions = {"Look at the steps around " + std::to_string(rose_step) +
+                 ": a LOSS_SPIKE, GRAD_EXPLOSION or DEAD_UNITS finding there names what went first"};
+    const KnowledgeBase& kb = KnowledgeBase::Builtin();
+    for (const Cause& cause : causes) {
+      if (const CauseInfo* info = kb.Cause(cause.id); info && !info->actions.empty()) f.actions.push_back(info->actions[0]);
+    }
+    f.evidence_json = ev.dump();
+    f.causes = causes;
+    ctx.Report(std::move(f));
+    return;
+  }
   if (std::isfinite(lr)) {
     ev["lr"] = Num(lr);
     const bool adam = ctx.facts.optimizer.find("adam") != std::string::npos;

@@ -167,6 +167,10 @@ struct PlateauOptions {
   // lr 0, a detached loss). Works on short logs. A loss printed with fewer digits than it
   // moves per line would look frozen: logs print 4 or more significant digits.
   size_t frozen_points = 5;
+  // A run whose loss got this far below both its start and its level now (rolling median of
+  // initial_points points) learned and then lost it: the finding says where it went back up,
+  // and blames what undoes learning (a too-high learning rate, dead units), not a slow start.
+  double regressed_ratio = 0.7;
 };
 
 class LossPlateauDetector : public Detector {
@@ -187,6 +191,8 @@ class LossPlateauDetector : public Detector {
   std::vector<int64_t> steps_;
   std::vector<double> values_;
   std::vector<double> lrs_;
+  std::vector<double> rolling_;  // per point: the median of the last initial_points (NaN before)
+  size_t best_ = 0;              // the index of the lowest rolling median
   bool reported_ = false;
   bool candidate_ = false;  // offline: a plateau was seen during the run
   int64_t candidate_step_ = 0;

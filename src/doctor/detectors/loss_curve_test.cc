@@ -129,6 +129,45 @@ TEST(LossPlateau, StuckAtChanceLevel) {
   EXPECT_NE(f[0].summary.find("chance"), std::string::npos);
 }
 
+// The benchmark CNN at lr 0.01 with momentum: it memorises its batches (2.3 -> 0.7 by
+// step 50), a spike kills its ReLUs, and it sits at chance from then on. Not "stuck since
+// step 0": it learned and lost it, and a 10x higher lr would be the wrong advice.
+TEST(LossPlateau, ALossBackAtChanceAfterLearningSaysWhereItRose) {
+  std::vector<double> v;
+  std::mt19937 rng(3);
+  std::normal_distribution<double> noise(0, 0.01);
+  for (int i = 0; i < 50; ++i) v.push_back(2.3 - 1.6 * i / 49.0 + noise(rng));
+  for (int i = 50; i < 58; ++i) v.push_back(7.0 + noise(rng));
+  for (int i = 58; i < 200; ++i) v.push_back(std::log(10.0) + noise(rng));
+  for (const bool streaming : {true, false}) {
+    DoctorOptions options;
+    options.only = {"loss_plateau"};
+    options.streaming = streaming;
+    Doctor doctor(std::move(options));
+    doctor.OnMeta("num_classes", "10");
+    for (size_t s = 0; s < v.size(); ++s) doctor.OnScalar("train/loss", static_cast<int64_t>(s), 0, v[s]);
+    doctor.Finish();
+    const auto& f = doctor.findings();
+    ASSERT_EQ(f.size(), 1u);
+    EXPECT_NE(f[0].summary.find("went back up"), std::string::npos) << f[0].summary;
+    EXPECT_NE(f[0].summary.find("chance"), std::string::npos) << f[0].summary;
+    EXPECT_GE(f[0].step, 50);
+    EXPECT_LE(f[0].step, 56);
+    const auto ev = nlohmann::json::parse(f[0].evidence_json);
+    EXPECT_NEAR(ev["best_level"].get<double>(), 0.75, 0.1);
+    EXPECT_GE(ev["best_step"].get<int>(), 45);
+    ASSERT_FALSE(f[0].causes.empty());
+    EXPECT_EQ(f[0].causes[0].id, "lr_too_high");
+    for (const auto& action : f[0].actions) EXPECT_EQ(action.find("higher learning rate"), std::string::npos) << action;
+  }
+  // A genuine plateau with a noisy dip stays "stuck", blamed on the usual causes.
+  std::vector<double> flat;
+  for (int i = 0; i < 200; ++i) flat.push_back(std::log(10.0) * (1 + 0.05 * std::sin(i * 1.3)) + noise(rng));
+  const auto g = LossRun("loss_plateau", flat);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].summary.find("went back up"), std::string::npos) << g[0].summary;
+}
+
 TEST(LossPlateau, EdgeOfTheImprovement) {
   auto run = [](double final_fraction) {
     std::vector<double> v;
