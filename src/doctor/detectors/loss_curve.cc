@@ -475,8 +475,6 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final, double m
     if (z >= 3) at_chance = stuck = false;  // climbing through its start: diverging, not stuck
   }
   if (!stuck && !at_chance) return;
-  const double best = rolling_[best_];
-  const bool regressed = best <= options_.regressed_ratio * std::min(initial, now);
   if (!final && !ctx.options.streaming) {
     candidate_ = true;  // offline: the end of the run decides
     candidate_step_ = steps_.back();
@@ -495,18 +493,16 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final, double m
                      "-class classifier (no class count in the config)"
                : "ln(" + std::to_string(c) + ") = " + FormatNumber(chance, 4) + ", chance level for " + std::to_string(c) +
                      " classes (" + classes_from + "): the model predicts uniform probabilities";
-  // Where it went back up: the first point after the best whose rolling median is past
-  // half way from the best to the level now.
-  int64_t rose_step = f.step;
+  const double best = rolling_[best_];
+  const bool regressed = best <= options_.regressed_ratio * std::min(initial, now);
   if (regressed) {
+    // Where it went back up: the first point after the best whose rolling median is past
+    // half way from the best to the level now.
     size_t i = best_;
     while (i + 1 < n && !(rolling_[i] >= best + 0.5 * (now - best))) ++i;
-    rose_step = steps_[i];
-    f.step = rose_step;
-  }
-  if (regressed) {
+    f.step = steps_[i];
     f.summary = "loss went back up after the model had learned: it reached " + FormatNumber(best, 4) + " at step " +
-                std::to_string(steps_[best_]) + ", rose again from step " + std::to_string(rose_step) + " and is " +
+                std::to_string(steps_[best_]) + ", rose again from step " + std::to_string(f.step) + " and is " +
                 FormatNumber(now, 4) + " now (median of the last " + std::to_string(recent_n) + " points), " +
                 (at_chance ? "at " + chance_words : "back at its initial value " + FormatNumber(initial, 4));
   } else if (at_chance && !stuck) {
@@ -538,12 +534,12 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final, double m
     ev["regressed"] = true;
     ev["best_level"] = Num(best);
     ev["best_step"] = steps_[best_];
-    ev["rose_from_step"] = rose_step;
+    ev["rose_from_step"] = f.step;
     if (std::isfinite(lr)) ev["lr"] = Num(lr);
     RaiseCause(&causes, "lr_too_high", 0.5);
     RaiseCause(&causes, "dying_relu", 0.35);
     RaiseCause(&causes, "gradient_explosion", 0.25);
-    f.actions = {"Look at the steps around " + std::to_string(rose_step) +
+    f.actions = {"Look at the steps around " + std::to_string(f.step) +
                  ": a LOSS_SPIKE, GRAD_EXPLOSION or DEAD_UNITS finding there names what went first"};
     const KnowledgeBase& kb = KnowledgeBase::Builtin();
     for (const Cause& cause : causes) {
