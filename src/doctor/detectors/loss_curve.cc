@@ -225,7 +225,11 @@ void LossDivergenceDetector::OnStep(const StepFrame& frame, const DetectorContex
     recent_steps_.pop_front();
   }
   long_.push_back(v);
-  if (long_.size() > std::max(options_.best_window, options_.trend_points)) long_.pop_front();
+  long_steps_.push_back(frame.step);
+  if (long_.size() > std::max(options_.best_window, options_.trend_points)) {
+    long_.pop_front();
+    long_steps_.pop_front();
+  }
   if (first_.size() < options_.initial_points || recent_.size() < options_.window) return;
   const double initial = Median(first_);
   if (!(initial > 0)) return;  // ratios need a positive loss
@@ -236,7 +240,9 @@ void LossDivergenceDetector::OnStep(const StepFrame& frame, const DetectorContex
     const double level = Median(l);
     if (level < best_) {
       best_ = level;
-      best_step_ = frame.step;
+      // A median speaks for the middle of its window (as near_best_step_ below): the end
+      // of it can lie past where the climb began.
+      best_step_ = long_steps_[long_steps_.size() - options_.best_window / 2 - 1];
     }
   }
   if (!std::isfinite(best_)) best_ = initial, best_step_ = frame.step;

@@ -130,10 +130,10 @@ class LossDivergenceDetector : public Detector {
   bool end_nonfinite_ = false;
   std::vector<double> first_;
   std::deque<double> recent_, long_;
-  std::deque<int64_t> recent_steps_;
+  std::deque<int64_t> recent_steps_, long_steps_;
   RollingMedianMad spread_{50};
   double best_ = std::numeric_limits<double>::infinity();
-  int64_t best_step_ = 0;
+  int64_t best_step_ = 0;  // the middle of the window whose median is best_
   size_t streak_ = 0;
   int64_t streak_start_ = 0;
   int64_t climb_start_ = 0;

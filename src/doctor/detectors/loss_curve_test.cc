@@ -113,6 +113,24 @@ TEST(LossDivergence, EdgeOfTheRise) {
   EXPECT_EQ(run(1.4).size(), 1u);
 }
 
+// Down to its lowest at step 60, then up again as steeply, past the start. The best level
+// is a 20-point median: it speaks for the middle of its window, not for the window's last
+// step, which can lie past where the climb began (the bench CNN was told "climbing from
+// step 48 against a best at step 54").
+TEST(LossDivergence, TheBestComesBeforeTheClimb) {
+  std::vector<double> v;
+  for (int i = 0; i <= 60; ++i) v.push_back(2.3 - 1.8 * i / 60.0);
+  for (int i = 61; i < 200; ++i) v.push_back(0.5 + 0.03 * (i - 60));  // as steep as the way down
+  const auto f = LossRun("loss_divergence", v);
+  ASSERT_EQ(f.size(), 1u);
+  const auto ev = nlohmann::json::parse(f[0].evidence_json);
+  EXPECT_GE(ev["best_step"].get<int>(), 50);  // its 20-point median is at its lowest from 55 to 60
+  EXPECT_LE(ev["best_step"].get<int>(), 60);
+  EXPECT_LE(ev["best_step"].get<int>(), f[0].step) << f[0].step;
+  EXPECT_NE(f[0].summary.find("at step " + std::to_string(ev["best_step"].get<int>())), std::string::npos)
+      << f[0].summary;
+}
+
 TEST(LossDivergence, HealthyNoisyRunsAreSilent) {
   for (uint32_t seed = 1; seed <= 10; ++seed) EXPECT_TRUE(LossRun("loss_divergence", Healthy(1000, seed, 0.3)).empty());
 }
