@@ -85,6 +85,10 @@ def main():
         optimizer.zero_grad()
         loss = torch.nn.functional.cross_entropy(ddp(inputs), labels)
         loss.backward()  # DDP all-reduces the gradients here
+        # Clipped, so that one rank's unnormalised inputs do not blow the shared model up: an
+        # unclipped job diverged on every rank on one CPU and not on another (rounding), and
+        # its ranks could no longer be told apart after the blow-up.
+        torch.nn.utils.clip_grad_norm_(ddp.parameters(), 1.0)
         if perturbed and args.perturb == "grads":
             for p in ddp.parameters():
                 p.grad.mul_(20)
