@@ -32,6 +32,12 @@ With several processes each paired ratio comes with a bootstrap 95 % interval of
 over processes; --json FILE keeps every process's numbers. --randomize-layout gives each
 process a random memory layout, without which an A/A pair (plain, control) differs by a few
 per cent on the CNN under glibc's heap (see bench()).
+--alternate measures plain and watched blocks in the same process instead, the watcher
+attached and removed in between, so that both sides of each ratio share one heap (see
+bench_alternating()):
+
+    ... overhead.py --alternate --only cnn --threads 1 --modes plain,defaults --rounds 4 --block 5 \
+        --warmup-steps 55 --processes 12 --randomize-layout --code before=... --code now=build/python
 """
 
 import argparse
@@ -149,36 +155,52 @@ def train_step(mode, model, opt, loss_fn, x, y, run=None):
 
 
 class Mode:
-    def __init__(self, name, setup, logdir):
+    def __init__(self, name, setup, logdir, alternate=False):
         self.name = name
         self.model, self.opt, self.batches, self.loss_fn = setup()
         self.run = None
+        self.watcher = None     # alternate: attached for the watched blocks only
+        self.attached = not alternate
         self.block_means = []   # wall seconds per step, per block
         self.block_cpu = []     # process CPU seconds per step, per block
         self.block_faults = []  # minor page faults of the training thread per step, per block
         self.step_wall = {}     # run step -> wall seconds of that loop iteration (watched modes)
         self.step_thread = {}   # run step -> CPU seconds of the training thread in that iteration
+        self.block_watched = []  # per recorded block: watched (alternate: as asked; the control's are plain)
         self.cursor = 0
         if name in WATCHED:
             self.run = ts.init(logdir, f"{name}-{id(self)}", flush_interval=1.0)
-            self.run.watch(self.model, self.opt, **(EVERYTHING if name == "everything" else {}))
+            if not alternate:
+                self.attach()
+
+    def attach(self):
+        self.watcher = self.run.watch(self.model, self.opt, **(EVERYTHING if self.name == "everything" else {}))
+        self.attached = True
+
+    def detach(self):
+        """The watcher's hooks and wrappers removed; the run (its recorder and threads) stays open."""
+        self.watcher.close()
+        self.run._watchers.remove(self.watcher)
+        self.watcher = None
+        self.attached = False
 
     def train_block(self, steps, record):
         loader = self.batches[self.cursor:] + self.batches[:self.cursor]
         loader = (loader * (steps // len(loader) + 1))[:steps]
         self.cursor = (self.cursor + steps) % len(self.batches)
-        source = self.run.data(loader) if self.run is not None else loader
+        run = self.run if self.attached else None
+        source = run.data(loader) if run is not None else loader
         times = []
         faults_start = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
         cpu_start = time.process_time()
         start = time.perf_counter()
         thread_start = time.thread_time()
         for x, y in source:
-            train_step(self.name, self.model, self.opt, self.loss_fn, x, y, self.run)
+            train_step(self.name, self.model, self.opt, self.loss_fn, x, y, run)
             now = time.perf_counter()
             times.append(now - start)
             thread_now = time.thread_time()
-            if self.run is not None and record:
+            if run is not None and record:
                 self.step_wall[self.run._step] = now - start
                 self.step_thread[self.run._step] = thread_now - thread_start
             start, thread_start = now, thread_now
@@ -190,9 +212,11 @@ class Mode:
 
 
 SETUPS = {"lm": lm_setup, "cnn": cnn_setup}
+LM_LABEL = "Transformer LM (6 blocks, d=128, 16x64 tokens)"
+CNN_LABEL = "CNN (3 conv + BN + ReLU, 2 linear; 32x3x32x32)"
 
 
-def worker(model_name, mode_name, logdir, cpu_clock):
+def worker(model_name, mode_name, logdir, cpu_clock, alternate=False):
     """One mode in its own process: trains a block per request read from stdin."""
     if cpu_clock:  # time/watch as the training thread's CPU time (see trainscope/_watch/hooks.py)
         import trainscope.watch
@@ -201,14 +225,20 @@ def worker(model_name, mode_name, logdir, cpu_clock):
         except ImportError:  # the code before the watcher's split (A/B runs against it)
             clock_owner = trainscope.watch
         clock_owner.self_clock = time.thread_time
-    mode = Mode(mode_name, SETUPS[model_name], logdir)
+    mode = Mode(mode_name, SETUPS[model_name], logdir, alternate)
     for line in sys.stdin:
         request = json.loads(line)
         if request["do"] == "block":
+            if alternate and mode.run is not None and request["watched"] != mode.attached:
+                mode.attach() if request["watched"] else mode.detach()
+                mode.train_block(1, record=False)  # the first step after the switch: hooks, plan, snapshots
             mode.train_block(request["steps"], record=request["record"])
+            if request["record"]:
+                mode.block_watched.append(request.get("watched", mode.run is not None))
             reply = {}
         else:  # finish: the run's own measure of its cost, warm-up steps left out
             reply = {"cpu": mode.block_cpu, "wall": mode.block_means, "faults": mode.block_faults, "own": None,
+                     "watched": mode.block_watched,
                      "tensors": len(list(mode.model.parameters())),
                      "values": sum(p.numel() for p in mode.model.parameters())}
             if mode.run is not None:
@@ -227,12 +257,17 @@ def worker(model_name, mode_name, logdir, cpu_clock):
             return
 
 
-def run_workers(model_name, rounds, block, modes, threads, cpu_clock, logdir, codes, warmup=0, layouts=None):
+def run_workers(model_name, rounds, block, modes, threads, cpu_clock, logdir, codes, warmup=0, layouts=None,
+                alternate=False):
     """One process per mode, trained block by block in turn; their finish replies. A mode
     "defaults@before" runs the trainscope found on codes["before"] (a PYTHONPATH).
     layouts: a random.Random; each process then gets an environment variable of a random
-    length (0 to 64 KiB), which moves its stack and every later heap allocation (see bench())."""
+    length (0 to 64 KiB), which moves its stack and every later heap allocation (see bench()).
+    alternate: each round trains every process twice, a plain block and a watched one (in
+    turn first), the watcher attached and removed in between (bench_alternating())."""
     command = [sys.executable, os.path.abspath(__file__), "--worker", model_name, "--logdir", logdir]
+    if alternate:
+        command.append("--alternate")
     if cpu_clock:
         command.append("--self-cpu")
     if threads:
@@ -258,7 +293,13 @@ def run_workers(model_name, rounds, block, modes, threads, cpu_clock, logdir, co
 
     for r in range(rounds + 1):  # round 0 warms up (allocator, first histograms and census)
         for mode in modes:
-            ask(mode, {"do": "block", "steps": block if r else max(block, warmup), "record": r > 0})
+            if not alternate:
+                ask(mode, {"do": "block", "steps": block if r else max(block, warmup), "record": r > 0})
+            elif r == 0:  # watched, so that the dense first steps are behind
+                ask(mode, {"do": "block", "steps": max(block, warmup), "record": False, "watched": True})
+            else:
+                for watched in ((False, True) if r % 2 else (True, False)):
+                    ask(mode, {"do": "block", "steps": block, "record": True, "watched": watched})
     results = {mode: ask(mode, {"do": "finish"}) for mode in modes}
     for w in workers.values():
         w.wait()
@@ -340,6 +381,55 @@ def bench(label, model_name, rounds, block, modes, threads, cpu_clock, processes
     return summary
 
 
+def bench_alternating(label, model_name, rounds, block, modes, threads, cpu_clock, processes, codes, warmup,
+                      json_path=None, randomize_layout=False):
+    """Plain and watched blocks in the same process: the watcher attached for a block,
+    removed for the next (each switch followed by one unmeasured step), so that both sides
+    of a ratio share one heap and its page-fault draw, which between processes moves a CNN
+    step by several per cent either way (bench()). What it measures is the cost of
+    watching: hooks, wrappers, statistics and run.log; ts.init's run stays open through the
+    plain blocks, so whatever the open recorder itself moves in the heap is not in it. The
+    A/A pair is "control": a plain process whose blocks are labelled alike."""
+    logdir = tempfile.mkdtemp(prefix="ts-bench-watch-")
+    layouts = random.Random(f"{model_name} layouts") if randomize_layout else None
+    modes = ["control"] + [m for m in modes if m.partition("@")[0] in WATCHED]
+    sets = []
+    for p in range(processes):
+        order = modes[p % len(modes):] + modes[:p % len(modes)]
+        sets.append(run_workers(model_name, rounds, block, order, threads, cpu_clock, logdir, codes or {}, warmup,
+                                layouts, alternate=True))
+    print(f"\n{label}: {sets[0]['control']['tensors']} parameter tensors; {warmup} steps of warm-up watched, then "
+          f"{rounds} rounds of a plain and a watched block of {block} steps (+1 after each switch) in the same "
+          f"process; {processes} sets of processes" + ("; a random memory layout per process" if layouts else ""))
+    print(f"{'mode':<20}{'plain ms':>10}{'watched ms':>12}{'paired':>9}  {'95 % interval':<20}{'faults plain':>14}"
+          f"{'watched':>9}")
+
+    def side(s, mode, key, watched):
+        return statistics.median(v for v, w in zip(s[mode][key], s[mode]["watched"]) if w == watched)
+    summary = {}
+    for mode in modes:
+        ratios = [side(s, mode, "wall", True) / side(s, mode, "wall", False) for s in sets]
+        pick = random.Random(0)
+        medians = sorted(statistics.median(pick.choices(ratios, k=len(ratios))) for _ in range(2000))
+        low, high = medians[49], medians[1949]
+        plain = statistics.median(side(s, mode, "wall", False) for s in sets)
+        watched = statistics.median(side(s, mode, "wall", True) for s in sets)
+        faults = [statistics.median(side(s, mode, "faults", w) for s in sets) for w in (False, True)]
+        paired = statistics.median(ratios)
+        print(f"{mode:<20}{plain * 1e3:>10.2f}{watched * 1e3:>12.2f}{(paired - 1) * 100:>+8.1f}%  "
+              f"[{(low - 1) * 100:+.1f}% .. {(high - 1) * 100:+.1f}%]{'':<4}{faults[0]:>12.0f}{faults[1]:>9.0f}")
+        summary[mode] = (paired, low, high)
+    for mode in modes:
+        owns = [s[mode]["own"] for s in sets if s[mode]["own"] is not None]
+        if owns:
+            print(f"  {mode:<18} {statistics.median(o[2] for o in owns) * 1e3:.2f} ms/step inside trainscope "
+                  f"(time/watch, watched steps)")
+    if json_path:
+        with open(json_path, "w") as out:
+            json.dump({"label": label, "sets": sets, "alternate": True}, out)
+    return summary
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=20)
@@ -356,6 +446,9 @@ def main():
                         help="fresh sets of worker processes, one after the other; medians over them")
     parser.add_argument("--randomize-layout", action="store_true",
                         help="give every process a random memory layout (see bench())")
+    parser.add_argument("--alternate", action="store_true",
+                        help="plain and watched blocks in the same process (bench_alternating()); modes: the watched "
+                             "ones, with an A/A control")
     parser.add_argument("--json", help="write every process's numbers to this file (the model's name is added)")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch.set_num_threads and OPENBLAS_NUM_THREADS (0: their defaults)")
@@ -368,7 +461,7 @@ def main():
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.worker:
-        return worker(args.worker, args.mode, args.logdir, args.self_cpu)
+        return worker(args.worker, args.mode, args.logdir, args.self_cpu, args.alternate)
     blas = "?"
     try:
         with open("/proc/self/maps") as maps:
@@ -383,12 +476,19 @@ def main():
         parser.error("--modes: plain first")
     if codes:  # every watched mode once per code
         modes = [m2 for m in modes for m2 in ([f"{m}@{c}" for c in codes] if m in WATCHED else [m])]
+    if args.alternate:
+        for name, label in (("lm", LM_LABEL), ("cnn", CNN_LABEL)):
+            if args.only in (None, name):
+                bench_alternating(label, name, args.rounds, args.block, modes, args.threads, args.self_cpu,
+                                  args.processes, codes, args.warmup_steps, args.json and f"{args.json}.{name}.json",
+                                  args.randomize_layout)
+        return
     if args.only in (None, "lm"):
-        bench("Transformer LM (6 blocks, d=128, 16x64 tokens)", "lm", args.rounds, args.block, modes, args.threads,
+        bench(LM_LABEL, "lm", args.rounds, args.block, modes, args.threads,
               args.self_cpu, args.processes, codes, args.warmup_steps, args.json and f"{args.json}.lm.json",
               args.randomize_layout)
     if args.only in (None, "cnn"):
-        bench("CNN (3 conv + BN + ReLU, 2 linear; 32x3x32x32)", "cnn", args.rounds, args.block, modes, args.threads,
+        bench(CNN_LABEL, "cnn", args.rounds, args.block, modes, args.threads,
               args.self_cpu, args.processes, codes, args.warmup_steps, args.json and f"{args.json}.cnn.json",
               args.randomize_layout)
 
