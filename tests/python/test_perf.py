@@ -132,7 +132,12 @@ def test_cpu_training_mfu_against_the_computed_peak(tmp_path):
 
 
 def test_low_mfu_names_the_slow_loader_first(tmp_path):
-    slow_dir, _ = train(tmp_path, "slow", 25, 0.03)
+    # The loader waits 3x this machine's own step (at least 30 ms), so that waiting for data
+    # is the largest share wherever the test runs: a fixed 30 ms was about as long as the
+    # compute on a slower CPU, and the slow kernels came first there.
+    fast_dir, _ = train(tmp_path, "fast", 25, 0.0)
+    fast = cli_json("perf", "run", fast_dir)
+    slow_dir, _ = train(tmp_path, "slow", 25, max(0.03, 3 * fast["step_seconds"]))
     slow = cli_json("perf", "run", slow_dir)
     low = [f for f in slow["findings"] if f["code"] == "LOW_MFU"]
     if slow["mfu"] is None:
@@ -146,8 +151,6 @@ def test_low_mfu_names_the_slow_loader_first(tmp_path):
     diagnosed = [f for f in cli_json("diagnose", slow_dir)["findings"] if f["code"] == "LOW_MFU"]
     assert len(diagnosed) == 1 and diagnosed[0]["causes"][0]["id"] == "slow_dataloader"
     assert diagnosed[0]["evidence"]["reasons"] == reasons
-    fast_dir, _ = train(tmp_path, "fast", 25, 0.0)
-    fast = cli_json("perf", "run", fast_dir)
     assert fast["shares"]["data"] < 0.2
     for finding in fast["findings"]:  # LOW_MFU may stand on a loaded machine, never for the loader
         assert finding["evidence"]["reasons"][0]["id"] != "slow_dataloader"
