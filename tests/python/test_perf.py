@@ -55,8 +55,10 @@ def test_measured_gemm_peak_stays_under_the_computed_one():
     assert measured["threads"] == 1 and measured["dtype"] == "float32"
     assert measured["flops"] > 1e9  # any x86 core does a GFLOP/s in float32 matmul
     if cpu["computed"]["known"]:
-        # the clock in /proc/cpuinfo may sit below a boost clock: 10 % of room for it
-        assert measured["flops"] <= 1.1 * measured["computed_fp32_flops_same_cores"]
+        # The computed peak uses a base or nominal clock (model name, cpufreq base, or a VM's
+        # "cpu MHz"), and one busy core boosts above it: torch 2's GEMM reached 1.19x on an
+        # Intel VM stating 2.1 GHz. Up to 1.5x is boost; a wrong FLOPs/cycle (2x) is not.
+        assert measured["flops"] <= 1.5 * measured["computed_fp32_flops_same_cores"]
         assert measured["fraction_of_computed"] == pytest.approx(
             measured["flops"] / measured["computed_fp32_flops_same_cores"])
 
