@@ -306,6 +306,13 @@ def run_workers(model_name, rounds, block, modes, threads, cpu_clock, logdir, co
     return results
 
 
+def bootstrap_interval(values, draws=2000):
+    """Bootstrap 95 % interval of the median of values (paired ratios over processes; fixed seed)."""
+    pick = random.Random(0)
+    medians = sorted(statistics.median(pick.choices(values, k=len(values))) for _ in range(draws))
+    return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
+
+
 def bench(label, model_name, rounds, block, modes, threads, cpu_clock, processes=1, codes=None, warmup=0,
           json_path=None, randomize_layout=False):
     """processes > 1: that many fresh sets of worker processes, one after the other (the
@@ -348,12 +355,8 @@ def bench(label, model_name, rounds, block, modes, threads, cpu_clock, processes
     def paired(mode, key):
         return statistics.median(ratios(mode, key))
 
-    def interval(mode, key, draws=2000):
-        """Bootstrap 95 % interval of the paired median over processes (fixed seed)."""
-        values = ratios(mode, key)
-        pick = random.Random(0)
-        medians = sorted(statistics.median(pick.choices(values, k=len(values))) for _ in range(draws))
-        return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
+    def interval(mode, key):
+        return bootstrap_interval(ratios(mode, key))
 
     summary = {}
     plain_cpu, plain_wall = statistics.median(per_process("plain", "cpu")), statistics.median(per_process("plain", "wall"))
@@ -409,9 +412,7 @@ def bench_alternating(label, model_name, rounds, block, modes, threads, cpu_cloc
     summary = {}
     for mode in modes:
         ratios = [side(s, mode, "wall", True) / side(s, mode, "wall", False) for s in sets]
-        pick = random.Random(0)
-        medians = sorted(statistics.median(pick.choices(ratios, k=len(ratios))) for _ in range(2000))
-        low, high = medians[49], medians[1949]
+        low, high = bootstrap_interval(ratios)
         plain = statistics.median(side(s, mode, "wall", False) for s in sets)
         watched = statistics.median(side(s, mode, "wall", True) for s in sets)
         faults = [statistics.median(side(s, mode, "faults", w) for s in sets) for w in (False, True)]
