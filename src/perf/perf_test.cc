@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "perf/cpu_peak.h"
 #include "perf/peak_table.h"
 #include "perf/perf_metrics.h"
@@ -194,6 +196,30 @@ TEST(AnalyzeRun, ThroughputMfuAndLowMfuReasons) {
   EXPECT_EQ(f.causes[0].id, "slow_dataloader");  // data: (0.5 + 0.6) / 2 of the step, the largest share
   EXPECT_NE(f.summary.find("waiting for data"), std::string::npos) << f.summary;
   EXPECT_NE(f.summary.find("MFU 5.0 %"), std::string::npos) << f.summary;
+}
+
+TEST(ChoosePeak, AMeasuredGemmAboveTheComputedCpuPeakIsTheCeiling) {
+  const CpuPeak cpu = ThisMachineCpuPeak(1);
+  if (!cpu.known) GTEST_SKIP() << "no computed CPU peak here: " << cpu.reason;
+  RunData data = Rank(0, 0.1, 0.0);
+  data.OnMeta("perf/device", "cpu");
+  data.OnMeta("perf/threads", "1");
+  data.OnMeta("perf/measured_peak_flops", fmt::format("{}", 0.5 * cpu.fp32_flops));
+  PeakChoice below = ChoosePeak(data, "");
+  ASSERT_TRUE(below.flops.has_value());
+  EXPECT_DOUBLE_EQ(*below.flops, cpu.fp32_flops);  // a slower GEMM leaves the computed peak
+  EXPECT_EQ(below.source.rfind("computed CPU peak", 0), 0u) << below.source;
+
+  data.OnMeta("perf/measured_peak_flops", fmt::format("{}", 1.25 * cpu.fp32_flops));
+  PeakChoice above = ChoosePeak(data, "");
+  ASSERT_TRUE(above.flops.has_value());
+  EXPECT_DOUBLE_EQ(*above.flops, 1.25 * cpu.fp32_flops);
+  EXPECT_NE(above.source.find("1.25x the computed CPU peak"), std::string::npos) << above.source;
+  const RunPerf perf = AnalyzeRun({&data}, above);
+  EXPECT_DOUBLE_EQ(perf.mfu, 1e9 / 0.1 / (1.25 * cpu.fp32_flops));
+
+  data.OnMeta("perf/precision", "fp64");  // a float32 GEMM says nothing of the fp64 peak
+  EXPECT_DOUBLE_EQ(*ChoosePeak(data, "").flops, cpu.fp64_flops);
 }
 
 TEST(AnalyzeRun, NoPeakNoMfuAndNoFinding) {

@@ -19,6 +19,7 @@ says when, and holds the tickets of what is in flight.
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import sys
 
@@ -181,7 +182,7 @@ class Watcher:
                 # subclass's step would run the hooks once per class.
                 self._wrap(self.optimizer, "step", self._optimizer_step)
             self._wrap(self.optimizer, "zero_grad", self._zero_grad)
-            self._guarded("amp", watch_grad_scalers)(self)  # a failure leaves the rest watched
+            self._call_guarded("amp", watch_grad_scalers, self)  # a failure leaves the rest watched
         self._wrap(self.model, "zero_grad", self._zero_grad)
         self.inspect_batch = self._guarded("inputs", self._inspect_batch)  # run.data()'s batches
         self._backward_started_hook = self._guarded("backward", self._backward_started)
@@ -211,17 +212,17 @@ class Watcher:
         """Removes every hook and wrapper and logs what is still in flight."""
         if self._backward_done and self._owns_steps():
             self._backward_done = False
-            self._guarded("step end", self.clock.end)()  # the last step, without an optimizer
+            self._call_guarded("step end", self.clock.end)  # the last step, without an optimizer
         self._detach_activation_hooks()
-        self._guarded("activations", self._flush_forward)()
-        self._guarded("gradients", self._finish_gradients)()
-        self._guarded("weights", self._submit_weight_pass)()  # the last step's
+        self._call_guarded("activations", self._flush_forward)
+        self._call_guarded("gradients", self._finish_gradients)
+        self._call_guarded("weights", self._submit_weight_pass)  # the last step's
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
         if self.optimizer is not None:
             unwatch_grad_scalers(self)
-        self._guarded("lr", self._flush_lr)()
+        self._call_guarded("lr", self._flush_lr)
         for listeners, listener in self._listeners:
             if listener in listeners:
                 listeners.remove(listener)
@@ -243,22 +244,22 @@ class Watcher:
         self._drain(wait=True)
         self.timer.collect(wait=True)
 
-    def _guarded(self, part, fn):
-        """fn as a hook: skipped once `part` failed, its failure reported, never raised."""
-        failures, self_time = self.failures, self.self_time
+    def _call_guarded(self, part, fn, *args, **kwargs):
+        """fn(*args, **kwargs), skipped once `part` failed, its failure reported, never raised."""
+        if part in self.failures.off:
+            return None
+        self.self_time.enter()
+        try:
+            return fn(*args, **kwargs)
+        except Exception as error:  # the monitor never kills the training
+            self.failures.report(part, error)
+            return None
+        finally:
+            self.self_time.leave()
 
-        def run_guarded(*args, **kwargs):
-            if part in failures.off:
-                return None
-            self_time.enter()
-            try:
-                return fn(*args, **kwargs)
-            except Exception as error:  # the monitor never kills the training
-                failures.report(part, error)
-                return None
-            finally:
-                self_time.leave()
-        return Hook(run_guarded)
+    def _guarded(self, part, fn):
+        """fn as a hook for torch (or a listener) to call: _call_guarded(part, fn, ...)."""
+        return Hook(functools.partial(self._call_guarded, part, fn))
 
     def _id(self, tag, kind):
         key = (tag, kind)
@@ -325,7 +326,7 @@ class Watcher:
             # Beside the forward and backward (they read the parameters and do not change
             # them): the last sampled step's weight pass, and the copy of the weights this
             # step's optimizer will update.
-            self._guarded("weights", self._weights_beside)(step)
+            self._call_guarded("weights", self._weights_beside, step)
         if self.activations and (due.activations or self._act_force or not self._order_recorded):
             self._act_step = step if (due.activations or self._act_force) else None
             self._act_force = False
@@ -596,7 +597,7 @@ class Watcher:
             if self._owns_steps():
                 # Without an optimizer, zeroing the gradients after a backward ends the step
                 # (before they are gone: the gradient statistics are taken at the step end).
-                self._guarded("step end", self.clock.end)()
+                self._call_guarded("step end", self.clock.end)
         return original(*args, **kwargs)
 
     def _optimizer_step(self, original, *args, **kwargs):
@@ -649,10 +650,10 @@ class Watcher:
         """Before the real step: gradients, lr, the weights it will change; True when guard
         mode skips the step."""
         if self._grad_ticket is not None:  # the last step raised before its post-hook
-            self._guarded("gradients", self._finish_gradients)()
+            self._call_guarded("gradients", self._finish_gradients)
         self.timer.stop("backward")
         self._amp_scale, self._amp_skip = fused_amp_state(self.optimizer)
-        self._guarded("activations", self._flush_forward)()
+        self._call_guarded("activations", self._flush_forward)
         skip = False
         try:
             if "gradients" not in self.failures.off:
@@ -660,7 +661,7 @@ class Watcher:
         except Exception as error:
             self.failures.report("gradients", error)
             skip = False
-        self._guarded("weights", self._weights_beside)(self.clock.step)  # no training forward came since the last step
+        self._call_guarded("weights", self._weights_beside, self.clock.step)  # no training forward came since the last step
         if not skip:
             self._wait_weights()  # the pass and the snapshots read the weights from before this update
             self.timer.start("optimizer")
@@ -670,7 +671,7 @@ class Watcher:
         """Right after the real step, even one that raised: its time, the overlapped pass."""
         self.timer.stop("optimizer")
         self._optimizer_steps += 1
-        self._guarded("gradients", self._finish_gradients)()
+        self._call_guarded("gradients", self._finish_gradients)
 
     def _after_real_step(self):
         try:
@@ -719,7 +720,7 @@ class Watcher:
         finally:
             self._scaler_stepping = False
         if scale is not None:
-            self._guarded("amp", self._after_scaler_step)(scaler, optimizer, scale, stepped_before)
+            self._call_guarded("amp", self._after_scaler_step, scaler, optimizer, scale, stepped_before)
         return result
 
     def _after_scaler_step(self, scaler, optimizer, scale, stepped_before):
