@@ -333,7 +333,7 @@ def bench(label, model_name, rounds, block, modes, threads, cpu_clock, processes
     obviously wrong!", ASPLOS 2009)."""
     logdir = tempfile.mkdtemp(prefix="ts-bench-watch-")
     sets = []
-    layouts = random.Random(f"{model_name} layouts") if randomize_layout else None
+    layouts = random.Random(f"{model_name} {randomize_layout}") if randomize_layout else None
     for p in range(processes):
         order = modes[p % len(modes):] + modes[:p % len(modes)]
         sets.append(run_workers(model_name, rounds, block, order, threads, cpu_clock, logdir, codes or {}, warmup,
@@ -414,7 +414,7 @@ def bench_alternating(label, model_name, rounds, block, modes, threads, cpu_cloc
     plain blocks, so whatever the open recorder itself moves in the heap is not in it. The
     A/A pair is "control": a plain process whose blocks are labelled alike."""
     logdir = tempfile.mkdtemp(prefix="ts-bench-watch-")
-    layouts = random.Random(f"{model_name} layouts") if randomize_layout else None
+    layouts = random.Random(f"{model_name} {randomize_layout}") if randomize_layout else None
     modes = ["control"] + [m for m in modes if m.partition("@")[0] in WATCHED]
     sets = []
     for p in range(processes):
@@ -473,8 +473,9 @@ def main():
                              "after their 50 dense first steps")
     parser.add_argument("--processes", type=int, default=1,
                         help="fresh sets of worker processes, one after the other; medians over them")
-    parser.add_argument("--randomize-layout", action="store_true",
-                        help="give every process a random memory layout (see bench())")
+    parser.add_argument("--randomize-layout", nargs="?", const="layouts", default=None, metavar="SEED",
+                        help="give every process a random memory layout (see bench()); another SEED draws "
+                             "other layouts, so that a second run adds new ones")
     parser.add_argument("--alternate", action="store_true",
                         help="plain and watched blocks in the same process (bench_alternating()); modes: the watched "
                              "ones, with an A/A control")
