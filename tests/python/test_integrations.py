@@ -173,6 +173,28 @@ def test_trainer_run_is_recorded_at_the_trainers_steps(torch_one_thread, tmp_pat
     assert alarms(report) == []
 
 
+def test_trainer_records_the_loss_and_labels_of_every_step_whatever_its_logging_cadence(torch_one_thread, tmp_path):
+    """Issue 27: at the Trainer's default cadence the loss reached trainscope every 500 steps,
+    and no label statistics at all: the loss and label checks saw nothing."""
+    torch = torch_one_thread
+    trainer, callback = train_with_trainer(torch, tmp_path, HEALTHY_LR, steps=60, logging_steps=50)
+    run_dir = callback.run.dir
+    steps, losses = series(run_dir, "train/step_loss")
+    assert steps == list(range(1, 61))
+    logged = [h for h in trainer.state.log_history if "loss" in h]
+    assert [h["step"] for h in logged] == [50]
+    # The Trainer's logged loss is the mean of the steps since its last log.
+    assert sum(losses[:50]) / 50 == pytest.approx(logged[0]["loss"], rel=1e-4)
+    # The labels are the input ids (0..VOCAB-1): their range at every step input checks run.
+    label_steps, label_min = series(run_dir, "input/label_min")
+    _, label_max = series(run_dir, "input/label_max")
+    assert label_steps[:10] == list(range(1, 11))
+    assert min(label_min) >= 0 and max(label_max) <= VOCAB - 1 and max(label_max) >= VOCAB - 8
+    report = diagnosis(run_dir)
+    assert alarms(report) == []
+    assert not any("loss" in n["check"] for n in report.get("not_checked", [])), report["not_checked"]
+
+
 def test_trainer_with_lr_1000x_gets_the_findings_of_a_hand_written_loop(torch_one_thread, tmp_path):
     torch = torch_one_thread
     hand = lr_findings(diagnosis(train_gpt2_by_hand(torch, tmp_path / "hand", FAULTY_LR, steps=100)))
@@ -225,7 +247,7 @@ def mlp(torch):
     return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
 
 
-def fit_with_lightning(torch, tmp_path, lr, steps, logdir=None):
+def fit_with_lightning(torch, tmp_path, lr, steps, logdir=None, log_every_n_steps=1):
     pl = lightning_module()
     from trainscope.integrations.lightning import TrainscopeLogger, TrainscopeWatch
 
@@ -262,7 +284,7 @@ def fit_with_lightning(torch, tmp_path, lr, steps, logdir=None):
     model = Classifier(lr)
     logger = TrainscopeLogger(logdir or str(tmp_path / "runs"), name="lightning")
     trainer = pl.Trainer(max_steps=steps, logger=logger, callbacks=[TrainscopeWatch()], accelerator="cpu",
-                         log_every_n_steps=1, val_check_interval=32, enable_progress_bar=False,
+                         log_every_n_steps=log_every_n_steps, val_check_interval=32, enable_progress_bar=False,
                          enable_model_summary=False, enable_checkpointing=False)
     trainer.fit(model, train, val)
     return trainer, model, logger
@@ -316,6 +338,21 @@ def test_lightning_run_is_recorded_at_lightnings_steps(torch_one_thread, tmp_pat
     report = diagnosis(run_dir)
     assert report["steps"] == 127
     assert alarms(report) == []
+
+
+def test_lightning_records_the_loss_and_labels_of_every_step_whatever_its_logging_cadence(torch_one_thread, tmp_path):
+    """Issue 27: at Lightning's default cadence (50 steps) the loss checks saw a handful of points."""
+    torch = torch_one_thread
+    trainer, model, logger = fit_with_lightning(torch, tmp_path, HEALTHY_LR, steps=128, log_every_n_steps=50)
+    run_dir = logger.experiment.dir
+    assert series(run_dir, "train/loss")[0] == [49, 99]  # what the module logged reaches the run at Lightning's cadence
+    steps, losses = series(run_dir, "train/step_loss")
+    assert steps == [s for s, _ in model.logged] == list(range(128))
+    assert losses == pytest.approx([v for _, v in model.logged], rel=1e-6)
+    _, label_min = series(run_dir, "input/label_min")
+    _, label_max = series(run_dir, "input/label_max")
+    assert min(label_min) == 0 and max(label_max) == 3  # the 4 classes
+    assert alarms(diagnosis(run_dir)) == []
 
 
 def test_lightning_with_lr_1000x_gets_the_findings_of_a_hand_written_loop(torch_one_thread, tmp_path):

@@ -44,3 +44,55 @@ def _loggable(value):
         except (TypeError, ValueError):  # complex
             return None
     return None
+
+
+STEP_LOSS_TAG = "train/step_loss"  # data/roles.json: the loss role's first candidate
+
+
+class _StepLoss:
+    """The loss of every training step, taken from the losses the model or the framework
+    computes for each micro-batch (no sync: detached tensors, averaged on their device), so
+    that the doctor sees one point per step whatever the framework's logging cadence.
+
+    `summed`: the micro-batch losses are already shares of the step's loss (transformers
+    divides by the step's token count when it passes num_items_in_batch), so they add up;
+    otherwise each is a micro-batch mean and the step's loss is their mean.
+    """
+
+    def __init__(self):
+        self.losses = []
+        self.summed = False
+
+    def add(self, loss):
+        torch = sys.modules.get("torch")
+        if torch is None or not isinstance(loss, torch.Tensor) or loss.numel() != 1 or loss.is_complex():
+            return
+        self.losses.append(loss.detach().reshape(()))
+
+    def take(self):
+        """The step's loss (a 0-d tensor), or None when no micro-batch gave one."""
+        losses, self.losses = self.losses, []
+        if not losses:
+            return None
+        import torch
+        total = torch.stack([loss.float() for loss in losses]).sum()
+        return total if self.summed else total / len(losses)
+
+
+def _loss_of(output):
+    """The loss in a model's or a training_step's output: output.loss (transformers'
+    ModelOutput), output["loss"] (dicts), a 1-element tensor itself, or the first element of
+    a tuple when that is a 1-element tensor (transformers with return_dict=False)."""
+    torch = sys.modules.get("torch")
+    if torch is None or output is None:
+        return None
+    if isinstance(output, torch.Tensor):
+        return output if output.numel() == 1 else None
+    if isinstance(output, dict):
+        return output.get("loss")
+    loss = getattr(output, "loss", None)
+    if loss is not None:
+        return loss
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor) and output[0].numel() == 1:
+        return output[0]
+    return None

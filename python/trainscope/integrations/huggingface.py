@@ -3,7 +3,10 @@
 At train begin the callback starts a run (ts.init) with the TrainingArguments and the
 model's config as its config, and watches the model and the optimizer the Trainer made
 (run.watch); every Trainer log (loss, learning_rate, grad_norm, eval_*, epoch) is recorded
-under trainscope's tags at the Trainer's global_step; train end finishes the run.
+under trainscope's tags at the Trainer's global_step; train end finishes the run. Whatever
+the Trainer's logging_steps, the loss of every step (train/step_loss: the model's own
+output.loss of each training forward) and the labels' range of every batch are recorded
+too, so the doctor's loss and label checks see every step.
 docs/integrations.md says what is recorded and why.
 """
 
@@ -14,7 +17,7 @@ import os
 from transformers import TrainerCallback
 
 import trainscope as ts
-from trainscope.integrations import _FailureReporter, _loggable
+from trainscope.integrations import STEP_LOSS_TAG, _FailureReporter, _loggable, _loss_of, _StepLoss
 
 # Trainer log keys with a trainscope tag of their own (the doctor's roles: src/doctor/roles.cc).
 _TRAINER_TAGS = {
@@ -103,6 +106,8 @@ class TrainscopeCallback(TrainerCallback):
         self._recording = False
         self._lr_from_watch = False
         self._epoch_step = None   # the step of the last train/epoch point
+        self._step_loss = _StepLoss()
+        self._hooks = []          # the model's forward hooks that take each step's loss and labels
         self._failures = _FailureReporter("TrainscopeCallback")
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
@@ -130,8 +135,16 @@ class TrainscopeCallback(TrainerCallback):
         # a Trainer log (made at global_step) lands on the last step it describes, beside
         # run.watch()'s numbers of that step. Ts.init() starts at 0; a resumed Trainer later.
         self.run._step = state.global_step + 1
-        if not self.watch or model is None:
+        if model is None:
             return
+        if self.watch:
+            self._watch(args, model, optimizer)
+        try:  # after watch(): its forward hook starts the step these hooks' labels belong to
+            self._hook_model(model)
+        except Exception as error:
+            self._failures.report("step loss", error)
+
+    def _watch(self, args, model, optimizer):
         options = dict(self.watch_options)
         options.setdefault("accumulation_steps", args.gradient_accumulation_steps)
         optimizer = _torch_optimizer(optimizer)
@@ -142,6 +155,47 @@ class TrainscopeCallback(TrainerCallback):
         # run.watch() records opt/lr from the optimizer at each step: the Trainer's
         # learning_rate is the same number (param_groups[0]["lr"] of that step).
         self._lr_from_watch = self.watcher is not None and optimizer is not None
+
+    def _hook_model(self, model):
+        """Forward hooks (with keyword arguments: the Trainer calls model(**batch)) that take
+        the loss of each training forward and the range of its integer labels."""
+        step_loss = self._step_loss
+
+        def before(module, args, kwargs):
+            if not module.training or "step loss" in self._failures.off:
+                return None
+            try:
+                step_loss.summed = kwargs.get("num_items_in_batch") is not None
+                labels = kwargs.get("labels")
+                if self.watcher is not None and labels is not None:
+                    self.watcher.inspect_batch({"labels": labels})
+            except Exception as error:
+                self._failures.report("step loss", error)
+            return None
+
+        def after(module, args, kwargs, output):
+            if not module.training or "step loss" in self._failures.off:
+                return None
+            try:
+                import torch
+                if torch.is_grad_enabled() and not isinstance(output, torch.Tensor):
+                    step_loss.add(_loss_of(output))
+            except Exception as error:
+                self._failures.report("step loss", error)
+            return None
+
+        self._hooks = [model.register_forward_pre_hook(before, with_kwargs=True),
+                       model.register_forward_hook(after, with_kwargs=True)]
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if not self._recording or "step loss" in self._failures.off:
+            return
+        try:
+            loss = self._step_loss.take()
+            if loss is not None:
+                self.run.log({STEP_LOSS_TAG: loss}, step=state.global_step)
+        except Exception as error:
+            self._failures.report("step loss", error)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not self._recording or not logs or "log" in self._failures.off:
@@ -169,6 +223,9 @@ class TrainscopeCallback(TrainerCallback):
         if not self._recording:
             return
         self._recording = False
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
         try:
             self.run.finish()
         except Exception as error:

@@ -2,7 +2,9 @@
 
 TrainscopeLogger records what the LightningModule logs (self.log) and its hyperparameters
 (the run's config); TrainscopeWatch calls run.watch(pl_module, optimizer) when the fit loop
-starts, so gradients, weights, updates, activations and step times are recorded too.
+starts, so gradients, weights, updates, activations and step times are recorded too, with
+the loss training_step returns at every step (train/step_loss) and each batch's label
+range, whatever log_every_n_steps.
 Works with `lightning` and with the older `pytorch_lightning` package. docs/integrations.md
 says what is recorded and why.
 """
@@ -22,7 +24,7 @@ except ImportError:
     from pytorch_lightning.loggers import Logger
 
 import trainscope as ts
-from trainscope.integrations import _FailureReporter, _loggable
+from trainscope.integrations import STEP_LOSS_TAG, _FailureReporter, _loggable, _loss_of, _StepLoss
 
 # Lightning's finalize() status -> trainscope's run status.
 _STATUS = {"success": "finished", "finished": "finished", "failed": "crashed"}
@@ -171,6 +173,7 @@ class TrainscopeWatch(Callback):
         self.watcher = None
         self._run = None
         self._unwrap_closure = None
+        self._step_loss = _StepLoss()
         self._failures = _FailureReporter("TrainscopeWatch")
 
     def on_train_start(self, trainer, pl_module):
@@ -210,12 +213,31 @@ class TrainscopeWatch(Callback):
         # forward, so run.watch()'s forward hook (which begins steps in a plain loop) fires
         # only when training_step calls self(...). The first micro-batch of an optimizer step
         # begins it; the watched optimizer step ends it.
-        if self.watcher is None or batch_idx % max(1, trainer.accumulate_grad_batches):
+        if self.watcher is None:
+            return
+        if batch_idx % max(1, trainer.accumulate_grad_batches) == 0:
+            try:
+                self._run._step_clock().begin()
+            except Exception as error:
+                self._failures.report("step begin", error)
+        try:  # the batch's integer targets, as run.data() takes them
+            self.watcher.inspect_batch(batch)
+        except Exception as error:
+            self._failures.report("labels", error)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        # The loss of every step, whatever log_every_n_steps: training_step's returned loss
+        # (Lightning hands it here detached), averaged over the step's micro-batches.
+        if self.watcher is None or "step loss" in self._failures.off:
             return
         try:
-            self._run._step_clock().begin()
+            self._step_loss.add(_loss_of(outputs))
+            if (batch_idx + 1) % max(1, trainer.accumulate_grad_batches) == 0:
+                loss = self._step_loss.take()
+                if loss is not None:
+                    self._run.log({STEP_LOSS_TAG: loss})  # the step the optimizer step just ended
         except Exception as error:
-            self._failures.report("step begin", error)
+            self._failures.report("step loss", error)
 
     def on_train_end(self, trainer, pl_module):
         self._teardown()
