@@ -191,6 +191,15 @@ void RegisterRecorder(py::module_& m) {
       .def_property_readonly("run_dir", &Recorder::run_dir)
       .def_property_readonly("name", &Recorder::name)
       .def_property_readonly("dropped", &Recorder::dropped)
+      .def_property_readonly("drops", &Recorder::drops, "The dropped points by cause ('queue full', 'disk full', ...).")
+      .def_property_readonly(
+          "gaps",
+          [](const Recorder& r) {
+            std::vector<std::tuple<int64_t, int64_t, std::string>> out;
+            for (const Recorder::Gap& g : r.gaps()) out.emplace_back(g.first_step, g.last_step, g.cause);
+            return out;
+          },
+          "Stretches of steps [first, last] that lost points to a store fault, with its cause.")
       .def("log_dict", &LogDict, py::arg("data"), py::arg("step"))
       .def(
           "log_scalar",

@@ -1,5 +1,6 @@
 #include "recorder/recorder.h"
 
+#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -8,7 +9,10 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <limits>
 #include <random>
+
+#include <nlohmann/json.hpp>
 
 namespace trainscope {
 
@@ -41,9 +45,16 @@ std::string ThisHost() {
 
 }  // namespace
 
+// Space held back beside the store on a full disk: released at Close, it lets the run be
+// marked ended (status, drops, gaps: a few WAL frames).
+constexpr off_t kReserveBytes = 256 * 1024;
+constexpr size_t kMaxKeptFindings = 10000;
+
 Status Recorder::Open(const Options& options, std::unique_ptr<Recorder>* out) {
   std::unique_ptr<Recorder> r(new Recorder());
   r->flush_interval_ = options.flush_interval_seconds > 0 ? options.flush_interval_seconds : 1.0;
+  r->retry_interval_ = options.store_retry_seconds > 0 ? options.store_retry_seconds : 5.0;
+  r->max_store_bytes_ = options.max_store_bytes;
   r->capacity_ = options.queue_capacity ? options.queue_capacity : 1;
   std::string name = options.name.empty() ? DefaultRunName() : options.name;
   if (!options.name.empty()) {
@@ -90,11 +101,28 @@ Status Recorder::Open(const Options& options, std::unique_ptr<Recorder>* out) {
     meta.git_commit = options.git_commit;
     meta.status = "running";
     meta.extra = options.extra_meta;
-    s = RunStore::Create(run_dir, meta, &r->store_);
+    std::string fault;
+    s = RunStore::Create(run_dir, meta, &r->store_, &fault);
+    if (!s.ok() && s.IsIOError()) {
+      // A disk full (or read-only) from the start: the training goes on unmonitored, and the
+      // writer tries to create the store again every store_retry_seconds.
+      std::fprintf(stderr,
+                   "trainscope: cannot create the run store (%s; %s); training goes on unmonitored, data is "
+                   "dropped and counted; trying again every %g s\n",
+                   s.message().c_str(), fault.c_str(), r->retry_interval_);
+      r->create_meta_ = meta;
+      r->store_failing_ = true;
+      r->fault_cause_ = fault;
+      r->writer_status_ = s;
+      r->next_retry_ = WallNow() + r->retry_interval_;
+      s = Status::Ok();
+    }
   }
+  if (s.ok() && r->store_ && r->max_store_bytes_ > 0) s = r->store_->LimitFileSize(r->max_store_bytes_);
   if (!s.ok()) return s;
   r->run_dir_ = run_dir;
   r->name_ = name;
+  if (r->store_) r->HoldReserve();
   r->last_commit_ = WallNow();
   Recorder* raw = r.get();
   r->writer_ = std::thread([raw] { raw->WriterLoop(); });
@@ -153,6 +181,7 @@ void Recorder::LogScalar(uint32_t id, int64_t step, double value) {
   std::lock_guard lock(mu_);
   if (QueueFull()) {
     dropped_.fetch_add(1, std::memory_order_relaxed);
+    queue_full_drops_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   queue_.scalars.push_back({id, step, now, value});
@@ -172,6 +201,7 @@ void Recorder::LogNamedScalars(const std::vector<std::pair<std::string_view, dou
     }
     if (QueueFull()) {
       dropped_.fetch_add(1, std::memory_order_relaxed);
+      queue_full_drops_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
     queue_.scalars.push_back({id, step, now, value});
@@ -184,6 +214,7 @@ void Recorder::LogTensorStats(uint32_t id, int64_t step, const TensorStats& stat
   std::lock_guard lock(mu_);
   if (QueueFull()) {
     dropped_.fetch_add(1, std::memory_order_relaxed);
+    queue_full_drops_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   queue_.tensor_stats.push_back({id, step, now, stats});
@@ -201,6 +232,7 @@ void Recorder::LogVector(uint32_t id, int64_t step, std::vector<float> values) {
   std::lock_guard lock(mu_);
   if (QueueFull()) {
     dropped_.fetch_add(1, std::memory_order_relaxed);
+    queue_full_drops_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   queued_ += 1;
@@ -211,6 +243,7 @@ void Recorder::LogSpan(Span span) {
   std::lock_guard lock(mu_);
   if (QueueFull()) {
     dropped_.fetch_add(1, std::memory_order_relaxed);
+    queue_full_drops_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   queue_.spans.push_back(std::move(span));
@@ -271,7 +304,7 @@ void Recorder::WriterLoop() {
     const bool stop = stopping_;
     urgent_ = false;
     lock.unlock();
-    WriteOnce();
+    WriteOnce(stop);
     lock.lock();
     flush_done_ = ticket;
     flushed_cv_.notify_all();
@@ -279,7 +312,7 @@ void Recorder::WriterLoop() {
   }
 }
 
-void Recorder::WriteOnce() {
+void Recorder::WriteOnce(bool last) {
   // The batch drained last time, emptied but with its capacity, becomes the new queue:
   // the training thread does not regrow a vector after every flush.
   WriteBatch& batch = recycled_;
@@ -296,7 +329,6 @@ void Recorder::WriteOnce() {
   batch.spans.clear();
   batch.findings.clear();
   const bool observed = !observers_closed_ && !observers_.empty();
-  std::vector<std::pair<std::string, SeriesKind>> new_tags;
   std::vector<std::pair<std::string, std::string>> meta;
   size_t tick_seen_scalars = 0, tick_seen_stats = 0;
   const size_t first_new_tag = store_ids_.size();
@@ -305,12 +337,13 @@ void Recorder::WriteOnce() {
     std::swap(batch, queue_);
     std::swap(meta, pending_meta_);
     queued_ = 0;
-    for (size_t i = store_ids_.size(); i < tags_.size(); ++i) new_tags.push_back(tags_[i]);
     SyncWriterTagsLocked();
     tick_seen_scalars = tick_seen_scalars_;
     tick_seen_stats = tick_seen_stats_;
     tick_seen_scalars_ = tick_seen_stats_ = 0;
   }
+  store_ids_.resize(writer_tags_.size(), 0);
+  const bool new_tags = store_ids_.size() > first_new_tag;
   if (observed && !ticked_.empty()) {
     // What the ticks have not handed over yet; the findings go into this commit.
     const size_t before = batch.findings.size();
@@ -323,58 +356,252 @@ void Recorder::WriteOnce() {
   }
   const double now = WallNow();
   // An idle run still writes a heartbeat every few seconds so readers can tell it lives.
-  if (batch.empty() && new_tags.empty() && meta.empty() && now - last_commit_ < 5.0) return;
+  if (batch.empty() && !new_tags && meta.empty() && unwritten_meta_.empty() && unwritten_findings_.empty() &&
+      now - last_commit_ < 5.0) {
+    return;
+  }
+  // While the store fails, a write is tried every retry_interval_ (and at the end); what
+  // comes in between is dropped without touching the disk, so the training never waits on
+  // a failing store and the queue never fills behind it.
+  const bool attempt = !store_failing_ || last || now >= next_retry_;
   Status s;
-  for (const auto& [key, value] : meta) {
-    if (s.ok()) s = store_->SetMetaValue(key, value);
-  }
-  for (const auto& [tag, kind] : new_tags) {
-    int64_t store_id = -1;
-    if (s.ok()) s = store_->EnsureSeries(tag, kind, &store_id);
-    store_ids_.push_back(store_id);
-  }
-  // The store wants its own series ids, the observers the recorder's: the ids are swapped
-  // in for the write and back after it, so an observer can take the batch itself rather
-  // than a copy.
-  std::vector<int64_t> recorder_ids;
-  auto map_ids = [&](auto& records) {
-    for (auto& r : records) {
-      recorder_ids.push_back(r.series_id);
-      r.series_id = store_ids_[static_cast<size_t>(r.series_id)];
+  std::string cause = fault_cause_;
+  // What earlier failed writes kept, written before this batch's own meta (which wins).
+  std::vector<std::pair<std::string, std::string>> write_meta;
+  std::swap(write_meta, unwritten_meta_);
+  write_meta.insert(write_meta.end(), meta.begin(), meta.end());
+  if (!attempt || (last && store_failing_)) {
+    // At the end of a run whose store is failing, the last batch is not tried: the space
+    // the held-back reserve frees is kept for marking the run ended (Close), which says
+    // what was lost.
+    if (last && store_failing_) {
+      ReleaseReserve();
+      if (store_) (void)store_->Checkpoint();  // a full WAL gives its space back
     }
-  };
-  auto unmap_ids = [&](auto& records, size_t* at) {
-    for (auto& r : records) r.series_id = recorder_ids[(*at)++];
-  };
-  recorder_ids.reserve(batch.scalars.size() + batch.tensor_stats.size() + batch.vectors.size());
-  map_ids(batch.scalars);
-  map_ids(batch.tensor_stats);
-  map_ids(batch.vectors);
-  if (s.ok()) s = store_->Write(batch);
-  last_commit_ = now;
-  const size_t written = batch.scalars.size() + batch.tensor_stats.size() + batch.vectors.size() + batch.spans.size();
+    s = Status::IOError(run_dir_ + ": the run store is failing (" + fault_cause_ + "); not written");
+  } else {
+    // A full WAL folds into the file and gives its space (or its length, under a file size
+    // limit) back.
+    if (store_failing_ && store_) (void)store_->Checkpoint();
+    if (!store_) s = CreateStore();
+    for (const auto& [key, value] : write_meta) {
+      if (s.ok()) s = store_->SetMetaValue(key, value);
+    }
+    // Every series the store has not made yet: the new ones, and those a failed write left.
+    std::vector<std::pair<std::string, SeriesKind>> unmade;
+    std::vector<size_t> unmade_ids;
+    for (size_t i = 0; i < store_ids_.size(); ++i) {
+      if (store_ids_[i] != 0) continue;
+      unmade.emplace_back(writer_tags_[i], writer_kinds_[i]);
+      unmade_ids.push_back(i);
+    }
+    if (s.ok() && !unmade.empty()) {
+      std::vector<int64_t> made;
+      s = store_->EnsureSeriesAll(unmade, &made);
+      for (size_t k = 0; s.ok() && k < made.size(); ++k) store_ids_[unmade_ids[k]] = made[k];
+    }
+    if (s.ok() && !unwritten_findings_.empty()) {
+      WriteBatch kept;
+      kept.findings = std::move(unwritten_findings_);
+      unwritten_findings_.clear();
+      s = store_->Write(kept);
+      if (!s.ok()) unwritten_findings_ = std::move(kept.findings);
+    }
+    if (s.ok()) {
+      // The store wants its own series ids, the observers the recorder's: the ids are
+      // swapped in for the write and back after it, so an observer can take the batch
+      // itself rather than a copy.
+      std::vector<int64_t> recorder_ids;
+      recorder_ids.reserve(batch.scalars.size() + batch.tensor_stats.size() + batch.vectors.size());
+      auto map_ids = [&](auto& records) {
+        for (auto& r : records) {
+          recorder_ids.push_back(r.series_id);
+          r.series_id = store_ids_[static_cast<size_t>(r.series_id)];
+        }
+      };
+      map_ids(batch.scalars);
+      map_ids(batch.tensor_stats);
+      map_ids(batch.vectors);
+      s = store_->Write(batch);
+      size_t at = 0;
+      auto unmap = [&](auto& records) {
+        for (auto& r : records) r.series_id = recorder_ids[at++];
+      };
+      unmap(batch.scalars);
+      unmap(batch.tensor_stats);
+      unmap(batch.vectors);
+    }
+    if (!s.ok()) cause = store_ ? store_->last_fault() : create_fault_;
+    if (cause.empty()) cause = "I/O error";
+    last_commit_ = now;
+  }
+  // The drop is counted before the observers see the batch: one may take it over.
+  if (!s.ok()) {
+    NoteStoreFault(s, cause);
+    DropBatch(batch, &write_meta, fault_cause_);
+  }
   if (observed) {
-    size_t at = 0;
-    unmap_ids(batch.scalars, &at);
-    unmap_ids(batch.tensor_stats, &at);
-    unmap_ids(batch.vectors, &at);
     Commit commit{writer_tags_, first_new_tag, meta, batch, s};
     for (RecorderObserver* observer : commit_order_) observer->OnCommit(commit);
   }
-  if (!s.ok()) {
-    dropped_.fetch_add(written, std::memory_order_relaxed);
+  if (s.ok() && store_failing_) NoteStoreRecovered();
+}
+
+void Recorder::DropBatch(const WriteBatch& batch, std::vector<std::pair<std::string, std::string>>* meta,
+                         const std::string& cause) {
+  const uint64_t points = batch.scalars.size() + batch.tensor_stats.size() + batch.vectors.size() + batch.spans.size();
+  int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
+  auto span_of = [&](const auto& records) {
+    for (const auto& r : records) {
+      lo = std::min(lo, r.step);
+      hi = std::max(hi, r.step);
+    }
+  };
+  span_of(batch.scalars);
+  span_of(batch.tensor_stats);
+  span_of(batch.vectors);
+  span_of(batch.spans);
+  // Meta is never dropped (a later value of a key replaces a kept one); findings are few
+  // and what the user came for: both wait for the next write that succeeds.
+  for (auto& [key, value] : *meta) {
+    auto it = std::find_if(unwritten_meta_.begin(), unwritten_meta_.end(), [&](const auto& kv) { return kv.first == key; });
+    if (it != unwritten_meta_.end()) it->second = std::move(value);
+    else unwritten_meta_.emplace_back(std::move(key), std::move(value));
+  }
+  for (const Finding& f : batch.findings) {
+    if (unwritten_findings_.size() < kMaxKeptFindings) unwritten_findings_.push_back(f);
+  }
+  if (points == 0) return;
+  dropped_.fetch_add(points, std::memory_order_relaxed);
+  std::lock_guard lock(mu_);
+  store_drops_[cause] += points;
+  if (gap_open_ && gaps_.back().cause == cause) {
+    gaps_.back().first_step = std::min(gaps_.back().first_step, lo);
+    gaps_.back().last_step = std::max(gaps_.back().last_step, hi);
+  } else {
+    gaps_.push_back({lo, hi, cause});
+    gap_open_ = true;
+  }
+}
+
+void Recorder::NoteStoreFault(const Status& s, const std::string& cause) {
+  next_retry_ = WallNow() + retry_interval_;
+  if (store_failing_) {
+    fault_cause_ = cause;  // a retry that failed: the cause may have changed, the message is said
+    return;
+  }
+  store_failing_ = true;
+  fault_cause_ = cause;
+  std::lock_guard lock(mu_);
+  if (writer_status_.ok()) writer_status_ = s;
+  std::fprintf(stderr,
+               "trainscope: cannot write to the run store (%s; %s); training goes on, data is dropped and counted; "
+               "trying again every %g s\n",
+               s.message().c_str(), cause.c_str(), retry_interval_);
+}
+
+void Recorder::NoteStoreRecovered() {
+  store_failing_ = false;
+  std::string gaps, drops;
+  {
     std::lock_guard lock(mu_);
-    if (writer_status_.ok()) {
-      writer_status_ = s;
-      std::fprintf(stderr, "trainscope: cannot write to the run store (%s); training goes on, data is dropped\n",
-                   s.message().c_str());
+    if (gap_open_) {
+      const Gap& g = gaps_.back();
+      std::fprintf(stderr,
+                   "trainscope: the run store is writable again; recording goes on (steps %lld-%lld lost points: "
+                   "%s)\n",
+                   static_cast<long long>(g.first_step), static_cast<long long>(g.last_step), g.cause.c_str());
+    } else {
+      std::fprintf(stderr, "trainscope: the run store is writable again; recording goes on\n");
+    }
+    gap_open_ = false;
+    gaps = GapsJsonLocked();
+    drops = DropsJsonLocked();
+  }
+  HoldReserve();
+  // The gap is on record at once: a run killed later still says what it lost.
+  Status s = store_->SetMetaValue("gaps", gaps);
+  if (s.ok()) s = store_->SetMetaValue("drops", drops);
+  if (s.ok()) s = store_->SetMetaValue("dropped_points", std::to_string(dropped()));
+  if (!s.ok()) {
+    unwritten_meta_.emplace_back("gaps", gaps);
+    unwritten_meta_.emplace_back("drops", drops);
+  }
+}
+
+Status Recorder::CreateStore() {
+  create_fault_.clear();
+  Status s = RunStore::Create(run_dir_, create_meta_, &store_, &create_fault_);
+  if (s.ok() && max_store_bytes_ > 0) s = store_->LimitFileSize(max_store_bytes_);
+  if (!s.ok()) {
+    store_.reset();
+    return s;
+  }
+  return Status::Ok();
+}
+
+void Recorder::HoldReserve() {
+  if (!reserve_path_.empty() || run_dir_.empty()) return;
+  const std::string path = (fs::path(run_dir_) / kReserveFileName).string();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  // Real blocks, not a hole: posix_fallocate, or zeros written where it is not supported.
+  bool held = posix_fallocate(fd, 0, kReserveBytes) == 0;
+  if (!held) {
+    static const char zeros[16384] = {};
+    held = true;
+    for (off_t done = 0; done < kReserveBytes && held; done += sizeof(zeros)) {
+      held = ::write(fd, zeros, sizeof(zeros)) == static_cast<ssize_t>(sizeof(zeros));
     }
   }
+  ::close(fd);
+  if (held) {
+    reserve_path_ = path;
+  } else {
+    ::unlink(path.c_str());
+  }
+}
+
+void Recorder::ReleaseReserve() {
+  if (reserve_path_.empty()) return;
+  ::unlink(reserve_path_.c_str());
+  reserve_path_.clear();
+}
+
+std::map<std::string, uint64_t> Recorder::drops() const {
+  std::map<std::string, uint64_t> out;
+  {
+    std::lock_guard lock(mu_);
+    out = store_drops_;
+  }
+  const uint64_t queue_full = queue_full_drops_.load(std::memory_order_relaxed);
+  if (queue_full) out["queue full"] += queue_full;
+  return out;
+}
+
+std::vector<Recorder::Gap> Recorder::gaps() const {
+  std::lock_guard lock(mu_);
+  return gaps_;
+}
+
+std::string Recorder::GapsJsonLocked() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Gap& g : gaps_) out.push_back({g.first_step, g.last_step, g.cause});
+  return out.dump();
+}
+
+std::string Recorder::DropsJsonLocked() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [cause, count] : store_drops_) out[cause] = count;
+  const uint64_t queue_full = queue_full_drops_.load(std::memory_order_relaxed);
+  if (queue_full) out["queue full"] = out.value("queue full", uint64_t{0}) + queue_full;
+  return out.dump();
 }
 
 void Recorder::SyncWriterTagsLocked() {
   for (size_t i = writer_tags_.size(); i < tags_.size(); ++i) {
     writer_tags_.push_back(tags_[i].first);
+    writer_kinds_.push_back(tags_[i].second);
     for (Ticked& t : ticked_) t.watched.push_back(t.observer->Watches(tags_[i].first, tags_[i].second) ? 1 : 0);
   }
 }
@@ -480,7 +707,7 @@ Status Recorder::Close(const std::string& status, const std::string& exit_reason
     wake_writer_.notify_one();
   }
   if (writer_.joinable()) writer_.join();
-  if (!store_) return Status::Ok();  // Open failed: nothing was started
+  if (run_dir_.empty()) return Status::Ok();  // Open failed: nothing was started
   if (!observers_.empty()) {
     // The observers finish (the online doctor judges its backlog, the last steps and the
     // end-of-run checks); the findings they add are written below, then their final state
@@ -489,10 +716,12 @@ Status Recorder::Close(const std::string& status, const std::string& exit_reason
     std::vector<Finding> final_state;
     for (const auto& observer : observers_) observer->OnClose(&final_state);
     observers_closed_ = true;
-    WriteOnce();  // the writer thread has stopped: this thread writes
-    if (!final_state.empty()) {
+    WriteOnce(/*last=*/true);  // the writer thread has stopped: this thread writes
+    if (!final_state.empty() && store_ && !store_failing_) {
       Status updated = store_->UpdateFindings(final_state);
       if (!updated.ok()) std::fprintf(stderr, "trainscope: %s\n", updated.message().c_str());
+    }
+    if (!final_state.empty()) {
       std::lock_guard lock(mu_);
       for (Finding& live : live_findings_) {
         for (const Finding& f : final_state) {
@@ -500,14 +729,39 @@ Status Recorder::Close(const std::string& status, const std::string& exit_reason
         }
       }
     }
+  } else if (store_failing_) {
+    WriteOnce(/*last=*/true);  // a last try, with the space held back
   }
-  if (dropped() > 0) {
-    std::fprintf(stderr, "trainscope: %llu points were dropped (the queue was full or the store failed)\n",
-                 static_cast<unsigned long long>(dropped()));
-    store_->SetMetaValue("dropped_points", std::to_string(dropped()));
+  Status s = Status::Ok();
+  if (store_) {
+    // What was lost and why goes with the run's end, in its one commit (the client prints
+    // the one count), with the meta a failing store kept back.
+    std::vector<std::pair<std::string, std::string>> end_meta;
+    std::swap(end_meta, unwritten_meta_);
+    {
+      std::lock_guard lock(mu_);
+      if (dropped() > 0) {
+        end_meta.emplace_back("dropped_points", std::to_string(dropped()));
+        end_meta.emplace_back("drops", DropsJsonLocked());
+      }
+      if (!gaps_.empty()) end_meta.emplace_back("gaps", GapsJsonLocked());
+    }
+    s = store_->Close(status, exit_reason, end_meta);
+    if (!s.ok()) {
+      std::fprintf(stderr, "trainscope: could not mark the run %s in its store (%s); readers will call it crashed\n",
+                   status.c_str(), s.message().c_str());
+    } else if (!unwritten_findings_.empty()) {
+      WriteBatch kept;
+      kept.findings = std::move(unwritten_findings_);
+      Status written = store_->Write(kept);
+      if (!written.ok()) {
+        std::fprintf(stderr, "trainscope: %zu findings could not be stored (%s); run.findings has them\n",
+                     kept.findings.size(), written.message().c_str());
+      }
+    }
+    store_.reset();
   }
-  Status s = store_->Close(status, exit_reason);
-  store_.reset();
+  ReleaseReserve();
   std::lock_guard lock(mu_);
   return writer_status_.ok() ? s : writer_status_;
 }

@@ -51,6 +51,9 @@ struct RuleAlert {
   std::string shell;
 };
 
+// Beside the store in a run directory: space held back for the run's end (recorder.cc).
+inline constexpr char kReserveFileName[] = "trainscope.db-reserve";
+
 class Recorder {
  public:
   struct Options {
@@ -61,6 +64,12 @@ class Recorder {
     bool resume = false;  // append to an existing run of that name instead of failing
     size_t queue_capacity = size_t{1} << 22;  // queued records before dropping (~100 MB)
     double flush_interval_seconds = 1.0;
+    // After a failed store write (full disk, read-only, ...): seconds between tries to write
+    // again; what comes in between is dropped and counted.
+    double store_retry_seconds = 5.0;
+    // Caps the store file (RunStore::LimitFileSize), 0: no cap. A quota, and how the tests
+    // fill a disk.
+    int64_t max_store_bytes = 0;
     std::map<std::string, std::string> extra_meta;  // e.g. rank, world_size
     // Facts about the process, given by the caller (watch/run_facts.h finds the git commit).
     // host: empty is this machine's name, which readers compare with theirs to tell a
@@ -104,6 +113,16 @@ class Recorder {
   const std::string& run_dir() const { return run_dir_; }
   const std::string& name() const { return name_; }
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+  // The dropped points by cause: "queue full", or a store fault (StoreFaultCause: "disk
+  // full", "read-only", ...); they add up to dropped().
+  std::map<std::string, uint64_t> drops() const;
+  // A stretch of steps that lost points to a store fault: steps first..last lost some or all.
+  struct Gap {
+    int64_t first_step;
+    int64_t last_step;
+    std::string cause;
+  };
+  std::vector<Gap> gaps() const;
   // The first error the writer met, if any (it keeps going and counts drops after it).
   Status writer_status() const;
   // The findings the observers (the online doctor, the alert rules) have opened so far, in
@@ -122,7 +141,19 @@ class Recorder {
  private:
   Recorder() = default;
   void WriterLoop();
-  void WriteOnce();  // writer thread: drain the queue into the store
+  // Writer thread (Close's thread once it has stopped): drains the queue into the store.
+  // While the store fails, a batch is written only every store_retry_seconds (always when
+  // `last`), and dropped in between.
+  void WriteOnce(bool last = false);
+  // After a failed write: counts the batch's points as dropped for `cause`, widens the open
+  // gap over its steps, and keeps its meta and findings for the next write.
+  void DropBatch(const WriteBatch& batch, std::vector<std::pair<std::string, std::string>>* meta,
+                 const std::string& cause);
+  void NoteStoreFault(const Status& s, const std::string& cause);  // once per fault: stderr
+  void NoteStoreRecovered();
+  std::string DropsJsonLocked() const;
+  std::string GapsJsonLocked() const;
+  Status CreateStore();  // writer: the store Open could not create
   bool QueueFull() const;
   double Now() const;
   uint32_t InternLocked(std::string_view tag, SeriesKind kind, Status* status);
@@ -154,6 +185,24 @@ class Recorder {
   bool closed_ = false;
   Status writer_status_;
   std::atomic<uint64_t> dropped_{0};
+  std::atomic<uint64_t> queue_full_drops_{0};
+  // ---- store faults (writer thread; the counts and gaps under mu_ for readers) ----
+  double retry_interval_ = 5.0;
+  int64_t max_store_bytes_ = 0;
+  bool store_failing_ = false;
+  double next_retry_ = 0;  // WallNow() of the next try while failing
+  std::string fault_cause_;
+  std::map<std::string, uint64_t> store_drops_;  // under mu_
+  std::vector<Gap> gaps_;                        // under mu_
+  bool gap_open_ = false;                        // the last gap is still growing
+  // What a failed write keeps for the next one: meta (never dropped) and findings (few).
+  std::vector<std::pair<std::string, std::string>> unwritten_meta_;
+  std::vector<Finding> unwritten_findings_;
+  RunMeta create_meta_;       // while the store could not be created yet
+  std::string create_fault_;  // why the last try to create it failed
+  std::string reserve_path_;  // space held back to mark the run ended on a full disk
+  void HoldReserve();
+  void ReleaseReserve();
   std::vector<Finding> live_findings_;  // guarded by mu_
 
   // ---- observers (observer.h) ----
@@ -200,7 +249,8 @@ class Recorder {
 
   // Writer-thread state.
   std::vector<std::string> writer_tags_;  // recorder id -> tag (extended under mu_)
-  std::vector<int64_t> store_ids_;  // recorder id -> store series id
+  std::vector<SeriesKind> writer_kinds_;  // recorder id -> kind (extended under mu_)
+  std::vector<int64_t> store_ids_;  // recorder id -> store series id, 0 until the store made it
   WriteBatch recycled_;
   double last_commit_ = 0;
   std::thread writer_;

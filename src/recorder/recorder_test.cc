@@ -96,6 +96,73 @@ TEST_F(RecorderTest, FullQueueDropsAndCountsInsteadOfBlocking) {
   EXPECT_EQ(meta.dropped_points, 150);
 }
 
+// A store that fills up mid-run (the cap stands in for a full disk): the writer survives
+// series that appear after the disk is full (their creation fails; before, the writer then
+// handed the store an id it never gave and died of SIGSEGV), counts every dropped point
+// under its cause, records the gap, and still marks the run finished.
+TEST_F(RecorderTest, AFullStoreDropsCountsRecordsTheGapAndTheRunStillEndsFinished) {
+  std::unique_ptr<Recorder> rec;
+  auto options = Options("full");
+  options.flush_interval_seconds = 60;  // only the explicit flushes write
+  options.max_store_bytes = 400 * 1024;
+  ASSERT_TRUE(Recorder::Open(options, &rec).ok());
+  uint32_t echo = 0;
+  ASSERT_TRUE(rec->Series("train/step_echo", SeriesKind::kScalar, &echo).ok());
+  int64_t step = 0;
+  for (; step < 100; ++step) rec->LogScalar(echo, step, static_cast<double>(step));
+  rec->Flush();
+  ASSERT_TRUE(rec->writer_status().ok()) << rec->writer_status().message();
+  // ~2 MB of vectors: more than the store may hold. Each flush is refused whole.
+  uint32_t big = 0;
+  ASSERT_TRUE(rec->Series("big", SeriesKind::kVector, &big).ok());
+  for (int i = 0; i < 50; ++i, ++step) {
+    rec->LogScalar(echo, step, static_cast<double>(step));
+    rec->LogVector(big, step, std::vector<float>(10000, 1.0f));
+    rec->Flush();
+  }
+  // New series while the store is failing, then more points of all of them.
+  for (int i = 0; i < 20; ++i, ++step) {
+    std::vector<std::string> rejected;
+    rec->LogNamedScalars({{"late/a", 1.0}, {"late/b", 2.0}}, step, &rejected);
+    rec->LogScalar(echo, step, static_cast<double>(step));
+    rec->Flush();
+  }
+  EXPECT_FALSE(rec->writer_status().ok());
+  const uint64_t dropped = rec->dropped();
+  EXPECT_GT(dropped, 0u);
+  const auto drops = rec->drops();
+  ASSERT_EQ(drops.size(), 1u);
+  EXPECT_EQ(drops.begin()->first, "disk full");
+  EXPECT_EQ(drops.begin()->second, dropped);
+  const auto gaps = rec->gaps();
+  ASSERT_EQ(gaps.size(), 1u);
+  EXPECT_EQ(gaps[0].last_step, step - 1);  // nothing was written after the disk filled
+  EXPECT_EQ(gaps[0].cause, "disk full");
+  rec->Close();
+  EXPECT_FALSE(fs::exists(logdir_ / "full" / kReserveFileName));
+
+  std::unique_ptr<RunStore> store;
+  ASSERT_TRUE(RunStore::OpenReadOnly((logdir_ / "full").string(), &store).ok());
+  RunMeta meta;
+  ASSERT_TRUE(store->ReadMeta(&meta).ok());
+  EXPECT_EQ(store->EffectiveStatus(meta), "finished");
+  EXPECT_EQ(meta.dropped_points, static_cast<int64_t>(dropped));
+  EXPECT_EQ(meta.extra["drops"], "{\"disk full\":" + std::to_string(dropped) + "}");
+  // What was stored before the fault reads back whole: steps 0..k-1, each its own value,
+  // and the gap starts at k, the first step not stored.
+  std::vector<Point> points;
+  ASSERT_TRUE(store->ReadScalars("train/step_echo", INT64_MIN, INT64_MAX, &points).ok());
+  ASSERT_GE(points.size(), 100u);
+  ASSERT_LT(points.size(), static_cast<size_t>(step));
+  for (size_t i = 0; i < points.size(); ++i) {
+    EXPECT_EQ(points[i].step, static_cast<int64_t>(i));
+    EXPECT_EQ(points[i].value, static_cast<double>(i));
+  }
+  const int64_t stored = static_cast<int64_t>(points.size());
+  EXPECT_EQ(gaps[0].first_step, stored);
+  EXPECT_EQ(meta.extra["gaps"], "[[" + std::to_string(stored) + "," + std::to_string(step - 1) + ",\"disk full\"]]");
+}
+
 TEST_F(RecorderTest, CriticalFindingIsWrittenWithoutWaitingForTheInterval) {
   std::unique_ptr<Recorder> rec;
   auto options = Options("urgent");

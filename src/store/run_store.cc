@@ -247,7 +247,37 @@ Status RunStore::SqlError(const char* what) {
   return SqlError(what, sqlite3_extended_errcode(db_));
 }
 
+std::string StoreFaultCause(int sqlite_code, int system_errno) {
+  switch (sqlite_code & 0xff) {
+    case SQLITE_FULL: return "disk full";
+    case SQLITE_READONLY:
+      // SQLITE_READONLY_DBMOVED: the file was unlinked or renamed under the open store.
+      return sqlite_code == SQLITE_READONLY_DBMOVED ? "store deleted" : "read-only";
+    case SQLITE_PERM: return "read-only";
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: return "locked by another process";
+    default: break;
+  }
+  // An I/O error or a failed open says no more: the system's errno tells why.
+  switch (system_errno) {
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG: return "disk full";  // EFBIG: the file size limit (ulimit -f), full for this file
+    case EROFS:
+    case EACCES:
+    case EPERM: return "read-only";
+    case ENOENT: return "store deleted";
+    default: break;
+  }
+  return (sqlite_code & 0xff) == SQLITE_CANTOPEN ? "cannot open" : "I/O error";
+}
+
+void RunStore::NoteFailure(int rc) {
+  last_fault_ = StoreFaultCause(rc, db_ ? sqlite3_system_errno(db_) : 0);
+}
+
 Status RunStore::SqlError(const char* what, int rc) {
+  NoteFailure(rc);
   // The connection's message belongs to its last failure, which may not be rc's.
   const char* detail = db_ && sqlite3_extended_errcode(db_) == rc ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
   return StatusFromSqlite(rc, db_path_ + ": " + what + ": " + detail);
@@ -274,6 +304,7 @@ Status RunStore::Exec(const char* sql) {
   char* error = nullptr;
   const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &error);
   if (rc != SQLITE_OK) {
+    NoteFailure(sqlite3_extended_errcode(db_));
     std::string message = db_path_ + ": " + (error ? error : sqlite3_errstr(rc));
     sqlite3_free(error);
     return StatusFromSqlite(rc, std::move(message));
@@ -321,20 +352,37 @@ Status RunStore::OpenDb(const std::string& db_path, bool read_only, std::unique_
   return Status::Ok();
 }
 
-Status RunStore::Create(const std::string& run_dir, const RunMeta& meta, std::unique_ptr<RunStore>* out) {
+Status RunStore::Create(const std::string& run_dir, const RunMeta& meta, std::unique_ptr<RunStore>* out,
+                        std::string* fault) {
   std::error_code ec;
-  fs::create_directories(run_dir, ec);
-  if (ec) return Status::IOError(run_dir + ": cannot create run directory: " + ec.message());
+  const bool created_dir = fs::create_directories(run_dir, ec);
+  if (ec) {
+    if (fault) *fault = StoreFaultCause(0, ec.value());
+    return Status::IOError(run_dir + ": cannot create run directory: " + ec.message());
+  }
   const std::string db_path = (fs::path(run_dir) / kStoreFileName).string();
   if (fs::exists(db_path, ec)) return Status::InvalidArgument(db_path + ": a run store already exists here");
   std::unique_ptr<RunStore> store;
   Status s = OpenDb(db_path, /*read_only=*/false, &store);
-  if (!s.ok()) return s;
-  s = store->CreateSchema(meta);
-  if (!s.ok()) return s;
+  if (s.ok()) s = store->CreateSchema(meta);
+  if (!s.ok()) {
+    // A store that could not be laid down (a full disk, a read-only one) is removed with its
+    // WAL: an empty file left behind would read as a damaged run.
+    if (store) {
+      if (fault) *fault = store->last_fault_;
+      store.reset();
+    } else if (fault) {
+      *fault = StoreFaultCause(0, errno);
+    }
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(db_path + suffix, ec);
+    if (created_dir) fs::remove(run_dir, ec);  // only if empty: nothing of anyone else's goes
+    return s;
+  }
   *out = std::move(store);
   return Status::Ok();
 }
+
+Status RunStore::Checkpoint() { return Exec("PRAGMA wal_checkpoint(TRUNCATE)"); }
 
 Status RunStore::CreateSchema(const RunMeta& meta) {
   // A new, empty file needs no syncs while its schema is laid down (a crash now only means
@@ -411,6 +459,11 @@ Status RunStore::CheckSchema() {
   if (rc == SQLITE_OK) rc = sqlite3_step(stmt.get());
   if (rc != SQLITE_ROW) return SqlError("not a trainscope store", rc);
   const int version = sqlite3_column_int(stmt.get(), 0);
+  std::error_code ec;
+  if (version == 0 && fs::exists(db_path_, ec) && fs::file_size(db_path_, ec) == 0) {
+    return Status::Corruption(db_path_ + ": empty store (0 bytes): nothing was ever written to it; the disk was "
+                              "full or not writable when the run started");
+  }
   if (version != kSchemaVersion) {
     return Status::Corruption(db_path_ + ": not a trainscope store: schema version " + std::to_string(version) +
                               ", expected " + std::to_string(kSchemaVersion));
@@ -461,6 +514,27 @@ Status RunStore::EnsureSeries(std::string_view tag, SeriesKind kind, int64_t* id
   }
   *id = it->second.first;
   return Status::Ok();
+}
+
+Status RunStore::EnsureSeriesAll(const std::vector<std::pair<std::string, SeriesKind>>& series,
+                                 std::vector<int64_t>* ids) {
+  ids->assign(series.size(), 0);
+  if (series.empty()) return Status::Ok();
+  Status s = Exec("BEGIN");
+  if (!s.ok()) return s;
+  std::vector<std::string> added;  // cached in this transaction: forgotten if it rolls back
+  for (size_t i = 0; i < series.size() && s.ok(); ++i) {
+    const bool known = series_cache_.count(series[i].first) > 0;
+    s = EnsureSeries(series[i].first, series[i].second, &(*ids)[i]);
+    if (s.ok() && !known) added.push_back(series[i].first);
+  }
+  if (s.ok()) s = Exec("COMMIT");
+  if (!s.ok()) {
+    Rollback();
+    for (const std::string& tag : added) series_cache_.erase(tag);
+    ids->assign(series.size(), 0);
+  }
+  return s;
 }
 
 Status RunStore::InsertChunkRow(int64_t series_id, const OpenChunk& c, size_t begin, int64_t* rowid) {
@@ -531,9 +605,9 @@ Status RunStore::WritePartialChunks() {
 
 Status RunStore::WriteScalars(const std::vector<WriteBatch::ScalarPoint>& points) {
   OpenChunk* chunk = nullptr;
-  int64_t chunk_series = -1;
+  int64_t chunk_series = 0;
   for (const auto& p : points) {
-    if (p.series_id != chunk_series) {  // points usually come grouped by series
+    if (chunk == nullptr || p.series_id != chunk_series) {  // points usually come grouped by series
       auto& slot = open_chunks_[p.series_id];
       if (!slot) slot = std::make_unique<OpenChunk>();
       chunk = slot.get();
@@ -593,6 +667,20 @@ void RunStore::Rollback() {
 }
 
 Status RunStore::Write(const WriteBatch& batch) {
+  // A series id the store did not hand out (EnsureSeries failed, and the caller wrote on)
+  // would store points no series lists: refused before anything is written.
+  auto unknown_id = [](const auto& records) {
+    for (const auto& r : records) {
+      if (r.series_id <= 0) return r.series_id;
+    }
+    return int64_t{1};
+  };
+  for (int64_t id : {unknown_id(batch.scalars), unknown_id(batch.tensor_stats), unknown_id(batch.vectors)}) {
+    if (id <= 0) {
+      return Status::InvalidArgument(db_path_ + ": write: series id " + std::to_string(id) +
+                                     " is not one EnsureSeries gave (expected ids from 1)");
+    }
+  }
   Status s = Exec("BEGIN");
   if (!s.ok()) return s;
   const int64_t backward_before = backward_steps_;
@@ -678,14 +766,16 @@ Status RunStore::Write(const WriteBatch& batch) {
   }
   if (s.ok()) s = SetMetaValue("heartbeat", fmt_double(Now()));
   if (s.ok() && backward_steps_ != backward_before) s = SetMetaValue("backward_steps", std::to_string(backward_steps_));
+  if (s.ok()) s = Exec("COMMIT");  // a full disk may refuse the commit itself
   if (!s.ok()) {
     Rollback();
-    // Buffered chunks may hold points of the failed batch; start clean so they are not
-    // written twice.
+    // Buffered chunks may hold points of the failed batch, and rowids of partial rows the
+    // rollback took back; start clean so nothing is written twice or deleted by mistake.
     open_chunks_.clear();
+    backward_steps_ = backward_before;
     return s;
   }
-  return Exec("COMMIT");
+  return Status::Ok();
 }
 
 Status RunStore::SetMetaValue(const std::string& key, const std::string& value) {
@@ -723,8 +813,12 @@ Status RunStore::SetMeta(const RunMeta& meta) {
   return Status::Ok();
 }
 
-Status RunStore::Close(const std::string& status, const std::string& exit_reason) {
+Status RunStore::Close(const std::string& status, const std::string& exit_reason,
+                       const std::vector<std::pair<std::string, std::string>>& meta) {
   Status s = Exec("BEGIN");
+  for (const auto& [key, value] : meta) {
+    if (s.ok()) s = SetMetaValue(key, value);
+  }
   if (s.ok()) s = SetMetaValue("status", status);
   if (s.ok()) s = SetMetaValue("exit_reason", exit_reason);
   if (s.ok()) s = SetMetaValue("end_time", fmt_double(Now()));

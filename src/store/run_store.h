@@ -167,8 +167,11 @@ class RunStore {
  public:
   static constexpr int kChunkPoints = 2048;
 
-  // Creates the run directory and a new store. Fails if a store is already there.
-  static Status Create(const std::string& run_dir, const RunMeta& meta, std::unique_ptr<RunStore>* store);
+  // Creates the run directory and a new store. Fails if a store is already there. A store
+  // that cannot be laid down is removed again (no empty file is left), and `fault` (when
+  // given) gets the cause in StoreFaultCause's words.
+  static Status Create(const std::string& run_dir, const RunMeta& meta, std::unique_ptr<RunStore>* store,
+                       std::string* fault = nullptr);
   // Opens an existing store for appending (resume, import).
   static Status OpenForWrite(const std::string& run_dir, std::unique_ptr<RunStore>* store);
   // Opens an existing store read-only. `path` is a run directory or the .db file itself.
@@ -195,6 +198,9 @@ class RunStore {
   // Returns the id of the series for tag, creating it with kind if it is new. A tag may
   // hold only one kind.
   Status EnsureSeries(std::string_view tag, SeriesKind kind, int64_t* id);
+  // EnsureSeries for each, in one transaction (one commit for a thousand new series, not a
+  // thousand); on failure none is made and `ids` are all 0.
+  Status EnsureSeriesAll(const std::vector<std::pair<std::string, SeriesKind>>& series, std::vector<int64_t>* ids);
   // Writes the batch in one transaction. Series ids come from EnsureSeries.
   Status Write(const WriteBatch& batch);
   // Rewrites stored findings in their final state (severity, last step, summary, evidence,
@@ -203,8 +209,16 @@ class RunStore {
   Status UpdateFindings(const std::vector<Finding>& findings);
   Status SetMeta(const RunMeta& meta);
   Status SetMetaValue(const std::string& key, const std::string& value);
-  // Marks the run ended: status "finished" or "crashed", with the reason for a crash.
-  Status Close(const std::string& status, const std::string& exit_reason);
+  // Marks the run ended: status "finished" or "crashed", with the reason for a crash, and
+  // `meta` keys written in the same transaction (what the run lost: one small commit that a
+  // nearly full disk can still take).
+  Status Close(const std::string& status, const std::string& exit_reason,
+               const std::vector<std::pair<std::string, std::string>>& meta = {});
+  // Folds the WAL into the file and truncates it: after a failed write this gives back the
+  // WAL's space (a full disk) or its length (a file size limit).
+  Status Checkpoint();
+  // Why the last failed call failed, in StoreFaultCause's words.
+  const std::string& last_fault() const { return last_fault_; }
 
   // ---- reading ----
   Status ReadMeta(RunMeta* meta);
@@ -233,6 +247,7 @@ class RunStore {
   Status Prepare(const char* sql, sqlite3_stmt** stmt);  // kept until the store closes
   Status SqlError(const char* what);
   Status SqlError(const char* what, int rc);
+  void NoteFailure(int rc);  // keeps the cause of a failure in last_fault_
   // Steps a write statement once (after its binds, whose first failure is bind_rc) and resets it.
   Status StepDone(sqlite3_stmt* stmt, int bind_rc, const char* what);
   void ReportDamage(DamagedRecord record);
@@ -268,9 +283,15 @@ class RunStore {
   sqlite3_stmt* insert_vector_ = nullptr;
   sqlite3_stmt* insert_finding_ = nullptr;
   int64_t backward_steps_ = 0;
+  std::string last_fault_;
   DamageReporter* reporter_ = nullptr;  // the caller's, may be null
   DamageLog damage_;
 };
+
+// The cause of a failed store write in the user's words: "disk full", "read-only", "store
+// deleted", "locked by another process", "cannot open" or "I/O error". system_errno (0 if
+// none) decides first: SQLite reports a write refused with EFBIG as a plain I/O error.
+std::string StoreFaultCause(int sqlite_code, int system_errno);
 
 // The runs of a logdir: every directory below it (any depth) holding a trainscope.db.
 struct RunEntry {

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -216,6 +217,80 @@ TEST_F(StoreDamageTest, FlippedBytesAndCutPagesAreReportedAndTheRestReadsBackExa
   EXPECT_EQ(data.FindScalar("a")->steps.size(), 3000u);
   EXPECT_EQ(data.FindScalar("b")->steps.size(), 4096u);
   EXPECT_GT(log.count(), 5);
+}
+
+// A writer that wrote on after EnsureSeries failed once handed the store an id it never
+// gave (the recorder kept -1 for the series): the first point of that batch crashed the
+// writer thread (SIGSEGV) through the chunk cache's "no series yet" sentinel.
+TEST_F(StoreDamageTest, AWriteWithASeriesIdTheStoreNeverGaveIsRefusedWhole) {
+  const std::string run = (dir_ / "run").string();
+  std::unique_ptr<RunStore> store;
+  ASSERT_TRUE(RunStore::Create(run, RunMeta(), &store).ok());
+  int64_t loss = 0;
+  ASSERT_TRUE(store->EnsureSeries("train/loss", SeriesKind::kScalar, &loss).ok());
+  WriteBatch good;
+  AddChunk(&good, loss, 1, 0, 10);
+  ASSERT_TRUE(store->Write(good).ok());
+  for (int64_t bad : {int64_t{-1}, int64_t{0}}) {
+    WriteBatch batch;
+    batch.scalars.push_back({bad, 10, 0.0, 1.0});
+    AddChunk(&batch, loss, 1, 11, 5);
+    Status s = store->Write(batch);
+    ASSERT_FALSE(s.ok());
+    EXPECT_TRUE(s.IsInvalidArgument()) << s.message();
+    EXPECT_NE(s.message().find("series id " + std::to_string(bad)), std::string::npos) << s.message();
+  }
+  WriteBatch after;
+  AddChunk(&after, loss, 1, 20, 5);
+  ASSERT_TRUE(store->Write(after).ok());
+  store.reset();
+  std::unique_ptr<RunStore> reader;
+  ASSERT_TRUE(RunStore::OpenReadOnly(run, &reader).ok());
+  std::vector<Point> points;
+  ASSERT_TRUE(reader->ReadScalars("train/loss", INT64_MIN, INT64_MAX, &points).ok());
+  ExpectPoints(points, 1, {{0, 10}, {20, 25}});  // nothing of the refused batches
+}
+
+// A store that could not be laid down (here: its file may not grow past one page) leaves
+// no empty file that a later `trainscope runs` would read as "schema version 0".
+TEST_F(StoreDamageTest, AStoreThatCannotBeCreatedLeavesNothingBehind) {
+  const std::string run = (dir_ / "unwritable").string();
+  fs::create_directories(run);
+  fs::permissions(run, fs::perms::owner_read | fs::perms::owner_exec, fs::perm_options::replace);
+  if (::access(run.c_str(), W_OK) == 0) {
+    fs::permissions(run, fs::perms::owner_all);
+    GTEST_SKIP() << "running as root: a directory without write permission is still writable";
+  }
+  std::unique_ptr<RunStore> store;
+  std::string fault;
+  Status s = RunStore::Create(run, RunMeta(), &store, &fault);
+  fs::permissions(run, fs::perms::owner_all);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(s.IsIOError()) << s.message();
+  EXPECT_EQ(fault, "read-only");
+  EXPECT_FALSE(fs::exists(fs::path(run) / kStoreFileName));
+}
+
+TEST_F(StoreDamageTest, AnEmptyStoreFileIsCalledEmptyNotAnotherSchema) {
+  const std::string run = (dir_ / "empty").string();
+  fs::create_directories(run);
+  std::ofstream(fs::path(run) / kStoreFileName).close();
+  std::unique_ptr<RunStore> reader;
+  Status s = RunStore::OpenReadOnly(run, &reader);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("empty store (0 bytes)"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find("schema version"), std::string::npos) << s.message();
+}
+
+TEST(StoreFaultCauseTest, NamesTheCauseTheUserCanAct) {
+  EXPECT_EQ(StoreFaultCause(SQLITE_FULL, 0), "disk full");
+  EXPECT_EQ(StoreFaultCause(SQLITE_IOERR_WRITE, ENOSPC), "disk full");
+  EXPECT_EQ(StoreFaultCause(SQLITE_IOERR_WRITE, EFBIG), "disk full");
+  EXPECT_EQ(StoreFaultCause(SQLITE_READONLY, 0), "read-only");
+  EXPECT_EQ(StoreFaultCause(SQLITE_IOERR_WRITE, EROFS), "read-only");
+  EXPECT_EQ(StoreFaultCause(SQLITE_READONLY_DBMOVED, 0), "store deleted");
+  EXPECT_EQ(StoreFaultCause(SQLITE_BUSY, ENOSPC), "locked by another process");
+  EXPECT_EQ(StoreFaultCause(SQLITE_IOERR_FSYNC, EIO), "I/O error");
 }
 
 TEST_F(StoreDamageTest, AFailingWriteMidTransactionKeepsThePreviousCommit) {
