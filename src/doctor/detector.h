@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -51,6 +53,30 @@ struct RunFacts {
   std::unordered_map<std::string, std::vector<int64_t>> param_shapes;  // meta `param_shapes`
   std::vector<std::string> param_order;  // meta `param_order`, else first-seen weight/, grad/
   bool param_order_explicit = false;
+  // The models a run watches (meta `models`: [{"name", "class", "optimizer", "params",
+  // "tensors"}]). The first one without a name keeps bare tags (grad/<param>); another
+  // model's tags carry its name after the family (grad/D/<param>, act/D/<module>,
+  // train/D/grad_zeroed, opt/D/lr).
+  struct Model {
+    std::string name, cls, optimizer;  // optimizer "" when none holds its parameters
+  };
+  std::vector<Model> models;
+  // Two or more models, each with its own optimizer (a GAN's generator and discriminator,
+  // an actor and a critic): their losses are adversaries or separate objectives, not one
+  // measure of progress.
+  bool MultiObjective() const {
+    return std::count_if(models.begin(), models.end(), [](const Model& m) { return !m.optimizer.empty(); }) >= 2;
+  }
+  // The model a parameter or module name (after the family) belongs to: "D" for "D/main.0",
+  // "" for a bare name. Only a declared model's name counts (a '/' can be in a tag).
+  std::string ModelOf(std::string_view name) const;
+  // meta `param_dtypes` {param: "float32" | "bfloat16" | ...}; empty when not recorded.
+  std::unordered_map<std::string, std::string> param_dtypes;
+  // meta `unoptimized_params`: parameters no optimizer holds (requires_grad, not stepped).
+  std::set<std::string> unoptimized_params;
+  bool unoptimized_params_known = false;
+  // meta `functional_ops`: activation functions called as functions in one forward (F.relu).
+  std::vector<std::string> functional_ops;
 
   // Derived at the current step (NaN when not measurable at this step).
   double loss = kNaN;         // the loss role's value at this step
@@ -70,6 +96,24 @@ struct RunFacts {
   // has been so without a finite value in between (-1: it is finite).
   bool loss_nonfinite = false;
   int64_t loss_nonfinite_since = -1;
+  // A negative label value the run trains on with a finite loss: an ignore value (cross
+  // entropy's ignore_index: -100 by default, -1 in minGPT-style scripts). PyTorch's
+  // cross_entropy/nll_loss raise on CPU (device-assert on CUDA) for a negative target that
+  // is not the ignore_index, so a finite loss at such a step means the loss ignored it.
+  // NaN until seen.
+  double label_ignore_value = kNaN;
+  // Facts the differential diagnosis reads (facts.cc: one predicate per fact id of
+  // data/knowledge/knowledge.json), kept current as the steps are judged.
+  bool weights_constant_at_start = false;  // a weight matrix's first record has min == max
+  bool weights_varied_at_start = false;    // a weight matrix's first record has min != max
+  double dead_fraction_max = kNaN;         // over modules, each at its latest record
+  double saturated_fraction_max = kNaN;
+  bool activations_nonfinite_seen = false;  // any act/ record with NaN/Inf
+  int64_t grad_steps = 0;                   // steps with gradient statistics
+  bool grads_zero_from_start = false;       // every gradient exactly 0 at every such step
+  double loss_first = kNaN;                 // the first finite loss
+  bool loss_varies = false;                 // a finite loss different from the first seen
+  double acc_latest = kNaN;                 // the training accuracy (role acc), latest value
 
   // What kinds of data the run has had so far (for "not checked and why").
   bool has_grad_stats = false, has_weight_stats = false, has_update_stats = false;

@@ -4,7 +4,9 @@
 #include <cctype>
 #include <cmath>
 
+#include "doctor/facts.h"
 #include "doctor/knowledge.h"
+#include "doctor/param_roles.h"
 
 namespace trainscope::doctor {
 
@@ -95,6 +97,16 @@ int RunFacts::ParamDims(const std::string& param) const {
   return it == param_shapes.end() ? -1 : static_cast<int>(it->second.size());
 }
 
+std::string RunFacts::ModelOf(std::string_view name) const {
+  const size_t slash = name.find('/');
+  if (slash == std::string_view::npos) return "";
+  const std::string_view head = name.substr(0, slash);
+  for (const Model& m : models) {
+    if (!m.name.empty() && m.name == head) return m.name;
+  }
+  return "";
+}
+
 void RaiseCause(std::vector<Cause>* causes, const std::string& id, double confidence) {
   for (Cause& c : *causes) {
     if (c.id == id) {
@@ -115,7 +127,8 @@ void RankCauses(std::vector<Cause>* causes) {
 
 // ---- Doctor ----
 
-Doctor::Doctor(DoctorOptions options) : options_(std::move(options)), flight_(options_.flight_recorder_steps) {
+Doctor::Doctor(DoctorOptions options)
+    : options_(std::move(options)), flight_(options_.flight_recorder_steps), lag_(options_.lag_steps) {
   std::vector<std::unique_ptr<Detector>> all = MakeDetectors(options_);
   for (auto& d : all) {
     specs_.push_back(d->spec());  // not_checked speaks for every detector, run or not
@@ -136,6 +149,10 @@ StepFrame& Doctor::FrameFor(int64_t step, double wall_time, bool* accepted) {
   *accepted = !finished_ && step > judged_through_;
   if (!*accepted) {
     ++late_samples_;
+    if (!finished_ && !open_.empty()) {
+      const int64_t needed = open_.rbegin()->first - step + 1;
+      lag_ = std::max(lag_, std::min(needed, options_.max_lag_steps));
+    }
     discard = StepFrame();
     return discard;
   }
@@ -225,6 +242,40 @@ void Doctor::OnMeta(std::string_view key, std::string_view value) {
         if (dims.size() == shape.size()) facts_.param_shapes[name] = std::move(dims);
       }
     }
+  } else if (key == "models") {
+    json j = json::parse(value, nullptr, false);
+    facts_.models.clear();
+    if (j.is_array()) {
+      for (const json& m : j) {
+        if (!m.is_object()) continue;
+        RunFacts::Model model;
+        if (m.contains("name") && m["name"].is_string()) model.name = m["name"].get<std::string>();
+        if (m.contains("class") && m["class"].is_string()) model.cls = m["class"].get<std::string>();
+        if (m.contains("optimizer") && m["optimizer"].is_string()) model.optimizer = m["optimizer"].get<std::string>();
+        facts_.models.push_back(std::move(model));
+      }
+    }
+  } else if (key == "param_dtypes") {
+    json j = json::parse(value, nullptr, false);
+    if (j.is_object()) {
+      for (const auto& [name, dtype] : j.items()) {
+        if (dtype.is_string()) facts_.param_dtypes[name] = Lower(dtype.get<std::string>());
+      }
+    }
+  } else if (key == "unoptimized_params" || key == "functional_ops") {
+    json j = json::parse(value, nullptr, false);
+    if (j.is_array()) {
+      std::vector<std::string> names;
+      for (const json& v : j) {
+        if (v.is_string()) names.push_back(v.get<std::string>());
+      }
+      if (key == "functional_ops") {
+        facts_.functional_ops = std::move(names);
+      } else {
+        facts_.unoptimized_params = std::set<std::string>(names.begin(), names.end());
+        facts_.unoptimized_params_known = true;
+      }
+    }
   } else if (key == "config") {
     json j = json::parse(value, nullptr, false);
     if (facts_.num_classes == 0) facts_.num_classes = IntFrom(j, {"num_classes", "n_classes", "classes", "num_labels"});
@@ -245,7 +296,7 @@ void Doctor::JudgeReadyFrames(bool batch_end) {
   if (!options_.streaming || open_.empty() || finished_) return;
   if (options_.judge_at_batch_end && !batch_end) return;
   const int64_t newest = open_.rbegin()->first;
-  while (!open_.empty() && open_.begin()->first < newest - options_.lag_steps) {
+  while (!open_.empty() && open_.begin()->first < newest - lag_) {
     StepFrame frame = std::move(open_.begin()->second);
     open_.erase(open_.begin());
     Judge(frame);
@@ -261,7 +312,9 @@ void Doctor::UpdateFacts(const StepFrame& frame) {
       if (f.rl_tag.empty() && IsReinforcementLearningTag(tag)) f.rl_tag = tag;
     }
     std::string_view rest;
-    if (tag == "train/grad_zeroed") f.has_grad_zeroed = true;
+    if (HasPrefix(tag, "train/") && tag.size() >= 11 && tag.compare(tag.size() - 11, 11, "grad_zeroed") == 0) {
+      f.has_grad_zeroed = true;  // train/grad_zeroed, or train/<model>/grad_zeroed
+    }
     if (HasPrefix(tag, "time/")) f.has_time = true;
     if (HasPrefix(tag, "mem/")) f.has_memory = true;
     if (HasPrefix(tag, "census/")) f.has_census = true;
@@ -339,6 +392,44 @@ void Doctor::UpdateFacts(const StepFrame& frame) {
     if (!f.loss_nonfinite) f.loss_nonfinite_since = -1;
     else if (f.loss_nonfinite_since < 0) f.loss_nonfinite_since = frame.step;
   }
+  // Evidence for the differential diagnosis (facts.cc).
+  bool any_grad_stats = false, all_grads_zero = true;
+  for (const auto& [tag, s] : frame.stats) {
+    std::string_view rest;
+    if (HasPrefix(tag, "grad/", &rest)) {
+      any_grad_stats = true;
+      all_grads_zero &= s.numel > 0 && s.zeros == s.numel;
+    } else if (HasPrefix(tag, "weight/", &rest)) {
+      const std::string p(rest);
+      if (s.finite() >= 2 && first_weight_seen_.insert(p).second && ClassifyParam(p, f) == ParamRole::kWeight) {
+        (s.min == s.max ? f.weights_constant_at_start : f.weights_varied_at_start) = true;
+      }
+    } else if (HasPrefix(tag, "act/", &rest)) {
+      if (s.nan + s.inf) f.activations_nonfinite_seen = true;
+      if (!std::isnan(s.dead_fraction)) latest_dead_[std::string(rest)] = s.dead_fraction;
+      if (!std::isnan(s.saturated_fraction)) latest_saturated_[std::string(rest)] = s.saturated_fraction;
+    }
+  }
+  if (any_grad_stats) {
+    f.grads_zero_from_start = (f.grad_steps == 0 || f.grads_zero_from_start) && all_grads_zero;
+    ++f.grad_steps;
+  }
+  auto max_of = [](const std::map<std::string, double>& m) {
+    double out = kNaN;
+    for (const auto& [k, v] : m) out = std::isnan(out) ? v : std::max(out, v);
+    return out;
+  };
+  f.dead_fraction_max = max_of(latest_dead_);
+  f.saturated_fraction_max = max_of(latest_saturated_);
+  if (loss && std::isfinite(*loss)) {
+    if (std::isnan(f.loss_first)) f.loss_first = *loss;
+    else if (*loss != f.loss_first) f.loss_varies = true;
+  }
+  const std::string& acc_tag = f.roles.Get(Role::kAcc);
+  if (const double* acc = acc_tag.empty() ? nullptr : frame.Scalar(acc_tag)) f.acc_latest = *acc;
+  if (const double* lo = frame.Scalar("input/label_min")) {
+    if (*lo < 0 && std::isnan(f.label_ignore_value) && loss && std::isfinite(*loss)) f.label_ignore_value = *lo;
+  }
   UpdateClipping(f.grad_norm);
 }
 
@@ -372,7 +463,7 @@ void Doctor::Judge(const StepFrame& frame) {
   if (!std::isnan(facts_.grad_norm)) flight_.AddGradNorm(frame.step, facts_.grad_norm);
   DetectorContext ctx(options_, facts_, flight_, this, &Doctor::ReportThunk);
   for (auto& d : detectors_) {
-    if (d->judges_loss_progress() && !facts_.rl_tag.empty()) continue;
+    if (d->judges_loss_progress() && LossIsNotProgress()) continue;
     d->OnStep(frame, ctx);
   }
   ++facts_.steps_seen;
@@ -398,7 +489,9 @@ void Doctor::Report(Finding finding, bool amend) {
       open.summary = finding.summary;
       open.causes = finding.causes;
       open.severity = std::max(open.severity, finding.severity);
-      open.actions = KnowledgeBase::Builtin().ActionsFor(open);
+      ApplyDifferential(&open, facts_, KnowledgeBase::Builtin());
+      open.actions = finding.actions.empty() ? KnowledgeBase::Builtin().ActionsFor(open) : finding.actions;
+      FitActionsToFacts(&open, facts_);
       return;
     }
     if (finding.severity > open.severity) {
@@ -417,7 +510,9 @@ void Doctor::Report(Finding finding, bool amend) {
   // showed it; otherwise it is now.
   if (!evidence.contains("detected_at")) evidence["detected_at"] = judging_step_;
   finding.evidence_json = evidence.dump();
+  ApplyDifferential(&finding, facts_, KnowledgeBase::Builtin());
   if (finding.actions.empty()) finding.actions = KnowledgeBase::Builtin().ActionsFor(finding);
+  FitActionsToFacts(&finding, facts_);
   open_findings_[key] = findings_.size();
   const bool weights_gone = HasPrefix(finding.code, "NONFINITE_") && finding.severity == Severity::kCritical;
   const bool blown_up = finding.code == "LOSS_DIVERGENCE" && evidence.value("early_blowup", false);
@@ -442,16 +537,10 @@ bool IsConsequenceCode(const std::string& code, bool blown_up) {
   return after_any.count(code) > 0 || (blown_up && after_blowup.count(code) > 0);
 }
 
-// Script already clips: advice to clip is dropped from a finding's actions, and the clip is
-// named in its evidence.
+// Script already clips: the clip is named in the finding's evidence (the advice to clip is
+// dropped by FitActionsToFacts).
 void NoteClipping(Finding* finding, double clip_norm) {
   if (clip_norm <= 0) return;
-  std::vector<std::string> kept;
-  for (const std::string& a : finding->actions) {
-    const std::string lower = Lower(a);
-    if (lower.find("clip") == std::string::npos) kept.push_back(a);
-  }
-  finding->actions = std::move(kept);
   json evidence = json::parse(finding->evidence_json, nullptr, false);
   if (!evidence.is_object()) return;
   evidence["gradient_clipping"] = Num(clip_norm);
@@ -520,18 +609,73 @@ void Doctor::Finish() {
   }
   DetectorContext ctx(options_, facts_, flight_, this, &Doctor::ReportThunk);
   for (auto& d : detectors_) {
-    if (d->judges_loss_progress() && !facts_.rl_tag.empty()) continue;
+    if (d->judges_loss_progress() && LossIsNotProgress()) continue;
     d->Finish(ctx);
   }
   finished_ = true;
 }
 
+namespace {
+
+int64_t DetectedAt(const Finding& f) {
+  const json evidence = json::parse(f.evidence_json, nullptr, false);
+  if (evidence.is_object() && evidence.contains("detected_at") && evidence["detected_at"].is_number_integer()) {
+    return evidence["detected_at"].get<int64_t>();
+  }
+  return f.step;
+}
+
+// Whether finding a's code explains b's (knowledge.json "explains"), or a is the same
+// kind of root the doctor suppresses consequences for.
+bool Explains(const Finding& a, const Finding& b) {
+  if (a.code == b.code) return false;
+  const CodeInfo* info = KnowledgeBase::Builtin().Code(a.code);
+  return info && std::find(info->explains.begin(), info->explains.end(), b.code) != info->explains.end();
+}
+
+}  // namespace
+
 void SortFindings(std::vector<Finding>* findings) {
-  std::stable_sort(findings->begin(), findings->end(), [](const Finding& a, const Finding& b) {
+  // Worst first, then the earliest; ties are broken by evidence, never by name: the
+  // finding whose code explains the other's, then the one the data showed first, then the
+  // one with the more confident first cause.
+  std::vector<int64_t> detected(findings->size());
+  std::vector<size_t> order(findings->size());
+  for (size_t i = 0; i < findings->size(); ++i) {
+    detected[i] = DetectedAt((*findings)[i]);
+    order[i] = i;
+  }
+  auto top = [](const Finding& f) { return f.causes.empty() ? 0.0 : f.causes.front().confidence; };
+  std::stable_sort(order.begin(), order.end(), [&](size_t i, size_t j) {
+    const Finding& a = (*findings)[i];
+    const Finding& b = (*findings)[j];
     if (a.severity != b.severity) return a.severity > b.severity;
     if (a.step != b.step) return a.step < b.step;
-    return a.code < b.code;
+    const bool ab = Explains(a, b), ba = Explains(b, a);
+    if (ab != ba) return ab;
+    if (detected[i] != detected[j]) return detected[i] < detected[j];
+    return top(a) > top(b);
   });
+  std::vector<Finding> sorted;
+  for (size_t i : order) sorted.push_back(std::move((*findings)[i]));
+  // A consequence never outranks its root: a root found after (or less severe than) what it
+  // explains moves up to just before the first finding it explains.
+  for (size_t pass = 0; pass < sorted.size(); ++pass) {
+    bool moved = false;
+    for (size_t r = 0; r < sorted.size() && !moved; ++r) {
+      for (size_t c = 0; c < r; ++c) {
+        if (Explains(sorted[r], sorted[c]) && !Explains(sorted[c], sorted[r])) {
+          Finding root = std::move(sorted[r]);
+          sorted.erase(sorted.begin() + static_cast<std::ptrdiff_t>(r));
+          sorted.insert(sorted.begin() + static_cast<std::ptrdiff_t>(c), std::move(root));
+          moved = true;
+          break;
+        }
+      }
+    }
+    if (!moved) break;
+  }
+  *findings = std::move(sorted);
 }
 
 namespace {
@@ -642,7 +786,11 @@ void ResolveContradictions(std::vector<Finding>* findings) {
 std::vector<Finding> Doctor::findings() const {
   std::vector<Finding> out = findings_;
   ResolveContradictions(&out);
-  for (Finding& f : out) NoteClipping(&f, facts_.clip_norm);
+  for (Finding& f : out) {
+    // With the run's final facts: what was advised early may be contradicted since.
+    FitActionsToFacts(&f, facts_);
+    NoteClipping(&f, facts_.clip_norm);
+  }
   for (const Finding& r : recorded_) {
     const bool dup = std::any_of(out.begin(), out.end(), [&](const Finding& f) {
       return f.code == r.code && f.location == r.location;

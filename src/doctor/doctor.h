@@ -78,6 +78,11 @@ struct DoctorOptions {
   // and judge it then in step order (offline: samples may come series by series).
   bool streaming = true;
   int64_t lag_steps = 1;
+  // A sample that arrives for a step already judged (activation statistics measured on a
+  // helper thread are committed a few steps after their forward) widens the window to what
+  // it would have needed, up to max_lag_steps: the streaming doctor then sees what an
+  // offline diagnosis of the same run sees, and the two verdicts agree.
+  int64_t max_lag_steps = 64;
   // Streaming behind a feeder that hands over samples in batches grouped by kind (the
   // recorder: all of a batch's scalars, then its tensor statistics, vectors, spans): judge
   // only at EndBatch(). Judging as samples arrive would close a step when the scalars of
@@ -137,6 +142,9 @@ class Doctor : public SampleSink {
   void Judge(const StepFrame& frame);
   void UpdateFacts(const StepFrame& frame);
   void UpdateClipping(double grad_norm);
+  // A reinforcement-learning run, or several models each with its own optimizer (a GAN):
+  // the loss is not one measure of progress, and the loss-progress detectors do not judge it.
+  bool LossIsNotProgress() const { return !facts_.rl_tag.empty() || facts_.MultiObjective(); }
   // Whether `finding` is a consequence of an earlier root finding (the weights went
   // non-finite, or the first updates blew the model up): then it is not reported on its
   // own but listed in the root's evidence.consequences (docs/doctor.md).
@@ -154,11 +162,14 @@ class Doctor : public SampleSink {
   int64_t judged_through_ = std::numeric_limits<int64_t>::min();  // last step judged
   bool finished_ = false;
   uint64_t late_samples_ = 0;
+  int64_t lag_ = 1;  // the open window now: lag_steps, widened by late samples
   std::vector<Finding> findings_;
   std::map<std::pair<std::string, std::string>, size_t> open_findings_;  // (code, location) -> index
   std::vector<Finding> recorded_;
   std::set<std::string> seen_scalars_, seen_weights_, seen_grads_, seen_acts_;
   std::vector<std::string> weight_order_, grad_order_;
+  std::set<std::string> first_weight_seen_;
+  std::map<std::string, double> latest_dead_, latest_saturated_;  // per module, its latest record
   static constexpr int64_t kClipMinPoints = 5;
   double norm_ceiling_ = 0;   // the largest global gradient norm seen
   int64_t ceiling_hits_ = 0;  // steps at that norm (within 1e-4)

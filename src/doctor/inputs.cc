@@ -30,8 +30,22 @@ const std::vector<InputInfo>& Inputs() {
   static const std::vector<InputInfo> inputs = {
       {Input::kLoss, "loss curve", [](const InputView& v) { return !v.facts.roles.Has(Role::kLoss); }, LossReason},
       {Input::kProgressLoss, "loss curve",
-       [](const InputView& v) { return v.facts.roles.Has(Role::kLoss) && !v.facts.rl_tag.empty(); },
        [](const InputView& v) {
+         return v.facts.roles.Has(Role::kLoss) && (!v.facts.rl_tag.empty() || v.facts.MultiObjective());
+       },
+       [](const InputView& v) {
+         if (v.facts.rl_tag.empty()) {
+           std::string names;
+           for (const auto& m : v.facts.models) {
+             if (m.optimizer.empty()) continue;
+             names += (names.empty() ? "" : ", ") + (m.name.empty() ? std::string("the first model") : m.name) +
+                      (m.cls.empty() ? "" : " (" + m.cls + ", " + m.optimizer + ")");
+           }
+           return "several models, each with its own optimizer (" + names +
+                  "): an adversarial or multi-objective run (a GAN, an actor and a critic), whose losses "
+                  "pull against each other; one rising while the other falls is the game, not a fault. "
+                  "Non-finite values and each model's gradients and layers are still checked";
+         }
          return "a reinforcement-learning run (" + v.facts.rl_tag + "): its loss (" + v.facts.roles.Get(Role::kLoss) +
                 ") is a TD or policy-gradient loss that follows moving targets and each batch's advantages, "
                 "so its spikes, climbs, plateaus and sign are not faults; judge the return instead";
@@ -68,7 +82,18 @@ const std::vector<InputInfo>& Inputs() {
        }},
       {Input::kDeadSaturated, "dead and saturated units",
        [](const InputView& v) { return v.facts.has_act_stats && !v.facts.has_dead && !v.facts.has_saturated; },
-       [](const InputView&) {
+       [](const InputView& v) {
+         std::string applied;
+         for (const std::string& op : v.facts.functional_ops) {
+           for (const char* kind : {"relu", "sigmoid", "tanh", "leaky_relu", "elu", "gelu", "silu", "hardtanh"}) {
+             if (Lower(op) == kind) applied += (applied.empty() ? "" : ", ") + op;
+           }
+         }
+         if (!applied.empty()) {
+           return "activations applied as functions (" + applied +
+                  ") are not modules: the per-module statistics carry no dead/saturated fractions for them "
+                  "(dead units are still found from zero gradient rows, grad_units/)";
+         }
          return std::string(
              "activation statistics carry no dead/saturated fractions (no ReLU/sigmoid/tanh modules seen)");
        }},

@@ -1,5 +1,7 @@
 #include "doctor/knowledge.h"
 
+#include "doctor/facts.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -51,7 +53,16 @@ Status KnowledgeBase::Parse(std::string_view text, std::string_view origin, Know
     Status s = StringList(c, "raised_by", where, &info.raised_by);
     if (s.ok()) s = StringList(c, "lowered_by", where, &info.lowered_by);
     if (s.ok()) s = StringList(c, "actions", where, &info.actions);
+    if (s.ok()) s = StringList(c, "excluded_by", where, &info.excluded_by);
+    if (s.ok()) s = StringList(c, "requires", where, &info.required);
     if (!s.ok()) return s;
+    for (const auto* list : {&info.excluded_by, &info.required}) {
+      for (const std::string& fact : *list) {
+        if (!FindFact(fact)) {
+          return Status::Error(where + ": unknown fact id '" + fact + "' (facts.cc lists the facts the doctor can check)");
+        }
+      }
+    }
     out.causes_[id] = std::move(info);
   }
   for (const auto& [code, c] : root["codes"].items()) {
@@ -68,6 +79,7 @@ Status KnowledgeBase::Parse(std::string_view text, std::string_view origin, Know
     }
     Status s = StringList(c, "causes", where, &info.causes);
     if (s.ok()) s = StringList(c, "actions", where, &info.actions);
+    if (s.ok()) s = StringList(c, "explains", where, &info.explains);
     if (!s.ok()) return s;
     for (const std::string& cause : info.causes) {
       if (!out.causes_.count(cause)) {
@@ -75,6 +87,13 @@ Status KnowledgeBase::Parse(std::string_view text, std::string_view origin, Know
       }
     }
     out.codes_[code] = std::move(info);
+  }
+  for (const auto& [code, info] : out.codes_) {
+    for (const std::string& other : info.explains) {
+      if (!out.codes_.count(other)) {
+        return Status::Error(std::string(origin) + ": codes." + code + ".explains: unknown code '" + other + "'");
+      }
+    }
   }
   *kb = std::move(out);
   return Status::Ok();

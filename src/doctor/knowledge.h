@@ -20,6 +20,10 @@ struct CauseInfo {
   std::vector<std::string> raised_by;   // evidence that makes this cause more likely
   std::vector<std::string> lowered_by;  // evidence against it
   std::vector<std::string> actions;     // concrete things to do, most useful first
+  // Fact ids (facts.h): a fact that holds rules the cause out; a required fact that does
+  // not hold keeps it at most at 0.3 and never first.
+  std::vector<std::string> excluded_by;
+  std::vector<std::string> required;  // "requires" in the file
 };
 
 struct CodeInfo {
@@ -29,6 +33,9 @@ struct CodeInfo {
   std::string severity;  // the usual severity: info, warning, critical
   std::vector<std::string> causes;   // cause ids, most common first
   std::vector<std::string> actions;  // actions whatever the cause
+  // Codes this one's finding explains when both are found: those follow from it (the LR
+  // collapsed -> the loss plateaus); listed after it whatever their order otherwise.
+  std::vector<std::string> explains;
 };
 
 class KnowledgeBase {

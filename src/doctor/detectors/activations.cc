@@ -34,13 +34,10 @@ void DeadUnitsDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
     if (!HasPrefix(tag, "act/", &rest) || std::isnan(s.dead_fraction)) continue;
     const std::string m(rest);
     first_.try_emplace(m, s.dead_fraction);
-    auto& [len, start] = streak_[m];
-    if (s.dead_fraction < options_.threshold) {
-      len = 0;
-      continue;
-    }
-    if (len == 0) start = frame.step;
-    if (++len < options_.sustain) continue;
+    StepStreak& streak = streak_[m];
+    const int64_t covered = streak.Add(frame.step, s.dead_fraction >= options_.threshold);
+    if (covered < static_cast<int64_t>(options_.sustain) || streak.records < options_.min_records) continue;
+    const int64_t start = streak.covered_from;
     Finding f;
     f.code = "DEAD_UNITS";
     f.severity = Severity::kWarning;
@@ -121,13 +118,10 @@ void SaturationDetector::OnStep(const StepFrame& frame, const DetectorContext& c
     std::string_view rest;
     if (!HasPrefix(tag, "act/", &rest) || std::isnan(s.saturated_fraction)) continue;
     const std::string m(rest);
-    auto& [len, start] = streak_[m];
-    if (s.saturated_fraction < options_.threshold) {
-      len = 0;
-      continue;
-    }
-    if (len == 0) start = frame.step;
-    if (++len < options_.sustain) continue;
+    StepStreak& streak = streak_[m];
+    const int64_t covered = streak.Add(frame.step, s.saturated_fraction >= options_.threshold);
+    if (covered < static_cast<int64_t>(options_.sustain) || streak.records < options_.min_records) continue;
+    const int64_t start = streak.covered_from;
     Finding f;
     f.code = "ACTIVATION_SATURATION";
     f.severity = Severity::kWarning;

@@ -4,17 +4,43 @@
 #pragma once
 
 #include <deque>
+#include <limits>
 
 #include "doctor/detector.h"
 
 namespace trainscope::doctor {
+
+// A run of consecutive records of one module above a threshold, measured in steps: each
+// record covers the steps since the module's previous record (the first record only its
+// own step), so a check sustained for N steps means N steps whether activations are
+// recorded every step or every 20.
+struct StepStreak {
+  int64_t previous_record = std::numeric_limits<int64_t>::min();  // the module's last record
+  int64_t covered_from = 0;  // first step the streak covers
+  size_t records = 0;        // records in the streak (0: no streak)
+  // Adds a record at `step`; `bad`: above the threshold. Returns the steps covered.
+  int64_t Add(int64_t step, bool bad) {
+    const int64_t from = previous_record == std::numeric_limits<int64_t>::min() ? step : previous_record + 1;
+    previous_record = step;
+    if (!bad) {
+      records = 0;
+      return 0;
+    }
+    if (records++ == 0) covered_from = from;
+    return step - covered_from + 1;
+  }
+};
 
 struct DeadUnitsOptions {
   // Fraction of units that are zero for every sample of the batch, for 20 steps in a row.
   // Healthy ReLU layers sit well under 0.2 at batch >= 8; even batch 1 gives ~0.5 (a unit
   // is off for half the inputs), so 0.7 is past both.
   double threshold = 0.7;
+  // Sustained for `sustain` steps, measured in steps: a record covers the steps since the
+  // previous record of the same module (activations are recorded every few steps), and at
+  // least min_records records in a row, so that one batch does not decide.
   size_t sustain = 20;
+  size_t min_records = 2;
   // A functional activation (F.relu in forward) is no module: its output has no
   // dead_fraction. A unit that is zero for every sample passes no gradient back, so its
   // weight row's gradient is exactly 0: the per-unit gradient norms (grad_units/, every
@@ -36,7 +62,7 @@ class DeadUnitsDetector : public Detector {
 
  private:
   DeadUnitsOptions options_;
-  std::unordered_map<std::string, std::pair<size_t, int64_t>> streak_;
+  std::unordered_map<std::string, StepStreak> streak_;
   std::unordered_map<std::string, double> first_;
   std::unordered_map<std::string, std::pair<size_t, int64_t>> unit_streak_;  // grad_units/ records
   std::unordered_map<std::string, double> unit_first_;
@@ -46,7 +72,8 @@ struct SaturationOptions {
   // Fraction of values in the flat tails (|tanh| > 0.99, sigmoid < 0.01 or > 0.99) for 20
   // steps in a row. There the derivative is < 0.02: those units pass almost no gradient.
   double threshold = 0.6;
-  size_t sustain = 20;
+  size_t sustain = 20;     // steps (each record covers the steps since the module's previous one)
+  size_t min_records = 2;  // and records in a row
 };
 
 class SaturationDetector : public Detector {
@@ -60,7 +87,7 @@ class SaturationDetector : public Detector {
 
  private:
   SaturationOptions options_;
-  std::unordered_map<std::string, std::pair<size_t, int64_t>> streak_;
+  std::unordered_map<std::string, StepStreak> streak_;
 };
 
 struct ActivationDriftOptions {

@@ -131,3 +131,47 @@ TEST(DeadUnits, TheDeadLayerNotTheLayersAroundIt) {
 
 }  // namespace
 }  // namespace trainscope::doctor
+
+namespace trainscope::doctor {
+namespace {
+
+using namespace testing;
+
+// Activations recorded every 20 steps (watch's schedule after the dense start): a check
+// sustained for 20 steps fires after 20 steps, not after 20 records (step ~380).
+TEST(DeadUnits, SustainIsMeasuredInStepsNotRecords) {
+  Feed feed({"dead_units", "saturation"});
+  for (int64_t s = 0; s < 300; ++s) {
+    feed.Scalar("train/loss", s, 1.0);
+    if (s % 20 != 0) continue;
+    TensorStats relu = Normal(256, 0, 1, static_cast<uint32_t>(s + 1));
+    relu.dead_fraction = s >= 100 ? 0.9 : 0.1;
+    feed.Stats("act/relu1", s, relu);
+    TensorStats sig = Normal(256, 0, 1, static_cast<uint32_t>(s + 2));
+    sig.saturated_fraction = s >= 100 ? 0.8 : 0.1;
+    feed.Stats("act/sig1", s, sig);
+  }
+  const auto f = feed.Finish();
+  const Finding* dead = FindCode(f, "DEAD_UNITS");
+  const Finding* sat = FindCode(f, "ACTIVATION_SATURATION");
+  ASSERT_NE(dead, nullptr);
+  ASSERT_NE(sat, nullptr);
+  for (const Finding* x : {dead, sat}) {
+    EXPECT_GT(x->step, 80);  // the record at 100 covers steps 81..100
+    EXPECT_LE(x->step, 100);
+    EXPECT_LE(nlohmann::json::parse(x->evidence_json)["detected_at"].get<int64_t>(), 120);
+  }
+}
+
+TEST(DeadUnits, OneRecordDoesNotDecide) {
+  Feed feed({"dead_units"});
+  for (int64_t s = 0; s < 300; s += 20) {
+    TensorStats relu = Normal(256, 0, 1, static_cast<uint32_t>(s + 1));
+    relu.dead_fraction = s == 100 ? 0.9 : 0.1;  // one batch
+    feed.Stats("act/relu1", s, relu);
+  }
+  EXPECT_TRUE(feed.Finish().empty());
+}
+
+}  // namespace
+}  // namespace trainscope::doctor

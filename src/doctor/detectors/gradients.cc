@@ -41,6 +41,11 @@ std::vector<std::pair<std::string, const TensorStats*>> WeightGradsByDepth(const
 
 // ---- explosion ----
 
+bool GradExplosionDetector::BeyondLogNoise(const RollingMedianMad& logs, double norm) const {
+  if (!(norm > 0) || logs.count() < options_.warmup) return true;
+  return !(logs.RobustZ(std::log(norm)) < options_.noise_z);
+}
+
 void GradExplosionDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   const RunFacts& facts = ctx.facts;
   // Per layer: the largest jump against the layer's own median.
@@ -53,35 +58,66 @@ void GradExplosionDetector::OnStep(const StepFrame& frame, const DetectorContext
     if (!std::isfinite(n) || s.nan + s.inf) continue;
     auto [it, added] = layers_.try_emplace(std::string(rest), options_.window);
     RollingMedianMad& m = it->second;
+    RollingMedianMad& logs = layers_log_.try_emplace(std::string(rest), options_.window).first->second;
     auto& early = layers_early_[std::string(rest)];
     if (early.size() < options_.early) early.push_back(n);
     if (m.count() >= options_.warmup) {
       const double med = m.Median();
       // The robust z costs three medians: only the layer with the largest jump pays it.
-      if (med > 0 && n / med > worst_ratio && n > Median(early)) {
+      if (med > 0 && n / med > worst_ratio && n > Median(early) && BeyondLogNoise(logs, n)) {
         worst_ratio = n / med;
         worst = std::string(rest);
         worst_z = m.RobustZ(n);
       }
     }
     m.Add(n);
+    if (n > 0) logs.Add(std::log(n));
   }
   if (!worst.empty() && !(worst_z > options_.z)) {
     worst.clear();
     worst_ratio = 0;
   }
-  const double g = facts.grad_norm;
-  bool global_fired = false;
-  double global_med = kNaN;
-  if (std::isfinite(g)) {
-    if (global_early_.size() < options_.early) global_early_.push_back(g);
-    if (global_.count() >= options_.warmup) {
-      global_med = global_.Median();
-      global_fired = global_med > 0 && g >= options_.ratio * global_med && global_.RobustZ(g) > options_.z &&
-                     g > Median(global_early_);
+  // The global norm per model: with several models, each one's own (its global_norm
+  // series, else the root of its parameters' squared gradient norms); else the run's.
+  std::map<std::string, double> norms;
+  if (facts.models.size() >= 2) {
+    std::map<std::string, double> squares;
+    for (const auto& [tag, s] : frame.stats) {
+      std::string_view rest;
+      if (!HasPrefix(tag, "grad/", &rest)) continue;
+      squares[facts.ModelOf(rest)] += s.nan + s.inf ? std::numeric_limits<double>::infinity() : s.sum_squares;
     }
-    global_.Add(g);
+    for (const auto& [model, sq] : squares) norms[model] = std::sqrt(sq);
+    for (const auto& [tag, v] : frame.scalars) {
+      std::string_view rest;
+      if (!HasPrefix(tag, "grad/", &rest) || rest.size() < 11 || rest.substr(rest.size() - 11) != "global_norm") continue;
+      const std::string_view head = rest.substr(0, rest.size() - 11);
+      norms[head.empty() ? std::string() : facts.ModelOf(head)] = v;
+    }
+  } else if (std::isfinite(facts.grad_norm)) {
+    norms[""] = facts.grad_norm;
   }
+  double g = kNaN, global_med = kNaN;
+  bool global_fired = false;
+  std::string fired_model;
+  for (const auto& [model, norm] : norms) {
+    if (!std::isfinite(norm)) continue;
+    NormSeries& series = global_.try_emplace(model, options_.window).first->second;
+    if (series.early.size() < options_.early) series.early.push_back(norm);
+    if (series.values.count() >= options_.warmup && !global_fired) {
+      const double med = series.values.Median();
+      if (med > 0 && norm >= options_.ratio * med && series.values.RobustZ(norm) > options_.z &&
+          norm > Median(series.early) && BeyondLogNoise(series.logs, norm)) {
+        global_fired = true;
+        g = norm;
+        global_med = med;
+        fired_model = model;
+      }
+    }
+    series.values.Add(norm);
+    if (norm > 0) series.logs.Add(std::log(norm));
+  }
+  if (!global_fired) g = facts.models.size() >= 2 ? kNaN : facts.grad_norm;
   // Under gradient clipping (the norm pinned at the script's max_norm, RunFacts::clip_norm)
   // no layer's gradient reaches the update larger than the clip: a layer's jump is what
   // the clip is there for, not an explosion. (A global norm cannot jump past the clip.)
@@ -91,8 +127,10 @@ void GradExplosionDetector::OnStep(const StepFrame& frame, const DetectorContext
     f.code = "GRAD_EXPLOSION";
     f.severity = Severity::kWarning;
     f.step = f.last_step = frame.step;
-    std::string loc = !worst.empty() ? worst : (facts.roles.Has(Role::kGradNorm) ? facts.roles.Get(Role::kGradNorm)
-                                                                                 : std::string("grad/global_norm"));
+    std::string loc = !worst.empty()          ? worst
+                      : !fired_model.empty()   ? "grad/" + fired_model + "/global_norm"
+                      : facts.roles.Has(Role::kGradNorm) ? facts.roles.Get(Role::kGradNorm)
+                                                         : std::string("grad/global_norm");
     if (location_.empty()) location_ = loc;
     f.location = location_;
     if (global_fired) {
@@ -165,6 +203,10 @@ void GradVanishingDetector::OnStep(const StepFrame& frame, const DetectorContext
                 " steps: this layer does not learn";
     f.evidence_json = json{{"zero_steps", len}, {"numel", s.numel}}.dump();
     std::vector<Cause> causes;
+    // Every gradient exactly 0 from the first step, with a loss that moves: the gradients
+    // were there and were cleared (zero_grad between backward and step), or the graph was
+    // cut; the knowledge base requires those facts (facts.cc).
+    if (facts.grads_zero_from_start) RaiseCause(&causes, "gradients_cleared_before_step", 0.8);
     RaiseCause(&causes, "constant_init", 0.4);
     RaiseCause(&causes, "dying_relu", 0.4);
     f.causes = causes;
@@ -221,6 +263,7 @@ void GradVanishingDetector::OnStep(const StepFrame& frame, const DetectorContext
       f.summary = "the global gradient norm is " + FormatNumber(g, 3) + " while the loss is still " + FormatNumber(facts.loss, 3);
       f.evidence_json = json{{"grad_norm", Num(g)}, {"loss", Num(facts.loss)}}.dump();
       f.causes = {{"saturating_activation", 0.4}, {"dying_relu", 0.4}, {"constant_init", 0.3}};
+      if (facts.grads_zero_from_start && g == 0) RaiseCause(&f.causes, "gradients_cleared_before_step", 0.8);
       ctx.Report(std::move(f));
     }
   } else {
@@ -231,27 +274,40 @@ void GradVanishingDetector::OnStep(const StepFrame& frame, const DetectorContext
 // ---- not zeroed ----
 
 void GradNotZeroedDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
-  const double* z = frame.Scalar("train/grad_zeroed");
-  if (!z) return;
-  if (*z != 0) {
-    streak_ = 0;
-    return;
+  for (const auto& [tag, value] : frame.scalars) {
+    std::string_view rest;
+    if (!HasPrefix(tag, "train/", &rest)) continue;
+    std::string model;
+    if (rest != "grad_zeroed") {
+      const size_t slash = rest.rfind('/');
+      if (slash == std::string_view::npos || rest.substr(slash + 1) != "grad_zeroed") continue;
+      model = std::string(rest.substr(0, slash));
+    }
+    // The last value at this step decides (StepFrame::Scalar); judge each series once.
+    if (frame.Scalar(tag) != &value) continue;
+    Streak& streak = streaks_[model];
+    if (value != 0) {
+      streak.length = 0;
+      continue;
+    }
+    if (streak.length == 0) streak.start = frame.step;
+    if (++streak.length < options_.sustain) continue;
+    Finding f;
+    f.code = "GRAD_NOT_ZEROED";
+    f.severity = Severity::kCritical;
+    f.step = streak.start;
+    f.last_step = frame.step;
+    f.location = model.empty() ? "model" : model;
+    f.summary = "gradients " + (model.empty() ? std::string() : "of model " + model + " ") +
+                "were not zeroed between optimizer steps (" + std::to_string(streak.length) +
+                " steps in a row): each step applies the sum of all gradients so far";
+    json ev = {{"steps_not_zeroed", streak.length}, {"declared_accumulation_steps", ctx.facts.accumulation_steps},
+               {"series", tag}};
+    if (model.empty() && std::isfinite(ctx.facts.grad_norm)) ev["grad_norm"] = Num(ctx.facts.grad_norm);
+    f.evidence_json = ev.dump();
+    f.causes = {{"missing_zero_grad", 0.9}};
+    ctx.Report(std::move(f));
   }
-  if (streak_ == 0) streak_start_ = frame.step;
-  if (++streak_ < options_.sustain) return;
-  Finding f;
-  f.code = "GRAD_NOT_ZEROED";
-  f.severity = Severity::kCritical;
-  f.step = streak_start_;
-  f.last_step = frame.step;
-  f.location = "optimizer";
-  f.summary = "gradients were not zeroed between optimizer steps (" + std::to_string(streak_) +
-              " steps in a row): each step applies the sum of all gradients so far";
-  json ev = {{"steps_not_zeroed", streak_}, {"declared_accumulation_steps", ctx.facts.accumulation_steps}};
-  if (std::isfinite(ctx.facts.grad_norm)) ev["grad_norm"] = Num(ctx.facts.grad_norm);
-  f.evidence_json = ev.dump();
-  f.causes = {{"missing_zero_grad", 0.9}};
-  ctx.Report(std::move(f));
 }
 
 // ---- update ratio ----
@@ -455,6 +511,33 @@ void LrAnomalyDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
     f.evidence_json = json{{"lr", Num(x)}, {"previous", Num(prev_)}, {"max_before", Num(max_before_)}}.dump();
     f.causes = {{"lr_too_high", 0.6}, {"scheduler_bug", 0.5}};
     ctx.Report(std::move(f));
+  }
+  if (std::isfinite(x) && x > max_) {
+    max_ = x;
+    max_step_ = frame.step;
+  }
+  if (max_ > 0 && std::isfinite(x) && x < options_.collapse_ratio * max_) {
+    if (collapsed_points_++ == 0) collapsed_since_ = frame.step;
+    if (collapsed_points_ >= options_.collapse_points && !collapse_reported_) {
+      collapse_reported_ = true;
+      Finding f;
+      f.code = "LR_ANOMALY";
+      f.severity = Severity::kWarning;
+      f.step = collapsed_since_;
+      f.last_step = frame.step;
+      f.location = tag;
+      f.summary = "the learning rate collapsed: it fell from " + FormatNumber(max_, 3) + " at step " +
+                  std::to_string(max_step_) + " to " + FormatNumber(x, 3) + " by step " + std::to_string(frame.step) +
+                  " (below " + FormatNumber(options_.collapse_ratio, 2) + " of its maximum since step " +
+                  std::to_string(collapsed_since_) + "): nothing trains any more";
+      f.evidence_json = json{{"lr", Num(x)}, {"lr_max", Num(max_)}, {"lr_max_step", max_step_},
+                             {"collapsed_since", collapsed_since_}, {"points_collapsed", collapsed_points_}}
+                            .dump();
+      f.causes = {{"lr_schedule_collapsed", 0.85}};
+      ctx.Report(std::move(f));
+    }
+  } else {
+    collapsed_points_ = 0;
   }
   if (std::isfinite(x)) {
     if (std::isfinite(prev_)) max_before_ = std::max(max_before_, prev_);

@@ -29,11 +29,16 @@ struct GradExplosionOptions {
   // depth_window steps): gradients grow as they flow back to the input.
   double depth_ratio = 1e3;
   size_t depth_window = 20;
+  // And beyond the series' own noise in log space: log(norm / median) >= noise_z x
+  // 1.4826 x the MAD of log(norm) over the window. A batch-4 run's gradient norm is
+  // heavy-tailed (one hard sample in four sets it): 10x its median is its noise there; a
+  // norm that sits within 2x of its median and then jumps 10x is not.
+  double noise_z = 4;
 };
 
 class GradExplosionDetector : public Detector {
  public:
-  explicit GradExplosionDetector(GradExplosionOptions options = {}) : options_(options), global_(options.window) {}
+  explicit GradExplosionDetector(GradExplosionOptions options = {}) : options_(options) {}
   const char* name() const override { return "grad_explosion"; }
   DetectorSpec spec() const override {
     return {{"GRAD_EXPLOSION"}, {{Input::kGradNorm}}};
@@ -41,10 +46,18 @@ class GradExplosionDetector : public Detector {
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:
+  bool BeyondLogNoise(const RollingMedianMad& logs, double norm) const;
   GradExplosionOptions options_;
-  RollingMedianMad global_;
-  std::unordered_map<std::string, RollingMedianMad> layers_;
-  std::vector<double> global_early_;
+  // The global norm's history, per model: one model's norm in a run of several (a GAN's
+  // generator and discriminator, each with its own optimizer) is judged against its own
+  // series, never against a sum over models that alternate.
+  struct NormSeries {
+    explicit NormSeries(size_t window) : values(window), logs(window) {}
+    RollingMedianMad values, logs;
+    std::vector<double> early;
+  };
+  std::map<std::string, NormSeries> global_;
+  std::unordered_map<std::string, RollingMedianMad> layers_, layers_log_;
   std::unordered_map<std::string, std::vector<double>> layers_early_;
   std::deque<double> depth_;
   std::string location_;  // the first finding's location: later ones extend it
@@ -98,8 +111,13 @@ class GradNotZeroedDetector : public Detector {
 
  private:
   GradNotZeroedOptions options_;
-  size_t streak_ = 0;
-  int64_t streak_start_ = 0;
+  // Per model: train/grad_zeroed (the first, unnamed model) and train/<model>/grad_zeroed,
+  // each judged on its own (one model's forgotten zero_grad is not the other's).
+  struct Streak {
+    size_t length = 0;
+    int64_t start = 0;
+  };
+  std::map<std::string, Streak> streaks_;
 };
 
 struct UpdateRatioOptions {
@@ -197,6 +215,13 @@ struct LrAnomalyOptions {
   double above_max_ratio = 2;
   // The LR is 0 (or negative, or non-finite) for the first 20 points: nothing trains.
   size_t zero_points = 20;
+  // The schedule collapsed: the LR fell below collapse_ratio x its maximum and stayed there
+  // for collapse_points points in a row (a per-epoch scheduler stepped per batch: StepLR
+  // with step_size=1 takes 1e-3 to 1e-31 in 28 batches). An annealing schedule that reaches
+  // ~0 at its very last steps (cosine to eta_min=0) is below the ratio for a handful of
+  // points only; OneCycle ends at 4e-6 x its peak, above it.
+  double collapse_ratio = 1e-6;
+  size_t collapse_points = 50;
 };
 
 class LrAnomalyDetector : public Detector {
@@ -214,6 +239,11 @@ class LrAnomalyDetector : public Detector {
   size_t bad_from_start_ = 0;
   double prev_ = kNaN;
   double max_before_ = 0;
+  double max_ = 0;          // the largest LR so far, and its step
+  int64_t max_step_ = 0;
+  size_t collapsed_points_ = 0;
+  int64_t collapsed_since_ = 0;
+  bool collapse_reported_ = false;
 };
 
 }  // namespace trainscope::doctor

@@ -2,9 +2,38 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace trainscope::doctor {
+
+extern const char kSeriesGroupsJson[];  // data/series_groups.json, embedded by cmake/embed_text.cmake
+
+namespace {
+
+// Whether trainscope writes this series itself: the "internal" and "watch" groups of
+// data/series_groups.json (an entry ending in '/' is a prefix, any other a whole tag).
+bool IsTrainscopeSeries(std::string_view tag) {
+  static const std::vector<std::string> entries = [] {
+    std::vector<std::string> all;
+    const nlohmann::json groups = nlohmann::json::parse(kSeriesGroupsJson, nullptr, false);
+    if (!groups.is_object()) return all;
+    for (const char* group : {"internal", "watch"}) {
+      if (!groups.contains(group) || !groups[group].is_array()) continue;
+      for (const auto& entry : groups[group]) {
+        if (entry.is_string() && !entry.get<std::string>().empty()) all.push_back(entry.get<std::string>());
+      }
+    }
+    return all;
+  }();
+  for (const std::string& entry : entries) {
+    if (entry.back() == '/' ? tag.substr(0, entry.size()) == entry : tag == entry) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 void DuplicateStepsDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   if (frame.scalars.size() < 2) return;
@@ -20,6 +49,9 @@ void DuplicateStepsDetector::OnStep(const StepFrame& frame, const DetectorContex
     // System metrics are sampled by the clock (every few seconds), not once per step: a
     // step longer than the interval, or the last sample at finish(), has several.
     if (HasPrefix(tag, "sys/")) continue;
+    // Series trainscope writes itself (time/, mem/, grad/, opt/ ...): how it steps them is
+    // not the user's to fix.
+    if (IsTrainscopeSeries(tag)) continue;
     Seen& seen = count[tag];
     if (seen.n++ == 0) {
       seen.first = value;

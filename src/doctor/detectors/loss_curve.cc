@@ -54,20 +54,23 @@ void LossSpikeDetector::NoteEpochAggregate(const StepFrame& frame, const Detecto
 void LossSpikeDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   const RunFacts& f = ctx.facts;
   // Leading signals: the update size and the gradient norm against their own medians.
-  auto lead = [&](RollingMedianMad& series, double v, const char* what) {
+  auto lead = [&](RollingMedianMad& series, RollingMedianMad& logs, double v, const char* what) {
     if (!std::isfinite(v)) return;
+    const bool positive = v > 0;
     if (series.count() >= options_.warmup) {
       const double med = series.Median();
-      if (med > 0 && v >= options_.leading_ratio * med) {
+      const bool beyond_noise = !positive || !(logs.RobustZ(std::log(v)) < options_.noise_z);
+      if (med > 0 && v >= options_.leading_ratio * med && beyond_noise) {
         last_lead_step_ = frame.step;
         lead_what_ = what;
         lead_ratio_ = v / med;
       }
     }
     series.Add(v);
+    if (positive) logs.Add(std::log(v));
   };
-  lead(update_, f.update_ratio, "update/weight ratio");
-  lead(grad_, f.grad_norm, "gradient norm");
+  lead(update_, update_log_, f.update_ratio, "update/weight ratio");
+  lead(grad_, grad_log_, f.grad_norm, "gradient norm");
   NoteEpochAggregate(frame, ctx);
 
   const double x = f.loss;
@@ -93,7 +96,7 @@ void LossSpikeDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
     // Early on the median still falls with the loss: only a jump far above it counts.
     const double rel = count >= options_.warmup ? options_.rel : options_.early_ratio - 1;
     if (z > options_.z && x > med + rel * std::fabs(med) && x - med >= floor) {
-      Pending p{frame.step, x, med, z};
+      Pending p{frame.step, x, med, z, LogNoiseZ(x, med)};
       if (last_lead_step_ != std::numeric_limits<int64_t>::min() && frame.step - last_lead_step_ <= options_.leading_steps) {
         Emit(p, true, "the " + lead_what_ + " jumped " + FormatNumber(lead_ratio_, 4) + "x at step " +
                           std::to_string(last_lead_step_), ctx);
@@ -103,6 +106,21 @@ void LossSpikeDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
     }
   }
   loss_.Add(x);
+  if (x > 0) {
+    const double lx = std::log(x);
+    if (std::isfinite(last_log_)) log_diff_.Add(lx - last_log_);
+    last_log_ = lx;
+  } else {
+    last_log_ = kNaN;
+  }
+}
+
+double LossSpikeDetector::LogNoiseZ(double x, double median) const {
+  if (!(x > 0) || !(median > 0) || log_diff_.count() < options_.early_points) return kNaN;
+  const double sigma = 1.4826 * log_diff_.Mad() / std::sqrt(2.0);
+  const double excess = std::log(x / median);
+  if (!(sigma > 0)) return excess > 0 ? std::numeric_limits<double>::infinity() : 0;
+  return excess / sigma;
 }
 
 void LossSpikeDetector::Finish(const DetectorContext& ctx) {
@@ -127,14 +145,14 @@ void LossSpikeDetector::Finish(const DetectorContext& ctx) {
 }
 
 void LossSpikeDetector::Emit(const Pending& p, bool confirmed, const std::string& why, const DetectorContext& ctx) {
-  spikes_.push_back({p.step, p.value, p.median, p.z, confirmed, why});
+  spikes_.push_back({p.step, p.value, p.median, p.z, confirmed, why, p.noise_z});
   Publish(ctx, spikes_.size() > 1);
 }
 
 void LossSpikeDetector::Publish(const DetectorContext& ctx, bool amend) {
   auto ratio = [](const Spike& s) { return s.value / (s.median != 0 ? std::fabs(s.median) : 1.0); };
   auto severity_of = [&](const Spike& s) {
-    return s.confirmed || ratio(s) >= options_.big_jump ? Severity::kWarning : Severity::kInfo;
+    return (s.confirmed || ratio(s) >= options_.big_jump) && BeyondNoise(s) ? Severity::kWarning : Severity::kInfo;
   };
   const Spike* largest = &spikes_.front();
   Severity severity = Severity::kInfo;
@@ -155,7 +173,9 @@ void LossSpikeDetector::Publish(const DetectorContext& ctx, bool amend) {
   if (spikes_.size() == 1) {
     const Spike& s = spikes_.front();
     f.summary = "loss jumped to " + describe(s) + ", robust z " + FormatNumber(s.z, 4) +
-                (s.confirmed ? "; " + s.why
+                (!BeyondNoise(s) ? "; within this run's own batch-to-batch scatter (" +
+                                       FormatNumber(s.noise_z, 3) + " noise units on a log scale)"
+                 : s.confirmed ? "; " + s.why
                              : ratio(s) >= options_.big_jump ? "; a jump of this size is not batch noise"
                                                              : "; a single outlier (hard batch?)");
   } else {
@@ -174,7 +194,10 @@ void LossSpikeDetector::Publish(const DetectorContext& ctx, bool amend) {
   for (const Spike& s : spikes_) {
     if (list.size() >= options_.max_listed) break;
     json e = {{"step", s.step}, {"value", Num(s.value)}, {"median", Num(s.median)}, {"ratio", Num(ratio(s))},
-              {"robust_z", Num(s.z)}, {"confirmed", s.confirmed}, {"severity", SeverityName(severity_of(s))}};
+              {"robust_z", Num(s.z)}, {"confirmed", s.confirmed}, {"severity", SeverityName(severity_of(s))},
+              {"log_noise_z", Num(s.noise_z)}};
+    if (!BeyondNoise(s)) e["within_noise"] = "no more than " + FormatNumber(options_.noise_z, 2) +
+                                             "x the run's own batch-to-batch scatter (log scale)";
     if (!s.why.empty()) e["confirmation"] = s.why;
     list.push_back(std::move(e));
   }
@@ -555,6 +578,13 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final, double m
     f.causes = causes;
     ctx.Report(std::move(f));
     return;
+  }
+  // An LR that fell below a millionth of its maximum is not "too low" to be raised: the
+  // schedule collapsed (a per-epoch scheduler stepped per batch), LR_ANOMALY names it.
+  const bool collapsed = std::isfinite(lr) && ctx.facts.lr_max > 0 && lr < 1e-6 * ctx.facts.lr_max;
+  if (collapsed) {
+    ev["lr_max"] = Num(ctx.facts.lr_max);
+    RaiseCause(&causes, "lr_schedule_collapsed", 0.85);
   }
   if (std::isfinite(lr)) {
     ev["lr"] = Num(lr);

@@ -42,6 +42,15 @@ struct LossSpikeOptions {
   // by >= epoch_rise over the previous epoch's right after the spike confirms it.
   double epoch_rise = 0.1;
   size_t max_listed = 50;  // spikes listed in the evidence
+  // A warning needs evidence beyond the run's own noise: the spike's log-excess over the
+  // rolling median, log(value / median), must be >= noise_z x the run's noise in log
+  // space (1.4826 x the MAD of successive log-loss differences / sqrt 2: the batch-to-batch
+  // scatter, free of the loss's trend), and a leading jump of the update ratio or gradient
+  // norm counts only when it is as far beyond that series' own log-scale noise. A batch-4
+  // run's loss and gradient norm swing 10x from batch to batch: there a 10x point is its
+  // noise, not evidence (it stays listed, as info). A loss that is not positive has no log
+  // scale: the rules above it apply alone.
+  double noise_z = 4;
 };
 
 class LossSpikeDetector : public Detector {
@@ -60,19 +69,26 @@ class LossSpikeDetector : public Detector {
   struct Pending {
     int64_t step;
     double value, median, z;
+    double noise_z;  // log(value / median) in units of the run's log-scale noise (NaN: not measurable)
   };
   struct Spike {
     int64_t step;
     double value, median, z;
     bool confirmed;
     std::string why;
+    double noise_z;
   };
+  bool BeyondNoise(const Spike& s) const { return !(s.noise_z < options_.noise_z); }
+  // log(x / median) over the noise of the log differences (NaN when not measurable).
+  double LogNoiseZ(double x, double median) const;
   void Emit(const Pending& p, bool confirmed, const std::string& why, const DetectorContext& ctx);
   // One finding for the loss, amended with every spike: summary, evidence list, severity.
   void Publish(const DetectorContext& ctx, bool amend);
   void NoteEpochAggregate(const StepFrame& frame, const DetectorContext& ctx);
   LossSpikeOptions options_;
   RollingMedianMad loss_, grad_, update_;
+  RollingMedianMad log_diff_{50}, grad_log_{50}, update_log_{50};  // the runs' own noise, in log space
+  double last_log_ = kNaN;
   std::vector<double> first_;
   size_t seen_ = 0;
   std::optional<Pending> pending_;

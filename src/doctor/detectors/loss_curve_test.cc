@@ -344,3 +344,49 @@ TEST(LossMagnitude, LossTermsManyDecadesApartAreNamed) {
 
 }  // namespace
 }  // namespace trainscope::doctor
+
+namespace trainscope::doctor {
+namespace {
+
+using namespace testing;
+
+// A batch-of-4 run: each batch's loss (and gradient norm) is the mean over 4 samples whose
+// own losses are heavy-tailed (most samples easy, a few hard ones far above): the batch
+// values swing 10x and more around a falling median, with nothing wrong.
+void BatchOfFourRun(Feed& feed, int64_t steps, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::exponential_distribution<double> e(1.0);
+  for (int64_t s = 0; s < steps; ++s) {
+    const double level = 2.3 * std::exp(-static_cast<double>(s) / 300.0) + 0.05;
+    double loss = 0, grad = 0;
+    for (int i = 0; i < 4; ++i) {
+      const double hard = e(rng);
+      loss += level * hard * hard * hard / 4;  // Weibull(1/3): a heavy right tail
+      grad += 0.5 * hard * hard * hard / 4;
+    }
+    feed.Scalar("train/loss", s, loss);
+    feed.Scalar("grad/global_norm", s, grad);
+  }
+}
+
+TEST(LossSpike, BatchOfFourNoiseIsNoWarning) {
+  for (uint32_t seed = 1; seed <= 5; ++seed) {
+    Feed feed({"loss_spike", "grad_explosion"});
+    BatchOfFourRun(feed, 800, seed);
+    const auto f = feed.Finish();
+    EXPECT_EQ(Alarms(f), 0u) << seed << ": " << (f.empty() ? "" : f[0].code + " " + f[0].summary);
+  }
+}
+
+TEST(LossSpike, ASpikeBeyondTheRunsNoiseStillWarns) {
+  // A quiet loss (batch 256): a 25x jump is far beyond its noise, and warns on its own.
+  Feed feed({"loss_spike"});
+  std::mt19937 rng(2);
+  for (int64_t s = 0; s < 300; ++s) feed.Scalar("train/loss", s, s == 200 ? 30.0 : HealthyLoss(s, rng, 0.05) + 0.5);
+  const auto f = feed.Finish();
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].severity, Severity::kWarning);
+}
+
+}  // namespace
+}  // namespace trainscope::doctor

@@ -51,32 +51,66 @@ bool IsAncestor(const std::string& ancestor, const std::string& module) {
 
 }  // namespace
 
-bool LabelsOutOfRange(const StepFrame& frame, int num_classes, double* min_label, double* max_label) {
+bool LabelsOutOfRange(const StepFrame& frame, const RunFacts& facts, double* min_label, double* max_label) {
   const double* lo = frame.Scalar("input/label_min");
   const double* hi = frame.Scalar("input/label_max");
   *min_label = lo ? *lo : kNaN;
   *max_label = hi ? *hi : kNaN;
-  // -100 is PyTorch's default ignore_index: a legitimate "no label".
-  if (lo && *lo < 0 && *lo != -100) return true;
-  if (hi && num_classes > 0 && *hi >= num_classes) return true;
+  // -100 is PyTorch's default ignore_index; any other negative value the run trained on with
+  // a finite loss is the script's own (RunFacts::label_ignore_value).
+  if (lo && *lo < 0 && *lo != -100 && *lo != facts.label_ignore_value) return true;
+  if (hi && facts.num_classes > 0 && *hi >= facts.num_classes) return true;
   return false;
 }
 
 void LabelRangeDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  const RunFacts& facts = ctx.facts;
+  const std::string& loss_tag = facts.roles.Get(Role::kLoss);
+  const double* loss = loss_tag.empty() ? nullptr : frame.Scalar(loss_tag);
+  // A later step trained with a finite loss: the negative labels before it were ignored.
+  if (pending_ && frame.step > pending_->step && loss && std::isfinite(*loss)) pending_.reset();
   double lo, hi;
-  if (!LabelsOutOfRange(frame, ctx.facts.num_classes, &lo, &hi)) return;
+  if (!LabelsOutOfRange(frame, facts, &lo, &hi)) return;
+  const bool above = facts.num_classes > 0 && hi >= facts.num_classes;
+  if (above || (loss && !std::isfinite(*loss))) {
+    Report(frame.step, lo, hi, above ? "" : "the loss is non-finite at that step", ctx);
+    return;
+  }
+  // A negative label with no loss at this step: used out of range only if the run stops
+  // there (PyTorch raises); judged at the next loss or the run's end.
+  if (!pending_) pending_ = Pending{frame.step, lo, hi};
+}
+
+void LabelRangeDetector::Finish(const DetectorContext& ctx) {
+  if (!pending_) return;
+  const bool crashed = ctx.facts.meta.count("exception") > 0;
+  if (crashed) Report(pending_->step, pending_->lo, pending_->hi, "the run ended in an exception after it", ctx);
+  pending_.reset();
+}
+
+void LabelRangeDetector::Report(int64_t step, double lo, double hi, const std::string& why,
+                                const DetectorContext& ctx) {
+  const RunFacts& facts = ctx.facts;
   Finding f;
   f.code = "LABEL_OUT_OF_RANGE";
   f.severity = Severity::kCritical;
-  f.step = f.last_step = frame.step;
+  f.step = f.last_step = step;
   f.location = "input";
-  f.summary = "labels of the batch at step " + std::to_string(frame.step) + " range over [" +
+  f.summary = "labels of the batch at step " + std::to_string(step) + " range over [" +
               std::to_string(static_cast<long long>(lo)) + ", " + std::to_string(static_cast<long long>(hi)) +
               "], outside the " +
-              (ctx.facts.num_classes > 0 ? std::to_string(ctx.facts.num_classes) + " classes [0, " +
-                                               std::to_string(ctx.facts.num_classes - 1) + "]"
-                                         : std::string("valid range (>= 0)"));
-  f.evidence_json = json{{"label_min", Num(lo)}, {"label_max", Num(hi)}, {"num_classes", ctx.facts.num_classes}}.dump();
+              (facts.num_classes > 0 ? std::to_string(facts.num_classes) + " classes [0, " +
+                                           std::to_string(facts.num_classes - 1) + "]"
+                                     : std::string("valid range (>= 0)")) +
+              (why.empty() ? "" : "; " + why);
+  json ev = {{"label_min", Num(lo)}, {"label_max", Num(hi)}, {"num_classes", facts.num_classes}};
+  if (!why.empty()) ev["used_out_of_range"] = why;
+  if (!std::isnan(facts.label_ignore_value)) {
+    ev["ignore_value"] = Num(facts.label_ignore_value);
+    ev["ignore_value_why"] = "label " + FormatNumber(facts.label_ignore_value, 6) +
+                             " is trained on with a finite loss: the loss ignores it (ignore_index), it is no class";
+  }
+  f.evidence_json = ev.dump();
   f.causes = {{"label_out_of_range", 0.9}};
   ctx.Report(std::move(f));
 }
@@ -202,7 +236,7 @@ void NonFiniteDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
     evidence["nonfinite_inputs"] = bad_inputs;
   }
   double lo, hi;
-  if (LabelsOutOfRange(frame, facts.num_classes, &lo, &hi)) {
+  if (LabelsOutOfRange(frame, facts, &lo, &hi)) {
     RaiseCause(&causes, "label_out_of_range", 0.85);
     evidence["label_min"] = Num(lo);
     evidence["label_max"] = Num(hi);
@@ -358,6 +392,25 @@ void NonFiniteDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
 
 void NonFiniteDetector::OutputCauses(const DetectorContext& ctx, std::vector<Cause>* causes, json* evidence) const {
   const RunFacts& facts = ctx.facts;
+  // The loss went non-finite while every recorded output was finite: the loss computation
+  // made it. A loss whose last finite values were falling toward 0 is a log of a
+  // probability that reached 1 for the right class and 0 for another (a saturated
+  // sigmoid/softmax, then log): log_of_zero.
+  const std::string& loss_tag = facts.roles.Get(Role::kLoss);
+  if (!loss_tag.empty()) {
+    std::vector<double> finite;
+    for (const auto& [step, v] : ctx.flight.ScalarHistory(loss_tag)) {
+      if (std::isfinite(v)) finite.push_back(v);
+    }
+    if (finite.size() >= 4) {
+      const size_t n = finite.size();
+      const double recent = finite[n - 1], earlier = finite[n / 2 > 0 ? n / 2 - 1 : 0], first = finite.front();
+      if (recent < earlier && recent < first && recent < 0.5 * std::max(first, 1e-12)) {
+        RaiseCause(causes, "log_of_zero", 0.6);
+        (*evidence)["loss_falling_toward_zero"] = json::array({Num(first), Num(earlier), Num(recent)});
+      }
+    }
+  }
   // The model's output: the last module in forward order that has recorded statistics.
   for (auto it = facts.module_order.rbegin(); it != facts.module_order.rend(); ++it) {
     std::vector<std::pair<int64_t, double>> history;
@@ -372,11 +425,14 @@ void NonFiniteDetector::OutputCauses(const DetectorContext& ctx, std::vector<Cau
       (*evidence)["output_abs_max"].push_back({history[i].first, Num(history[i].second)});
     }
     if (last >= options_.saturation_abs_max && last >= 2 * first) {
-      RaiseCause(causes, "log_of_zero", 0.4);
       if (last >= options_.exp_overflow_abs_max) {
+        RaiseCause(causes, "log_of_zero", 0.4);
         RaiseCause(causes, "exp_overflow", 0.5);
       } else {
-        RaiseCause(causes, "saturating_activation", 0.6);
+        // The outputs climbed until the probabilities reached 0 and 1: the saturation is
+        // the mechanism, the log of the 0 is what made the NaN (the outputs are finite).
+        RaiseCause(causes, "log_of_zero", 0.7);
+        RaiseCause(causes, "saturating_activation", 0.35);
       }
       (*evidence)["output_climbing"] = true;
     }

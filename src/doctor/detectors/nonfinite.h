@@ -6,6 +6,8 @@
 // Later non-finite steps extend the same finding; consequences are not reported again.
 #pragma once
 
+#include <optional>
+
 #include <deque>
 
 #include "doctor/detector.h"
@@ -66,10 +68,14 @@ class NonFiniteDetector : public Detector {
   void OutputCauses(const DetectorContext& ctx, std::vector<Cause>* causes, nlohmann::json* evidence) const;
 };
 
-// Labels outside [0, num_classes): `input/label_min` < 0 (other than the ignore index
-// -100) or `input/label_max` >= num_classes (meta/config num_classes). PyTorch on CPU
-// raises at once; on CUDA it is a device assert or silent garbage — either way the data,
-// not the model, is wrong. Code LABEL_OUT_OF_RANGE (critical).
+// Labels used outside [0, num_classes): `input/label_max` >= num_classes (meta/config
+// num_classes), or `input/label_min` < 0 where the evidence says the loss used it: the loss
+// is non-finite at that step, or the run stopped there with an exception. PyTorch's
+// cross_entropy/nll_loss raise on CPU (device-assert on CUDA) for a negative target that
+// is not the ignore_index, so a run that goes on training with a finite loss ignores its
+// negative labels: -100 (the default) or whatever value the script set (minGPT masks
+// with -1): RunFacts::label_ignore_value. Code LABEL_OUT_OF_RANGE (critical). Only integer
+// targets are recorded as labels (float targets are soft labels, not class indices).
 class LabelRangeDetector : public Detector {
  public:
   const char* name() const override { return "label_range"; }
@@ -77,9 +83,19 @@ class LabelRangeDetector : public Detector {
     return {{"LABEL_OUT_OF_RANGE"}, {{Input::kInputBatch}}};
   }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+  void Finish(const DetectorContext& ctx) override;
+
+ private:
+  void Report(int64_t step, double lo, double hi, const std::string& why, const DetectorContext& ctx);
+  struct Pending {
+    int64_t step;
+    double lo, hi;
+  };
+  std::optional<Pending> pending_;
 };
 
-// Whether the labels at this frame are out of range (used as NaN evidence as well).
-bool LabelsOutOfRange(const StepFrame& frame, int num_classes, double* min_label, double* max_label);
+// Whether the labels at this frame are out of range, the run's ignore value apart (used as
+// NaN evidence as well).
+bool LabelsOutOfRange(const StepFrame& frame, const RunFacts& facts, double* min_label, double* max_label);
 
 }  // namespace trainscope::doctor

@@ -160,8 +160,45 @@ TEST(LabelRange, EdgesOfTheClassRange) {
   EXPECT_TRUE(run(0, 9).empty());
   EXPECT_TRUE(run(-100, 9).empty());  // ignore_index
   EXPECT_EQ(run(0, 10).size(), 1u);
-  EXPECT_EQ(run(-1, 5).size(), 1u);
   EXPECT_EQ(run(0, 10)[0].code, "LABEL_OUT_OF_RANGE");
+}
+
+// minGPT masks its targets with -1 (cross_entropy(..., ignore_index=-1)) and trains with a
+// finite loss: PyTorch would have raised for a -1 it did not ignore.
+TEST(LabelRange, AnyIgnoreValueTheRunTrainsOnIsNoFault) {
+  Feed feed({"label_range"});
+  for (int64_t s = 0; s < 50; ++s) {
+    feed.Scalar("train/loss", s, 4.0 - 0.02 * s);
+    feed.Scalar("input/label_min", s, -1);
+    feed.Scalar("input/label_max", s, 64);
+  }
+  EXPECT_TRUE(feed.Finish().empty());
+}
+
+TEST(LabelRange, NegativeLabelsUsedOutOfRange) {
+  {  // the loss is non-finite at the step with the label
+    Feed feed({"label_range"});
+    for (int64_t s = 0; s < 10; ++s) {
+      feed.Scalar("train/loss", s, s == 6 ? kNaN : 2.0);
+      feed.Scalar("input/label_min", s, s == 6 ? -3 : 0);
+      feed.Scalar("input/label_max", s, 9);
+    }
+    const auto f = feed.Finish();
+    ASSERT_EQ(f.size(), 1u);
+    EXPECT_EQ(f[0].step, 6);
+  }
+  {  // the run crashed at it (CPU PyTorch raises before a loss is logged)
+    Feed feed({"label_range"});
+    feed.Meta("exception", R"({"type": "IndexError", "message": "Target -1 is out of bounds."})");
+    for (int64_t s = 0; s < 5; ++s) {
+      feed.Scalar("input/label_min", s, s == 4 ? -1 : 0);
+      feed.Scalar("input/label_max", s, 9);
+      if (s < 4) feed.Scalar("train/loss", s, 2.0);
+    }
+    const auto f = feed.Finish();
+    ASSERT_EQ(f.size(), 1u);
+    EXPECT_EQ(f[0].step, 4);
+  }
 }
 
 }  // namespace

@@ -335,6 +335,12 @@ DeclaredPrecision ParseDeclaredPrecision(const std::map<std::string, std::string
   return d;
 }
 
+bool IsSixteenBitFloat(const std::string& dtype) {
+  const std::string d = Lower(dtype);
+  return d.find("bfloat16") != std::string::npos || d.find("float16") != std::string::npos ||
+         d.find("half") != std::string::npos || d == "bf16" || d == "fp16" || d.find("torch.bf16") != std::string::npos;
+}
+
 }  // namespace trainscope::doctor
 
 #ifdef TRAINSCOPE_WITH_NUMERICS
@@ -342,6 +348,7 @@ DeclaredPrecision ParseDeclaredPrecision(const std::map<std::string, std::string
 
 #include "numerics/fit.h"
 #include "numerics/formats.h"
+#include "doctor/param_roles.h"
 
 namespace trainscope::doctor {
 
@@ -385,6 +392,14 @@ double IndependentShareBelow(const TensorStats& update, const TensorStats& weigh
 
 }  // namespace
 
+struct PrecisionFitStale {
+  size_t points = 0, est_points = 0;
+  double observed_sum = 0, est_sum = 0, observed_max = 0;
+  int64_t first_step = -1, last_step = 0, first_bad = -1;
+  uint64_t numel = 0;
+  double weight_abs_max = 0, update_abs_max = 0, update_rms = 0;
+};
+
 struct PrecisionFitDetector::State {
   const FloatFormat* fp16 = &Format("fp16");
   const FloatFormat* bf16 = &Format("bf16");
@@ -421,13 +436,7 @@ struct PrecisionFitDetector::State {
   int64_t grad_abs_max_step = 0;
   int used_scale_exponent_min = 1000, used_scale_exponent_max = -1000;
 
-  struct Stale {
-    size_t points = 0, est_points = 0;
-    double observed_sum = 0, est_sum = 0, observed_max = 0;
-    int64_t first_step = -1, last_step = 0, first_bad = -1;
-    uint64_t numel = 0;
-    double weight_abs_max = 0, update_abs_max = 0, update_rms = 0;
-  };
+  using Stale = PrecisionFitStale;
   std::map<std::string, Stale> stale;
   std::vector<std::string> stale_order;
 
@@ -698,6 +707,63 @@ void PrecisionFitDetector::OnStep(const StepFrame& frame, const DetectorContext&
   }
 }
 
+void PrecisionFitDetector::ReportNotUpdated(const std::vector<std::pair<std::string, const PrecisionFitStale*>>& params,
+                                            size_t moving, const DetectorContext& ctx) const {
+  const RunFacts& facts = ctx.facts;
+  // The largest parameter that never moves names the finding; every one is listed.
+  auto worst = std::max_element(params.begin(), params.end(),
+                                [](const auto& a, const auto& b) { return a.second->numel < b.second->numel; });
+  const std::string& p = worst->first;
+  const auto* x = worst->second;
+  bool any_unoptimized = false;
+  json names = json::array();
+  for (const auto& [name, stale] : params) {
+    any_unoptimized |= facts.unoptimized_params.count(name) > 0;
+    if (names.size() < 20) names.push_back(name);
+  }
+  const bool lr_known = std::isfinite(facts.lr) && facts.lr_max > 0;
+  const bool lr_collapsed = lr_known && facts.lr < 1e-6 * facts.lr_max;
+  Finding f;
+  f.code = "PARAM_NOT_UPDATED";
+  // Some parameters move and these never do: a layer left out of training. Every parameter
+  // stopping together (an LR annealed to ~0, an optimizer that converged) is information.
+  f.severity = any_unoptimized || (moving > 0 && !lr_collapsed) ? Severity::kWarning : Severity::kInfo;
+  f.step = x->first_bad >= 0 ? x->first_bad : x->first_step;
+  f.last_step = x->last_step;
+  f.location = p;
+  f.summary = std::to_string(params.size()) + " parameter" + (params.size() == 1 ? "" : "s") + " never change (" + p +
+              " among them: its update is exactly 0 at " + std::to_string(x->points) +
+              " recorded steps while its gradient is not)";
+  std::vector<Cause> causes;
+  json ev = {{"param", p}, {"params", names}, {"count", params.size()}, {"points", x->points},
+             {"steps", json::array({x->first_step, x->last_step})}, {"params_that_move", moving}};
+  if (auto it = facts.param_dtypes.find(p); it != facts.param_dtypes.end()) ev["dtype"] = it->second;
+  if (facts.unoptimized_params_known) {
+    ev["unoptimized_params"] = json(std::vector<std::string>(facts.unoptimized_params.begin(), facts.unoptimized_params.end()));
+    if (any_unoptimized) {
+      RaiseCause(&causes, "param_not_in_optimizer", 0.9);
+      f.summary += "; no optimizer holds " + std::string(facts.unoptimized_params.count(p) ? p : "them");
+    }
+  } else if (moving > 0) {
+    RaiseCause(&causes, "param_not_in_optimizer", 0.6);
+  }
+  if (lr_known) {
+    ev["lr"] = Num(facts.lr);
+    ev["lr_max"] = Num(facts.lr_max);
+    if (lr_collapsed) {
+      RaiseCause(&causes, "lr_collapsed", 0.85);
+      f.summary += "; the learning rate is " + FormatNumber(facts.lr, 3) + ", " +
+                   FormatNumber(facts.lr / facts.lr_max, 2) + " of its maximum " + FormatNumber(facts.lr_max, 3);
+    }
+  } else {
+    RaiseCause(&causes, "lr_collapsed", 0.2);
+  }
+  if (moving == 0 && !lr_collapsed) RaiseCause(&causes, "optimizer_stopped", 0.5);
+  f.evidence_json = ev.dump();
+  f.causes = std::move(causes);
+  ctx.Report(std::move(f));
+}
+
 void PrecisionFitDetector::Finish(const DetectorContext& ctx) {
   State& st = *state_;
   using json = nlohmann::json;
@@ -800,17 +866,42 @@ void PrecisionFitDetector::Finish(const DetectorContext& ctx) {
       if (x.points >= options_.stale_min_points) observed_values += observed * static_cast<double>(x.numel);
     }
     const bool observed_matters = all_values > 0 && observed_values / all_values >= options_.stale_model_fraction;
+    // A lost update is bfloat16's only for a parameter stored in 16 bits: meta `param_dtypes`
+    // says so, or (without it) the config declares bfloat16 weights, or the loss is partial:
+    // rounding loses the updates below half an ulp of their weight and keeps the others,
+    // while a tensor no optimizer steps (or one stepped with an LR of ~0) loses them all.
+    // A weight that does not move at all is PARAM_NOT_UPDATED (below).
+    const RunFacts& facts = ctx.facts;
+    auto sixteen_bit = [&](const std::string& p, double observed) {
+      auto it = facts.param_dtypes.find(p);
+      if (it != facts.param_dtypes.end()) return IsSixteenBitFloat(it->second);
+      if (!facts.param_dtypes.empty()) return false;
+      return st.declared.bf16_weights || observed < options_.not_updated_fraction;
+    };
+    std::vector<std::pair<std::string, const State::Stale*>> not_updated;
+    size_t moving = 0;
     for (const std::string& p : st.stale_order) {
       const State::Stale& x = st.stale.at(p);
       const double observed = x.points ? x.observed_sum / static_cast<double>(x.points) : 0;
       const double estimated = x.est_points ? x.est_sum / static_cast<double>(x.est_points) : 0;
-      if (observed_matters && x.points >= options_.stale_min_points && observed >= options_.stale_fraction) {
+      if (x.points >= options_.stale_min_points && observed < 0.5) ++moving;
+      const bool observed_lost = x.points >= options_.stale_min_points && observed >= options_.stale_fraction;
+      const bool is16 = sixteen_bit(p, observed);
+      if (observed_lost && !is16) {
+        if (observed >= options_.not_updated_fraction &&
+            (facts.unoptimized_params.count(p) || ClassifyParam(p, facts) == ParamRole::kWeight)) {
+          not_updated.emplace_back(p, &x);
+        }
+        continue;
+      }
+      if (observed_matters && observed_lost) {
         lost.push_back({p, observed, true, &x});
-      } else if (st.declared.bf16_weights && x.est_points >= options_.stale_min_points &&
-                 estimated >= options_.stale_fraction) {
+      } else if (is16 && (st.declared.bf16_weights || facts.param_dtypes.count(p)) &&
+                 x.est_points >= options_.stale_min_points && estimated >= options_.stale_fraction) {
         lost.push_back({p, estimated, false, &x});
       }
     }
+    if (!not_updated.empty()) ReportNotUpdated(not_updated, moving, ctx);
     if (!lost.empty()) {
       // The parameter losing the most updates (share x size) first: a 4-element bias losing
       // all of them matters less than a weight matrix losing most.

@@ -122,6 +122,10 @@ struct PrecisionFitOptions {
   // share of all the update values recorded: a conv bias before a BatchNorm, whose gradient
   // is ~0, loses its updates in FP32 too, and harmlessly.
   double stale_model_fraction = 0.1;
+  // PARAM_NOT_UPDATED: a parameter not stored in 16 bits whose update is exactly 0 for at
+  // least this share of its values (on average over stale_min_points recorded steps) while
+  // its gradient is not: the tensor does not move at all.
+  double not_updated_fraction = 0.99;
   size_t min_numel = 16;
   // FP8_READINESS: amax history length (recorded points) of the delayed scaling; a layer
   // losing more than `fp8_lost_warning` of its values makes the finding a warning.
@@ -139,20 +143,29 @@ struct DeclaredPrecision {
 };
 DeclaredPrecision ParseDeclaredPrecision(const std::map<std::string, std::string>& meta);
 
+// Whether a dtype name (meta `param_dtypes`: "bfloat16", "torch.float16", ...) is a 16-bit float.
+bool IsSixteenBitFloat(const std::string& dtype);
+
+struct PrecisionFitStale;  // a parameter's lost-update counts (numerics.cc)
+
 class PrecisionFitDetector : public Detector {
  public:
   explicit PrecisionFitDetector(PrecisionFitOptions options = {});
   ~PrecisionFitDetector() override;
   const char* name() const override { return "precision_fit"; }
   DetectorSpec spec() const override {
-    return {{"FP16_OVERFLOW", "FP16_UNDERFLOW", "BF16_STALE_UPDATE", "FP8_READINESS", "TF32_PRECISION"},
-            {{Input::kGradStats, {"FP16_UNDERFLOW"}, true}, {Input::kWeightUpdates, {"BF16_STALE_UPDATE"}, true}}};
+    return {{"FP16_OVERFLOW", "FP16_UNDERFLOW", "BF16_STALE_UPDATE", "FP8_READINESS", "TF32_PRECISION",
+             "PARAM_NOT_UPDATED"},
+            {{Input::kGradStats, {"FP16_UNDERFLOW"}, true},
+             {Input::kWeightUpdates, {"BF16_STALE_UPDATE", "PARAM_NOT_UPDATED"}, true}}};
   }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
   void Finish(const DetectorContext& ctx) override;
 
  private:
   struct State;
+  void ReportNotUpdated(const std::vector<std::pair<std::string, const PrecisionFitStale*>>& params,
+                        size_t moving, const DetectorContext& ctx) const;
   PrecisionFitOptions options_;
   std::unique_ptr<State> state_;
 };

@@ -119,11 +119,16 @@ void PageFaultDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
 }
 
 void MemoryLeakDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  // trainscope's own memory (its buffers, the recorder's queue) is not the training's: a
+  // series under mem/trainscope (e.g. mem/trainscope_rss) is taken out of the process RSS.
+  for (const auto& [tag, v] : frame.scalars) {
+    if (HasPrefix(tag, "mem/trainscope") && std::isfinite(v)) own_rss_ = v;
+  }
   for (const auto& [tag, v] : frame.scalars) {
     if (!std::isfinite(v)) continue;
     if (tag == "mem/rss" || tag == "mem/cuda_allocated") {
       memory_[tag].steps.push_back(static_cast<double>(frame.step));
-      memory_[tag].values.push_back(v);
+      memory_[tag].values.push_back(tag == "mem/rss" ? v - own_rss_ : v);
     } else if (HasPrefix(tag, "census/")) {
       census_[tag].steps.push_back(static_cast<double>(frame.step));
       census_[tag].values.push_back(v);
@@ -147,9 +152,34 @@ void MemoryLeakDetector::Check(const DetectorContext& ctx) {
     const double growth = fit.slope * (xs.back() - xs.front());
     const double level = Median(ys);
     const bool cuda = tag == "mem/cuda_allocated";
-    const bool big = cuda ? growth >= options_.cuda_min_growth
-                          : growth >= options_.min_growth && growth >= options_.rel_growth * level;
-    if (!update && (fit.trend_z < options_.trend_z || !big)) continue;
+    auto big = [&](double bytes) {
+      return cuda ? bytes >= options_.cuda_min_growth
+                  : bytes >= options_.min_growth && bytes >= options_.rel_growth * level;
+    };
+    // The growth as measured, end level against start level (medians of a few points, so
+    // one noisy sample does not decide).
+    const size_t ends = std::min<size_t>(5, ys.size() / 2);
+    const double measured = Median(ys.subspan(ys.size() - ends)) - Median(ys.first(ends));
+    // Sustained: the recent part of the run still climbs.
+    const size_t recent = std::min(ys.size(), std::max(options_.min_points / 2,
+                                                       static_cast<size_t>(options_.recent_fraction * ys.size())));
+    const SlopeFit recent_fit = RobustSlope(xs.subspan(xs.size() - recent), ys.subspan(ys.size() - recent));
+    // And it climbs through the whole recent window, not in one step inside it: the
+    // medians of its three thirds rise one after the other, each by a real share of what
+    // the whole fit predicts over a third (a step up leaves two thirds level).
+    const size_t third = recent / 3;
+    bool climbs_throughout = third >= 3;
+    if (climbs_throughout) {
+      const auto tail = ys.subspan(ys.size() - 3 * third);
+      const double m1 = Median(tail.subspan(0, third)), m2 = Median(tail.subspan(third, third)),
+                   m3 = Median(tail.subspan(2 * third, third));
+      const double expected = fit.slope * (xs.back() - xs[xs.size() - 3 * third]) / 3;
+      climbs_throughout = m2 - m1 >= options_.recent_slope_fraction * expected &&
+                          m3 - m2 >= options_.recent_slope_fraction * expected;
+    }
+    const bool sustained = recent_fit.trend_z >= options_.recent_trend_z && recent_fit.slope > 0 &&
+                           recent_fit.slope >= options_.recent_slope_fraction * fit.slope && climbs_throughout;
+    if (!update && (fit.trend_z < options_.trend_z || !big(growth) || !big(measured) || !sustained)) continue;
     reported_.insert(tag);
     // Which object type grows with it.
     std::string growing;
@@ -171,7 +201,7 @@ void MemoryLeakDetector::Check(const DetectorContext& ctx) {
     f.step = static_cast<int64_t>(xs.front());
     f.last_step = static_cast<int64_t>(xs.back());
     f.location = tag;
-    const double current = ys.back(), grown = ys.back() - ys.front();
+    const double current = ys.back(), grown = measured;
     f.summary = tag + " grows ~" + FormatNumber(fit.slope / 1e6, 3) + " MB/step since step " + std::to_string(f.step) + " (+" +
                 FormatNumber(growth / 1e6, 3) + " MB; Theil-Sen slope, Mann-Kendall z " + FormatNumber(fit.trend_z, 3) +
                 "): " + FormatNumber(current / 1e6, 4) + " MB at step " + std::to_string(f.last_step) + ", +" +
@@ -179,7 +209,10 @@ void MemoryLeakDetector::Check(const DetectorContext& ctx) {
                 (growing.empty() ? "" : "; " + growing + " objects grow +" + FormatNumber(growing_slope, 3) + " per step");
     json ev = {{"slope_bytes_per_step", Num(fit.slope)}, {"intercept", Num(fit.intercept)}, {"trend_z", Num(fit.trend_z)},
                {"growth_bytes", Num(growth)}, {"since_step", f.step}, {"level_bytes", Num(level)},
-               {"current_bytes", Num(current)}, {"current_step", f.last_step}, {"grown_bytes", Num(grown)}};
+               {"current_bytes", Num(current)}, {"current_step", f.last_step}, {"grown_bytes", Num(grown)},
+               {"recent_slope_bytes_per_step", Num(recent_fit.slope)}, {"recent_trend_z", Num(recent_fit.trend_z)},
+               {"recent_since_step", static_cast<int64_t>(xs[xs.size() - recent])}};
+    if (own_rss_ > 0) ev["trainscope_rss_excluded_bytes"] = Num(own_rss_);
     if (!growing.empty()) ev["growing_type"] = {{"type", growing}, {"per_step", Num(growing_slope)}, {"trend_z", Num(growing_z)}};
     f.evidence_json = ev.dump();
     std::vector<Cause> causes;

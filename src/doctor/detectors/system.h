@@ -90,6 +90,18 @@ struct MemoryLeakOptions {
   double min_growth = 50e6;
   double rel_growth = 0.1;
   double cuda_min_growth = 10e6;
+  // A leak is sustained: memory still grows over the most recent part of the run (the
+  // last recent_fraction of the judged points, at least min_points / 2), with a
+  // Mann-Kendall z >= recent_trend_z and a slope >= recent_slope_fraction of the whole
+  // fit's. An evaluation pass with a larger batch steps RSS up once per epoch and leaves it
+  // flat after: steps followed by a plateau are the allocator's new high-water mark, not a
+  // leak. The recent window must also climb throughout: the medians of its three thirds
+  // rise one after the other, each by >= recent_slope_fraction of what the fit predicts
+  // (one step inside the window leaves two thirds level). And the growth the finding reports (median of the last points minus median of
+  // the first) meets the same floor as the fitted one.
+  double recent_fraction = 1.0 / 3;
+  double recent_trend_z = 3;
+  double recent_slope_fraction = 0.25;
   // A census type grows: slope >= 0.5 objects per step with z >= 4.
   double census_slope = 0.5;
   double census_z = 4;
@@ -115,6 +127,7 @@ class MemoryLeakDetector : public Detector {
   std::map<std::string, Series> memory_, census_;
   std::set<std::string> reported_;
   size_t frames_ = 0;
+  double own_rss_ = 0;  // the latest mem/trainscope* value (trainscope's own memory)
 };
 
 struct ThroughputOptions {

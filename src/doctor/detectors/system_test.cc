@@ -141,3 +141,55 @@ TEST(Throughput, CausesFollowTheEvidence) {
 
 }  // namespace
 }  // namespace trainscope::doctor
+
+namespace trainscope::doctor {
+namespace {
+
+using namespace testing;
+
+// RSS that steps up at the end of the first two epochs (an evaluation pass with a larger
+// batch raises the allocator's high-water mark) and is flat after: healthy.
+std::vector<Finding> EpochStepRun(double step_bytes, int64_t steps, int64_t epoch, double noise_bytes = 1e6) {
+  Feed feed({"memory_leak"});
+  std::mt19937 rng(3);
+  std::normal_distribution<double> n(0, noise_bytes);
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t epochs_done = std::min<int64_t>(2, s / epoch);
+    feed.Scalar("mem/rss", s, 600e6 + step_bytes * static_cast<double>(epochs_done) + n(rng));
+  }
+  return feed.Finish();
+}
+
+TEST(MemoryLeak, StepsAtEpochEndsThenFlatAreNotALeak) {
+  EXPECT_TRUE(EpochStepRun(35e6, 600, 150).empty());  // +70 MB in two steps, flat for 300 steps
+  EXPECT_TRUE(EpochStepRun(23e6, 600, 150).empty());  // +46 MB: below the 50 MB floor as measured
+}
+
+TEST(MemoryLeak, TrainscopesOwnMemoryDoesNotCount) {
+  Feed feed({"memory_leak"});
+  std::mt19937 rng(5);
+  std::normal_distribution<double> n(0, 1e6);
+  for (int64_t s = 0; s < 400; ++s) {
+    const double own = 50e6 + 0.5e6 * static_cast<double>(s);  // the monitor's buffers
+    feed.Scalar("mem/trainscope_rss", s, own);
+    feed.Scalar("mem/rss", s, 700e6 + own + n(rng));
+  }
+  EXPECT_TRUE(feed.Finish().empty());
+}
+
+TEST(MemoryLeak, ASustainedClimbAfterAPlateauIsStillALeak) {
+  Feed feed({"memory_leak"});
+  std::mt19937 rng(9);
+  std::normal_distribution<double> n(0, 1e6);
+  for (int64_t s = 0; s < 400; ++s) {
+    const double leak = s < 200 ? 0 : 1e6 * static_cast<double>(s - 200);
+    feed.Scalar("mem/rss", s, 700e6 + leak + n(rng));
+  }
+  const auto f = feed.Finish();
+  ASSERT_EQ(f.size(), 1u);
+  const auto ev = nlohmann::json::parse(f[0].evidence_json);
+  EXPECT_GE(ev["grown_bytes"].get<double>(), 50e6);  // the number it reports meets its floor
+}
+
+}  // namespace
+}  // namespace trainscope::doctor

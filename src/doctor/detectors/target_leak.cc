@@ -10,8 +10,9 @@ using json = nlohmann::json;
 }  // namespace
 
 void TargetLeakDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
-  if (done_) return;
   const RunFacts& facts = ctx.facts;
+  if (std::isfinite(facts.loss) && facts.loss < 0) negative_seen_ = true;
+  if (done_) return;
   if (const double* copy = frame.Scalar("data/target_copy_fraction")) {
     if (std::isfinite(*copy)) {
       copy_sum_ += *copy;
@@ -47,6 +48,9 @@ void TargetLeakDetector::OnStep(const StepFrame& frame, const DetectorContext& c
 
 void TargetLeakDetector::Finish(const DetectorContext& ctx) {
   if (!done_ && points_ > 0) Judge(last_loss_step_, ctx, true);
+  const bool negative = negative_seen_ || ctx.facts.loss_end_level < 0;
+  if (deferred_ && !negative) ctx.Report(std::move(*deferred_));
+  deferred_.reset();
 }
 
 void TargetLeakDetector::Judge(int64_t step, const DetectorContext& ctx, bool at_end) {
@@ -64,6 +68,7 @@ void TargetLeakDetector::Judge(int64_t step, const DetectorContext& ctx, bool at
   if (has_val && !(val_loss_ <= std::max(options_.val_ratio * level, options_.absolute_alone))) return;
   if (!copies && !has_val && !at_end && ctx.facts.roles.Has(Role::kValLoss)) return;
   done_ = true;
+  if (negative_seen_ || ctx.facts.loss_end_level < 0) return;
   Finding f;
   f.code = "TARGET_LEAK";
   // The loss alone cannot tell a leak from a task that is simply easy (a template-matching
@@ -101,7 +106,14 @@ void TargetLeakDetector::Judge(int64_t step, const DetectorContext& ctx, bool at
   f.summary = summary;
   f.evidence_json = evidence.dump();
   f.causes = std::move(causes);
-  ctx.Report(std::move(f));
+  if (copies) {
+    ctx.Report(std::move(f));
+  } else {
+    json ev = json::parse(f.evidence_json);
+    ev["detected_at"] = step;  // the data showed it here; reported at the end
+    f.evidence_json = ev.dump();
+    deferred_ = std::move(f);
+  }
 }
 
 }  // namespace trainscope::doctor

@@ -14,10 +14,14 @@
 //     first value and <= absolute_alone, within the first fast_points points; a
 //     validation loss, when one is logged, must be as low (<= val_ratio x the training
 //     loss or <= absolute_alone): memorising a small training set is OVERFITTING, not this.
+//   Never for a loss that goes negative (an ELBO or log-likelihood), nor on a run of several
+//   models with their own optimizers (a GAN's discriminator wins fast; Doctor skips the
+//   loss-progress detectors there). On the loss alone the verdict is given at the run's end.
 //   Severity: warning with the data's evidence, info on the loss alone (an easy task
 //   reaches near-zero loss honestly: the scenarios' template-matching CNN does).
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "doctor/detector.h"
@@ -57,6 +61,12 @@ class TargetLeakDetector : public Detector {
   double val_loss_ = kNaN;
   int64_t last_loss_step_ = 0;
   bool done_ = false;
+  // A loss that goes below zero is a log-likelihood or an ELBO (a VAE's), not a supervised
+  // loss against labels: its fall says nothing about targets in the inputs. Online the
+  // sign may come later than the collapse, so the verdict on the loss alone (no data
+  // evidence) waits for the run's end.
+  bool negative_seen_ = false;
+  std::optional<Finding> deferred_;
 };
 
 }  // namespace trainscope::doctor

@@ -58,3 +58,33 @@ TEST(TargetLeakEdges, WhatATaskAllows) {
 
 }  // namespace
 }  // namespace trainscope::doctor
+
+namespace trainscope::doctor {
+namespace {
+
+using testing::Feed;
+
+// A VAE's loss (a negative ELBO per pixel) falls fast from ~2 to near 0 and then below it:
+// a log-likelihood, not a supervised loss.
+TEST(TargetLeak, ALossThatGoesNegativeIsNoLeak) {
+  Feed feed({"target_leak"});
+  for (int s = 0; s < 400; ++s) {
+    const double loss = s < 150 ? 2.3 * std::pow(0.001 / 2.3, s / 150.0) : 0.001 - 0.002 * (s - 150);
+    feed.Scalar("train/loss", s, loss);
+  }
+  EXPECT_TRUE(feed.Finish().empty());
+}
+
+// A GAN's discriminator winning fast: its loss collapses, the run has two models with
+// their own optimizers.
+TEST(TargetLeak, AnAdversarialRunIsNotJudged) {
+  Feed feed({"target_leak"});
+  feed.Meta("models", R"([{"name": "", "class": "Generator", "optimizer": "Adam"},
+                         {"name": "D", "class": "Discriminator", "optimizer": "Adam"}])");
+  for (int s = 0; s < 400; ++s) feed.Scalar("train/loss", s, 2.3 * std::pow(0.002 / 2.3, std::min(1.0, s / 200.0)));
+  EXPECT_TRUE(feed.Finish().empty());
+  EXPECT_EQ(feed.doctor().not_checked().empty(), false);
+}
+
+}  // namespace
+}  // namespace trainscope::doctor

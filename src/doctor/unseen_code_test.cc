@@ -1,0 +1,368 @@
+// Scripts nobody on the team wrote (issue 27): a GAN with two models and optimizers, a VAE,
+// an LSTM under LBFGS, a minGPT-style transformer, a classifier with a per-epoch scheduler,
+// healthy and with one-line bugs. Each test is a kind of failure seen there, on synthetic
+// sample streams.
+#include <gtest/gtest.h>
+
+#include "doctor/doctor.h"
+#include "doctor/facts.h"
+#include "doctor/test_util.h"
+
+namespace trainscope::doctor {
+namespace {
+
+using namespace testing;
+using json = nlohmann::json;
+
+// Activation statistics are measured on a helper thread and committed a few steps after
+// their forward: online they arrive after later steps' scalars. Online and offline must
+// agree on the same stream.
+TEST(UnseenCode, ActivationDriftOnlineEqualsOffline) {
+  DoctorOptions only;
+  only.only = {"activation_drift"};
+  Feed online({"activation_drift"});
+  RunData run;
+  std::vector<std::pair<int64_t, TensorStats>> in_flight;
+  for (int64_t s = 0; s < 1400; ++s) {
+    online.Scalar("train/loss", s, 1.0);
+    run.OnScalar("train/loss", s, 0, 1.0);
+    if (s % 20 == 0) {
+      const double sd = std::exp(5.0 * static_cast<double>(s) / 1400.0);  // std grows ~150x
+      in_flight.emplace_back(s, Normal(512, 0, sd, static_cast<uint32_t>(s + 1)));
+    }
+    // Committed three steps after its forward.
+    while (!in_flight.empty() && in_flight.front().first + 3 <= s) {
+      online.Stats("act/fc1", in_flight.front().first, in_flight.front().second);
+      run.OnTensorStats("act/fc1", in_flight.front().first, 0, in_flight.front().second);
+      in_flight.erase(in_flight.begin());
+    }
+  }
+  const auto live = online.Finish();
+  const auto offline = Diagnose(run, only).findings;
+  ASSERT_EQ(offline.size(), 1u);
+  ASSERT_EQ(live.size(), offline.size());
+  EXPECT_EQ(live[0].code, offline[0].code);
+  EXPECT_EQ(live[0].location, offline[0].location);
+  EXPECT_EQ(live[0].severity, offline[0].severity);
+}
+
+// DUPLICATE_STEPS speaks about the user's series, never about those trainscope writes.
+TEST(UnseenCode, DuplicateStepsNeverAboutTrainscopesOwnSeries) {
+  RunData run;
+  for (int64_t s = 0; s < 100; ++s) {
+    run.OnScalar("train/loss", s, 0, 1.0);
+    // An evaluation pass at the step's end: the watcher's timings and memory twice.
+    run.OnScalar("time/step", s, 0, 0.02);
+    run.OnScalar("mem/rss", s, 0, 5e8);
+    run.OnScalar("train/grad_zeroed", s, 0, 1);
+    run.OnScalar("opt/lr", s, 0, 1e-3);
+    if (s % 10 == 0) {
+      run.OnScalar("time/step", s, 0, 0.5);
+      run.OnScalar("mem/rss", s, 0, 6e8);
+      run.OnScalar("train/grad_zeroed", s, 0, 0);
+      run.OnScalar("opt/lr", s, 0, 5e-4);
+    }
+  }
+  EXPECT_EQ(FindCode(Diagnose(run).findings, "DUPLICATE_STEPS"), nullptr);
+}
+
+constexpr const char* kTwoModels =
+    R"([{"name": "", "class": "Generator", "optimizer": "Adam", "params": 4, "tensors": 4},
+        {"name": "D", "class": "Discriminator", "optimizer": "Adam", "params": 4, "tensors": 4}])";
+
+// Each model's train/<model>/grad_zeroed on its own: the discriminator's forgotten
+// zero_grad is found, at the discriminator, while the generator's is fine.
+TEST(UnseenCode, GradNotZeroedPerModel) {
+  Feed feed({"grad_not_zeroed"});
+  feed.Meta("models", kTwoModels);
+  for (int64_t s = 0; s < 30; ++s) {
+    feed.Scalar("train/grad_zeroed", s, 1);
+    feed.Scalar("train/D/grad_zeroed", s, 0);
+  }
+  const auto f = feed.Finish();
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].code, "GRAD_NOT_ZEROED");
+  EXPECT_EQ(f[0].location, "D");
+  EXPECT_TRUE(feed.doctor().facts().has_grad_zeroed);
+}
+
+// A GAN: the discriminator's loss rises from 0.49 to 0.95 as the generator learns, the
+// generator's falls. Two adversaries, not one loss that diverges.
+TEST(UnseenCode, GanLossesAreNotJudgedAsProgress) {
+  Feed feed({});
+  feed.Meta("models", kTwoModels);
+  std::mt19937 rng(4);
+  std::normal_distribution<double> n(0, 0.03);
+  for (int64_t s = 0; s < 600; ++s) {
+    const double t = static_cast<double>(s) / 600.0;
+    feed.Scalar("loss_D", s, 0.49 + 0.46 * t + n(rng));
+    feed.Scalar("loss_G", s, 3.0 - 2.0 * t + n(rng));
+    if (s == 400) feed.Scalar("loss_D", s, 2.5);  // the generator's good batch
+  }
+  const auto f = feed.Finish();
+  for (const char* code : {"LOSS_DIVERGENCE", "LOSS_SPIKE", "LOSS_PLATEAU", "LOSS_OSCILLATION"}) {
+    EXPECT_EQ(FindCode(f, code), nullptr) << code;
+  }
+  bool said = false;
+  for (const auto& nc : feed.doctor().not_checked()) said |= nc.reason.find("several models") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
+// WGAN-style: the critic steps five times per generator step; the generator's gradient
+// norm is 20x the critic's. Summed into one series that is a 20x jump every fifth step.
+TEST(UnseenCode, GradExplosionJudgesEachModelOnItsOwnSeries) {
+  Feed feed({"grad_explosion"});
+  feed.Meta("models", kTwoModels);
+  std::mt19937 rng(6);
+  std::lognormal_distribution<double> n(0, 0.1);
+  for (int64_t s = 0; s < 300; ++s) {
+    if (s % 5 == 4) {
+      feed.Stats("grad/main.0.weight", s, WithRms(256, 2.0 * n(rng), static_cast<uint32_t>(s)));
+    } else {
+      feed.Stats("grad/D/main.0.weight", s, WithRms(256, 0.1 * n(rng), static_cast<uint32_t>(s)));
+    }
+  }
+  const auto f = feed.Finish();
+  EXPECT_EQ(FindCode(f, "GRAD_EXPLOSION"), nullptr) << (f.empty() ? "" : f[0].summary);
+}
+
+// The same per-model series still finds a real explosion, at the model it happened in.
+TEST(UnseenCode, GradExplosionInOneModelIsFoundThere) {
+  Feed feed({"grad_explosion"});
+  feed.Meta("models", kTwoModels);
+  std::mt19937 rng(6);
+  std::lognormal_distribution<double> n(0, 0.1);
+  for (int64_t s = 0; s < 300; ++s) {
+    feed.Stats("grad/main.0.weight", s, WithRms(256, 2.0 * n(rng), static_cast<uint32_t>(s)));
+    feed.Scalar("grad/D/global_norm", s, (s == 200 ? 50.0 : 1.0) * n(rng));
+  }
+  const auto f = feed.Finish();
+  const Finding* e = FindCode(f, "GRAD_EXPLOSION");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->location, "grad/D/global_norm");
+  EXPECT_EQ(e->step, 200);
+}
+
+// ---- A: causes the run's own recorded facts contradict ----
+
+TensorStats Zeros(size_t n) {
+  std::vector<double> v(n, 0.0);
+  return ComputeTensorStats(v.data(), v.size(), false);
+}
+
+bool HasCause(const Finding& f, const std::string& id) {
+  return std::any_of(f.causes.begin(), f.causes.end(), [&](const Cause& c) { return c.id == id; });
+}
+
+bool AnyActionMentions(const Finding& f, const std::string& lower_phrase) {
+  return std::any_of(f.actions.begin(), f.actions.end(),
+                     [&](const std::string& a) { return Lower(a).find(lower_phrase) != std::string::npos; });
+}
+
+// A float32 layer no optimizer holds: its update is exactly 0 while its gradient is not.
+// Not bfloat16's lost updates; a parameter that never changes, because of the optimizer.
+std::vector<Finding> FrozenLayerRun(bool with_meta, double lr_at_end = 1e-3) {
+  Feed feed({"precision_fit"});
+  if (with_meta) {
+    feed.Meta("param_dtypes", R"({"fc1.weight": "float32", "fc2.weight": "float32"})");
+    feed.Meta("unoptimized_params", R"(["fc2.weight"])");
+  }
+  for (int64_t s = 0; s < 40; ++s) {
+    feed.Scalar("opt/lr", s, s < 20 ? 1e-3 : lr_at_end);
+    for (const char* p : {"fc1.weight", "fc2.weight"}) {
+      const bool frozen = std::string(p) == "fc2.weight" || lr_at_end < 1e-12;
+      feed.Stats(std::string("weight/") + p, s, Normal(256, 0, 0.1, 3));
+      feed.Stats(std::string("grad/") + p, s, Normal(256, 0, 0.01, static_cast<uint32_t>(s + 5)));
+      feed.Stats(std::string("update/") + p, s, frozen ? Zeros(256) : Normal(256, 0, 1e-4, static_cast<uint32_t>(s + 9)));
+    }
+  }
+  return feed.Finish();
+}
+
+TEST(UnseenCode, AFloat32LayerLeftOutOfTheOptimizerIsNotBf16) {
+  for (bool meta : {true, false}) {
+    const auto f = FrozenLayerRun(meta);
+    EXPECT_EQ(FindCode(f, "BF16_STALE_UPDATE"), nullptr) << meta;
+    const Finding* n = FindCode(f, "PARAM_NOT_UPDATED");
+    ASSERT_NE(n, nullptr) << meta;
+    EXPECT_EQ(n->location, "fc2.weight");
+    EXPECT_EQ(n->severity, Severity::kWarning);
+    EXPECT_EQ(n->causes.at(0).id, "param_not_in_optimizer");
+    EXPECT_FALSE(AnyActionMentions(*n, "master weights"));
+  }
+}
+
+TEST(UnseenCode, AnLrDecayedToZeroIsNotBf16EitherAndOnlyInformation) {
+  const auto f = FrozenLayerRun(true, 1e-20);
+  EXPECT_EQ(FindCode(f, "BF16_STALE_UPDATE"), nullptr);
+  const Finding* n = FindCode(f, "PARAM_NOT_UPDATED");
+  ASSERT_NE(n, nullptr);
+  EXPECT_TRUE(HasCause(*n, "lr_collapsed"));
+}
+
+// StepLR(step_size=1, gamma=0.08) stepped per batch: 1e-3 at step 0, 3.8e-31 by step 25.
+TEST(UnseenCode, ACollapsedScheduleIsNamedAndTheLrIsNotToBeRaised) {
+  Feed feed({"lr_anomaly", "loss_plateau"});
+  feed.Meta("config", R"({"num_classes": 10})");
+  std::mt19937 rng(1);
+  std::normal_distribution<double> n(0, 0.01);
+  for (int64_t s = 0; s < 400; ++s) {
+    feed.Scalar("opt/lr", s, 1e-3 * std::pow(0.08, static_cast<double>(std::min<int64_t>(s, 25))));
+    feed.Scalar("train/loss", s, 2.30 + n(rng));
+  }
+  const auto f = feed.Finish();
+  const Finding* lr = FindCode(f, "LR_ANOMALY");
+  ASSERT_NE(lr, nullptr);
+  EXPECT_EQ(lr->causes.at(0).id, "lr_schedule_collapsed");
+  EXPECT_NE(lr->summary.find("fell from 0.001 at step 0 to 3.78e-31"), std::string::npos) << lr->summary;
+  const Finding* plateau = FindCode(f, "LOSS_PLATEAU");
+  ASSERT_NE(plateau, nullptr);
+  EXPECT_EQ(plateau->causes.at(0).id, "lr_schedule_collapsed");
+  EXPECT_FALSE(HasCause(*plateau, "lr_too_low"));
+  EXPECT_FALSE(AnyActionMentions(*plateau, "higher learning rate"));
+  EXPECT_FALSE(AnyActionMentions(*plateau, "raise the learning rate"));
+  // The root comes first: the collapsed schedule explains the plateau.
+  EXPECT_EQ(f.front().code, "LR_ANOMALY");
+}
+
+// zero_grad() between backward() and step(): every gradient is exactly 0 from the first
+// step while the loss is finite and moves; the units are alive and the init is random.
+TEST(UnseenCode, GradientsClearedBeforeTheStep) {
+  Feed feed({"grad_vanishing"});
+  std::mt19937 rng(2);
+  std::normal_distribution<double> n(0, 0.05);
+  for (int64_t s = 0; s < 60; ++s) {
+    feed.Scalar("train/loss", s, 2.3 + n(rng));
+    TensorStats act = Normal(256, 0.3, 0.5, static_cast<uint32_t>(s + 1));
+    act.dead_fraction = 0.1;
+    feed.Stats("act/fc1", s, act);
+    for (const char* p : {"fc1.weight", "fc2.weight"}) {
+      feed.Stats(std::string("weight/") + p, s, Normal(256, 0, 0.1, 4));
+      feed.Stats(std::string("grad/") + p, s, Zeros(256));
+    }
+  }
+  const auto f = feed.Finish();
+  const Finding* v = FindCode(f, "GRAD_VANISHING");
+  ASSERT_NE(v, nullptr);
+  EXPECT_EQ(v->causes.at(0).id, "gradients_cleared_before_step");
+  for (const char* gone : {"dying_relu", "constant_init", "saturating_activation"}) {
+    EXPECT_FALSE(HasCause(*v, gone)) << gone;
+  }
+  const auto ev = json::parse(v->evidence_json);
+  EXPECT_NE(ev["decided_by"].get<std::string>().find("grads_zero_from_start"), std::string::npos);
+}
+
+// A random init whose ReLUs died: one layer's gradient is 0, its weights differ. Not a
+// constant init.
+TEST(UnseenCode, RandomInitIsNotConstantInit) {
+  Feed feed({"grad_vanishing"});
+  for (int64_t s = 0; s < 40; ++s) {
+    feed.Scalar("train/loss", s, 2.3 - 0.001 * s);
+    TensorStats act = Normal(256, 0.0, 0.5, static_cast<uint32_t>(s + 1));
+    act.dead_fraction = 0.95;
+    feed.Stats("act/relu1", s, act);
+    feed.Stats("weight/fc1.weight", s, Normal(256, 0, 0.1, 4));
+    feed.Stats("grad/fc1.weight", s, Zeros(256));
+    feed.Stats("weight/fc2.weight", s, Normal(256, 0, 0.1, 5));
+    feed.Stats("grad/fc2.weight", s, Normal(256, 0, 0.01, static_cast<uint32_t>(s + 7)));
+  }
+  const auto f = feed.Finish();
+  const Finding* v = FindCode(f, "GRAD_VANISHING");
+  ASSERT_NE(v, nullptr);
+  EXPECT_FALSE(HasCause(*v, "constant_init"));
+  EXPECT_EQ(v->causes.at(0).id, "dying_relu");
+}
+
+// A plateau at chance with clean labels (nothing says they are noisy): label noise may be
+// listed, never first, never above 0.3.
+TEST(UnseenCode, LabelNoiseNeedsPositiveEvidence) {
+  Feed feed({"loss_plateau"});
+  feed.Meta("config", R"({"num_classes": 10})");
+  std::mt19937 rng(3);
+  std::normal_distribution<double> n(0, 0.01);
+  for (int64_t s = 0; s < 300; ++s) {
+    feed.Scalar("train/loss", s, 2.302 + n(rng));
+    feed.Scalar("opt/lr", s, 0.05);
+  }
+  const auto f = feed.Finish();
+  const Finding* p = FindCode(f, "LOSS_PLATEAU");
+  ASSERT_NE(p, nullptr);
+  EXPECT_NE(p->causes.at(0).id, "label_noise");
+  for (const Cause& c : p->causes) {
+    if (c.id == "label_noise") {
+      EXPECT_LE(c.confidence, 0.3);
+    }
+  }
+}
+
+// log(torch.sigmoid(x)) (a function, no module) with the logits climbing: the outputs stay finite, the loss falls toward
+// 0 and then is NaN. The log of the 0 made it; the saturation is how the 0 came about.
+TEST(UnseenCode, LogOfZeroComesFirstWhenTheOutputsAreFinite) {
+  Feed feed({"nonfinite"});
+  for (int64_t s = 0; s < 40; ++s) {
+    TensorStats out = Normal(64, 0, 1, static_cast<uint32_t>(s + 1));
+    out.abs_max = 2 + 0.5 * static_cast<double>(s);  // climbs to ~20: past saturation, below exp overflow
+    feed.Stats("act/fc", s, out);
+    feed.Scalar("train/loss", s, s >= 35 ? NAN : 0.7 * std::exp(-0.1 * static_cast<double>(s)));
+  }
+  const auto f = feed.Finish();
+  const Finding* n = FindCode(f, "NONFINITE_LOSS");
+  ASSERT_NE(n, nullptr);
+  EXPECT_EQ(n->causes.at(0).id, "log_of_zero");
+}
+
+// Ties are broken by evidence, never by name.
+TEST(UnseenCode, ARootIsListedBeforeItsConsequenceAtTheSameSeverityAndStep) {
+  Finding vanishing, dead;
+  vanishing.code = "GRAD_VANISHING";  // alphabetically first
+  dead.code = "DEAD_UNITS";
+  for (Finding* f : {&vanishing, &dead}) {
+    f->severity = Severity::kWarning;
+    f->step = 100;
+    f->evidence_json = R"({"detected_at": 119})";
+  }
+  std::vector<Finding> findings = {vanishing, dead};
+  SortFindings(&findings);
+  EXPECT_EQ(findings[0].code, "DEAD_UNITS");
+  // Unrelated codes: the one the data showed first, then the more confident.
+  Finding a, b;
+  a.code = "ACTIVATION_DRIFT";
+  b.code = "UPDATE_RATIO_HIGH";
+  for (Finding* f : {&a, &b}) {
+    f->severity = Severity::kWarning;
+    f->step = 50;
+  }
+  a.evidence_json = R"({"detected_at": 90})";
+  b.evidence_json = R"({"detected_at": 60})";
+  findings = {a, b};
+  SortFindings(&findings);
+  EXPECT_EQ(findings[0].code, "UPDATE_RATIO_HIGH");
+  // A root found later than its consequence still comes first.
+  Finding plateau, collapse;
+  plateau.code = "LOSS_PLATEAU";
+  plateau.severity = Severity::kWarning;
+  plateau.step = 0;
+  collapse.code = "LR_ANOMALY";
+  collapse.severity = Severity::kWarning;
+  collapse.step = 30;
+  findings = {plateau, collapse};
+  SortFindings(&findings);
+  EXPECT_EQ(findings[0].code, "LR_ANOMALY");
+}
+
+// Advice with the run's numbers.
+TEST(UnseenCode, LrAdviceCarriesTheRunsNumbers) {
+  RunFacts facts;
+  facts.lr = 0.01;
+  facts.lr_max = 0.01;
+  Finding f;
+  f.code = "LOSS_OSCILLATION";
+  f.actions = {"Lower the learning rate 3-10x"};
+  f.evidence_json = "{}";
+  FitActionsToFacts(&f, facts);
+  ASSERT_EQ(f.actions.size(), 1u);
+  EXPECT_NE(f.actions[0].find("from 0.01 to about 0.0033"), std::string::npos) << f.actions[0];
+}
+
+}  // namespace
+}  // namespace trainscope::doctor
