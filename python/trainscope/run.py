@@ -175,6 +175,7 @@ class Run:
         self._lr_tags = ()        # the opt/lr tags watch() logs
         self._user_lr_tags = set()  # those of them the script logs itself: watch() leaves them to it
         self._sampler = None      # the C++ system-metrics thread (watch())
+        self._models = None       # watch.Models: the watched models' names and meta
         self._classification = {}
         _live_runs.add(self)
         _install_exit_handlers()
@@ -359,7 +360,14 @@ class Run:
             self._clock = StepClock(self)
         return self._clock
 
-    def watch(self, model, optimizer=None, every=1, histograms_every=100, activations=True, **options):
+    def _watched_models(self):
+        if self._models is None:
+            from trainscope._watch.models import Models
+            self._models = Models(self._recorder)
+        return self._models
+
+    def watch(self, model, optimizer=None, every=1, histograms_every=100, activations=True, name=None,
+              **options):
         """Records gradients, weights, updates, activations, lr, times and memory of a model.
 
         Args:
@@ -367,8 +375,14 @@ class Run:
                 forward. A torch.compile'd model keeps everything but activations.
             optimizer (torch.optim.Optimizer, optional): the optimizer; its steps end the
                 training steps, gradients are read just before each and weights after.
-                Without one, steps end at run.step(), run.data()'s next batch, or the next
-                training forward after a backward.
+                Without one, an optimizer made later that holds the model's parameters is
+                adopted (a library's Trainer); until then steps end at run.step(),
+                run.data()'s next batch, or the next training forward after a backward.
+                Several watched optimizers make one step per iteration (docs/watch.md
+                "Several models").
+            name (str, optional): the model's namespace in the tags (grad/<name>/<param>).
+                The first model watched without one keeps the bare tags; a later one is
+                named after its class. docs/watch.md "Several models".
             every (int): gradient statistics, lr and inputs every `every` steps. Default 1.
             histograms_every (int): exponent histograms every this many steps; 0: never.
                 Default 100.
@@ -421,9 +435,10 @@ class Run:
         batch_size = options.pop("batch_size", None)
         module_perf = options.pop("perf", False)
         flops = options.pop("flops", None)
+        self._watched_models().namespace(model, name)  # a bad or taken name: ValueError, the caller's
         try:
             watcher = Watcher(self, clock, model, optimizer, every=every, histograms_every=histograms_every,
-                              activations=activations, **options)
+                              activations=activations, name=name, **options)
         except TypeError:
             raise  # a misspelt option is the caller's error, not a monitoring failure
         except Exception as error:
@@ -474,7 +489,7 @@ class Run:
         from trainscope.checks import batch_target_check
         clock = self._step_clock()
         iterable = _batches_of(source, steps)
-        inspect = self._watchers[-1].inspect_batch if self._watchers else None
+        inspect = self._watchers[0].inspect_batch if self._watchers else None  # the first model: bare input/label_*
         return timed_data(self, clock, batch_target_check(self, iterable), inspect)
 
     def step(self):
@@ -520,8 +535,9 @@ class Run:
             exit_reason = exit_reason or f"copying device values failed: {error}"
         if self._stop is not None and status == "finished":
             status, exit_reason = "stopped", self._stop.reason
-        dropped = self._recorder.dropped
         error = self._recorder.close(status, exit_reason)
+        # After close: the last write's drops are counted too (one count, by cause).
+        dropped, drops, gaps = self._recorder.dropped, self._recorder.drops, self._recorder.gaps
         _live_runs.discard(self)
         if self._has_rules:
             try:  # alerts of the last steps: reported, nothing left to stop
@@ -529,7 +545,8 @@ class Run:
             except Exception as alert_error:
                 print(f"trainscope: the last alerts were lost: {alert_error}", file=sys.stderr)
         self._summary = {"name": self.name, "dir": self.dir, "status": status,
-                         "steps": self._step, "dropped": dropped, "error": error or None,
+                         "steps": self._step, "dropped": dropped, "drops": dict(drops),
+                         "gaps": [list(gap) for gap in gaps], "error": error or None,
                          "findings": list(self.findings)}
         line = f"trainscope: run {self.name} {status} at step {self._step} -> {self.dir}"
         findings = self._summary["findings"]
@@ -539,7 +556,10 @@ class Run:
             codes = ", ".join(dict.fromkeys(f["code"] for f in findings_sorted))
             line += f"; {len(findings)} findings: {codes} (trainscope diagnose {self.dir})"
         if dropped:
-            line += f" ({dropped} points dropped: the queue was full)"
+            causes = ", ".join(f"{count} {cause}" if len(drops) > 1 else cause for cause, count in drops.items())
+            line += f" ({dropped} points dropped: {causes})"
+        if gaps:
+            line += " (steps lost: " + ", ".join(f"{first}-{last} {cause}" for first, last, cause in gaps) + ")"
         if error:
             line += f" (store error: {error})"
         print(line, file=sys.stderr)

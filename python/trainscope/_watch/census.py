@@ -11,11 +11,16 @@ import resource
 
 import torch
 
+from trainscope._watch.models import series_tag
+
 _RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", None)  # Linux only
 
-_CUDA_MEMORY = (("mem/cuda_allocated", torch.cuda.memory_allocated),
-                ("mem/cuda_reserved", torch.cuda.memory_reserved),
-                ("mem/cuda_peak", torch.cuda.max_memory_allocated))
+_CUDA_MEMORY = ((series_tag("", "mem", "cuda_allocated"), torch.cuda.memory_allocated),
+                (series_tag("", "mem", "cuda_reserved"), torch.cuda.memory_reserved),
+                (series_tag("", "mem", "cuda_peak"), torch.cuda.max_memory_allocated))
+_RSS = series_tag("", "mem", "rss")
+_PAGE_FAULTS = series_tag("", "mem", "page_faults")
+_KERNEL_SECONDS = series_tag("", "mem", "kernel_seconds")
 
 
 def rss_bytes():
@@ -38,7 +43,7 @@ class Census:
         """(ids, values) of this step's memory readings (RSS unless the helper read it)."""
         ids, values = [], []
         if with_rss:
-            ids.append(self.series("mem/rss", "scalar"))
+            ids.append(self.series(_RSS, "scalar"))
             values.append(float(rss_bytes()))
         if self.cuda_available and torch.cuda.is_initialized():
             for tag, read in _CUDA_MEMORY:
@@ -51,7 +56,7 @@ class Census:
             usage = resource.getrusage(_RUSAGE_THREAD)
             now = (usage.ru_minflt, usage.ru_stime)
             if self.thread_usage is not None:
-                ids += [self.series("mem/page_faults", "scalar"), self.series("mem/kernel_seconds", "scalar")]
+                ids += [self.series(_PAGE_FAULTS, "scalar"), self.series(_KERNEL_SECONDS, "scalar")]
                 values += [float(now[0] - self.thread_usage[0]), now[1] - self.thread_usage[1]]
             self.thread_usage = now
         return ids, values
@@ -78,5 +83,5 @@ class Census:
         self.types.update(name for name, _ in top)
         self.types.add("torch.Tensor")
         self.types.add("torch.nn.parameter.Parameter")
-        ids = [self.series("census/" + name, "scalar") for name in self.types]
+        ids = [self.series(series_tag("", "census", name), "scalar") for name in self.types]
         return ids, [float(named.get(name, 0)) for name in self.types]

@@ -1,7 +1,8 @@
 """The step clock: step boundaries, per-step phase times (time/<phase>), run.step() and
 run.data(). A step ends at an optimizer step, at the exit of `with run.step()`, when
 run.data() fetches the next batch, or (no optimizer) at the next training forward after a
-backward; docs/watch.md "Steps" says which wins when several are in use."""
+backward; docs/watch.md "Steps" says which wins when several are in use, and "Several
+models" how the steps of several watched optimizers make one training step."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import collections
 import time
 
 import torch
+
+from trainscope._watch.models import series_tag
 
 
 class StepClock:
@@ -36,6 +39,53 @@ class StepClock:
         self.close_listeners = []      # callables() when a step closes (the next begins, or the run ends)
         self.sampler = None
         self.device_timed = False      # a watcher times its phases with CUDA events
+        # What the watchers of one run share: the phase timer, trainscope's own time
+        # (time/watch) and the memory readings and census: series of the process, one a step.
+        self.timer = None
+        self.self_time = None
+        self.census = None
+        # Watched optimizers, id -> [stepped once in the run, stepped since the last step end].
+        self.optimizers = {}
+        self.held = False              # an end waits for a watched optimizer's first step
+        self.hold_released = False     # one stepped twice first: never-stepped ones are not waited for
+
+    # ---- several watched optimizers: one step per training iteration ----
+
+    def add_optimizer(self, optimizer):
+        self.optimizers.setdefault(id(optimizer), [False, False])
+        self.optimizer_owned = True
+
+    def optimizer_step_begins(self, optimizer):
+        """Before a watched optimizer's step. An end held for an optimizer that has never
+        stepped is due now if this one steps a second time first (a WGAN's critic steps
+        n times before its generator's first step; or that optimizer never steps)."""
+        state = self.optimizers.get(id(optimizer))
+        if self.held and state is not None and state[1]:
+            self.hold_released = True
+            self._optimizers_done()
+            self.begin()
+
+    def optimizer_stepped(self, optimizer):
+        """After a watched optimizer's step (or a GradScaler's skip of it). The training step
+        ends when every watched optimizer that has stepped in the run has stepped since the
+        last end; until each has stepped once, an end waits for them (the first iteration)."""
+        state = self.optimizers.setdefault(id(optimizer), [False, False])
+        state[0] = state[1] = True
+        waiting = False
+        for ever, since in self.optimizers.values():
+            if ever and not since:
+                return  # another optimizer of this iteration has yet to step
+            waiting = waiting or not ever
+        if waiting and not self.hold_released:
+            self.held = True
+            return
+        self._optimizers_done()
+
+    def _optimizers_done(self):
+        self.held = False
+        for state in self.optimizers.values():
+            state[1] = False
+        self.end()
 
     @property
     def step(self):
@@ -74,12 +124,12 @@ class StepClock:
         if step == self.run._step:
             self.phase_seconds[phase] += seconds
         else:  # a device timing that landed late: its own step's time/<phase>
-            self.run._recorder.log_scalar("time/" + phase, seconds, step)
+            self.run._recorder.log_scalar(series_tag("", "time", phase), seconds, step)
 
     def _time_id(self, phase):
         found = self._time_ids.get(phase)
         if found is None:
-            found = self._time_ids[phase] = self.run._recorder.series("time/" + phase, "scalar")
+            found = self._time_ids[phase] = self.run._recorder.series(series_tag("", "time", phase), "scalar")
         return found
 
     def _close_step(self, step, ended=None):

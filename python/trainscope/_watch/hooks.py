@@ -5,6 +5,7 @@ GradScaler patch, failures that switch one part off, and trainscope's own time (
 from __future__ import annotations
 
 import copy
+import functools
 import gc
 import sys
 import time
@@ -94,8 +95,10 @@ class Hook:
 
     A copy of a watched model is not watched: copy.deepcopy and pickling (torch.save(model))
     make an inert hook of it, where a closure would fail to pickle ("Can't pickle local
-    object") or, deep-copied, feed the copy's forwards to the original's watcher. Loading
-    a model saved while watched needs trainscope importable, as it needs the model's class.
+    object") or, deep-copied, feed the copy's forwards to the original's watcher. Pickled,
+    the inert hook is made of the standard library only (sys.audit with an event name:
+    takes any arguments, returns None, does nothing unless an audit hook listens), so a
+    model saved while watched loads where trainscope is not installed.
     """
 
     __slots__ = ("fn",)
@@ -108,10 +111,14 @@ class Hook:
         return None if self.fn is None else self.fn(*args, **kwargs)
 
     def __reduce__(self):
-        return Hook, ()
+        return functools.partial, (sys.audit, INERT_HOOK_EVENT)
 
     def __deepcopy__(self, memo):
         return Hook()
+
+
+# The audit event an unpickled trainscope hook raises when called (a no-op without listeners).
+INERT_HOOK_EVENT = "trainscope.unwatched_copy_hook"
 
 
 class BoundWrapper:

@@ -125,7 +125,8 @@ class Schedule:
 class ParamPlan:
     """The watched parameters of a floating dtype, and what every family's pass needs of each."""
 
-    def __init__(self, params, series):
+    def __init__(self, params, series, tag):
+        """series(tag, kind): a series id; tag(family, name): the watch's tag (its namespace)."""
         from trainscope import _core
         kept = [(n, p) for n, p in params if p.dtype in DTYPE_CODES]
         self.names = [n for n, _ in kept]
@@ -136,12 +137,12 @@ class ParamPlan:
         numels = [p.numel() for p in self.params]
         codes = [DTYPE_CODES[p.dtype] for p in self.params]
         self.rows = [p.shape[0] if p.dim() >= 2 else 0 for p in self.params]
-        self.grad_ids = [series("grad/" + n, "tensor_stats") for n in self.names]
-        self.unit_ids = [series("grad_units/" + n, "vector") if r else 0 for n, r in zip(self.names, self.rows)]
-        self.weight_ids = [series("weight/" + n, "tensor_stats") for n in self.names]
-        self.update_ids = [series("update/" + n, "tensor_stats") for n in self.names]
-        self.ratio_ids = [series("update_ratio/" + n, "scalar") for n in self.names]
-        self.norm_id = series("grad/global_norm", "scalar")
+        self.grad_ids = [series(tag("grad", n), "tensor_stats") for n in self.names]
+        self.unit_ids = [series(tag("grad_units", n), "vector") if r else 0 for n, r in zip(self.names, self.rows)]
+        self.weight_ids = [series(tag("weight", n), "tensor_stats") for n in self.names]
+        self.update_ids = [series(tag("update", n), "tensor_stats") for n in self.names]
+        self.ratio_ids = [series(tag("update_ratio", n), "scalar") for n in self.names]
+        self.norm_id = series(tag("grad", "global_norm"), "scalar")
         self.grads = _core.StatsPlan(self.grad_ids, numels, codes, self.rows, self.unit_ids)
         self.weights = _core.WeightPlan(self.weight_ids, self.update_ids, self.ratio_ids, numels, codes)
         self.snapshots = [None] * len(self.params)  # w_{t-1}, made by the first snapshot

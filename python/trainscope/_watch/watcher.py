@@ -14,6 +14,10 @@ says when, and holds the tickets of what is in flight.
   reduced in the hook and copied in one job at the forward's end. A statistic is dropped if
   a later op changed its tensor in place (that module is then measured at once).
 - Labels: the integer targets' range (run.data() batches, else integer model inputs).
+
+Several watched models (a GAN's G and D, a teacher and its student, an EMA copy) each have a
+Watcher; their tags carry the model's namespace (models.py, series_tag), and the process's
+series (time/, mem/, census/) are written once per step by the first of them.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ import torch
 from trainscope._watch.census import Census
 from trainscope._watch.clock import PhaseTimer
 from trainscope._watch.executors import DeviceExecutor, HostExecutor, global_norm
+from trainscope._watch import optimizers as optimizer_search
+from trainscope._watch.models import series_tag
+from trainscope._watch.ops import OpsRecorder
 from trainscope._watch.hooks import (BoundWrapper, Failures, Hook, SelfTime, fused_amp_state, outside_graphs,
                                      step_hooks_may_nest, unwatch_grad_scalers, watch_grad_scalers)
 import trainscope.watch as facade  # first_tensor and unit_layout are looked up there per call: tests patch them
@@ -43,12 +50,19 @@ class Watcher:
     def __init__(self, run, clock, model, optimizer=None, *, every=1, histograms_every=100,
                  activations=True, activations_every=None, weights_every=None, units_every=None,
                  accumulation_steps=1, guard=False, census_every=500, memory=True, inputs=True,
-                 hot_gradients="auto", system_interval=5.0, dense_steps=None):
+                 hot_gradients="auto", system_interval=5.0, dense_steps=None, name=None):
         self.run = run
         self.rec = run._recorder
         self.clock = clock
         self.model = model
         self.optimizer = optimizer
+        self.closed = False
+        self._models = run._watched_models()
+        # "" for the first model watched without a name (bare tags), else its namespace.
+        self.name = self._models.namespace(model, name)
+        self.namespace = self.name + "/" if self.name else ""
+        # The first open watcher writes the series of the process (time/, mem/, census/).
+        self.primary = not any(not w.closed for w in self._models.watchers)
         # The first dense_steps steps measure in full what is sampled at its default cadence
         # (gradients, histograms, unit norms, weights and updates); a cadence the script set
         # is its choice from step 0. Activations keep theirs: measuring them makes every
@@ -71,15 +85,18 @@ class Watcher:
         self.memory = memory
         self.inputs = inputs
         self.failures = Failures()
-        self.self_time = SelfTime()
+        if self.primary:
+            clock.self_time = SelfTime()
+            clock.census = Census(self._id, clock.self_time, census_every)
+        self.self_time = clock.self_time
+        self.census = clock.census
         self._ids = {}
-        self.census = Census(self._id, self.self_time, census_every)
         # A torch.compile'd model (OptimizedModule) names its parameters "_orig_mod.<name>":
         # the tags use the model's own names, as its eager twin's and its activations' do.
         self.base = getattr(model, "_orig_mod", model)
         self.params = [(name, p) for name, p in self.base.named_parameters()
                        if p.requires_grad]
-        self.plan = ParamPlan(self.params, self._id) if self.params else None
+        self.plan = ParamPlan(self.params, self._id, self.tag) if self.params else None
         self._host = None           # HostExecutor, made when first needed (it starts the helper thread)
         self._device = DeviceExecutor(self.rec)
         # Tests: run the device path (torch reductions, packing, deferred copies) on CPU
@@ -117,8 +134,19 @@ class Watcher:
         # since the last step end (the next training forward or zero_grad then ends the step).
         self._backward_done = False
         self._lr_pending = None     # (step, [(tag, lr)]) until the step closes
+        self._grads_after_step = False  # optimizer.step(closure): the gradients exist after it
+        self._closure_forwards = 0  # forwards inside this optimizer.step(closure) so far
+        self._stepping = False      # inside an optimizer.step(closure)
+        self._training_mode = None  # the root module's .training at its last forward
+        self._ops = None            # OpsRecorder while the first measured forward runs
+        self._ops_done = False
+        self._group_shape = None    # (groups, params) of the optimizer's param_groups when last described
+        self.group_entries = []     # meta param_groups of this model's optimizer
+        self.unoptimized = []       # meta unoptimized_params of this model
         cuda = any(p.is_cuda for _, p in self.params[:1])
-        self.timer = PhaseTimer(clock, cuda)
+        if clock.timer is None:  # phases are the run's: one timer for every watched model
+            clock.timer = PhaseTimer(clock, cuda)
+        self.timer = clock.timer
         if cuda:
             clock.device_timed = True
         self._init_hot(hot_gradients, cuda)
@@ -126,7 +154,6 @@ class Watcher:
         self._act_hooks = []        # (module, hook) pairs, attached for measuring forwards
         self._act_handles = []
         self._restore = []
-        self.closed = False
         self.compiled = hasattr(model, "_orig_mod")
         self.activations = bool(activations)
         if self.compiled and activations != "force":
@@ -137,18 +164,93 @@ class Watcher:
                   "(gradients, weights, updates, lr, times and memory are still recorded)",
                   file=sys.stderr)
         s = self.schedule
-        self.rec.set_meta("watch", json.dumps({
+        self.options = {
             "every": s.every, "histograms_every": s.histograms_every,
             "activations": self.activations, "activations_every": s.activations_every,
             "weights_every": s.weights_every, "units_every": s.units_every, "dense_steps": s.dense_steps,
             "accumulation_steps": int(accumulation_steps), "guard": self.guard,
-            "compiled": self.compiled, "optimizer": type(optimizer).__name__ if optimizer else None}))
-        # What the doctor tells parameters apart by where their names say nothing (an
-        # nn.Sequential's "1.weight" is a BatchNorm's scale): module classes, parameter shapes.
-        self.rec.set_meta("module_types",
-                          json.dumps({name: type(m).__name__ for name, m in self.base.named_modules() if name}))
-        self.rec.set_meta("param_shapes", json.dumps({name: list(p.shape) for name, p in self.params}))
+            "compiled": self.compiled, "optimizer": type(optimizer).__name__ if optimizer else None}
+        if self.primary:  # the first model's options (each model's are in meta "models")
+            self.rec.set_meta("watch", json.dumps(self.options))
         self._install()
+        self._describe_groups()
+        self._models.add(self)
+        if optimizer is None and self.params:
+            # An optimizer made later (inside a library's Trainer) that holds these
+            # parameters is adopted as if it had been passed (optimizers.py).
+            optimizer_search.wait_for_optimizer(self)
+
+    # ---- names and the facts recorded once (docs/watch.md "Several models", "Run meta") ----
+
+    def tag(self, family, name):
+        """The tag of one of this watch's series (every tag the watcher writes is made here)."""
+        return series_tag(self.namespace, family, name)
+
+    def describe(self):
+        """The per-model meta maps, keys in this model's namespace ("D/main.0.weight"): what
+        the doctor tells parameters apart by where their names say nothing (an nn.Sequential's
+        "1.weight" is a BatchNorm's scale), and the facts that exclude causes (a float16
+        parameter, one left on another device)."""
+        ns = self.namespace
+        return {"module_types": {ns + name: type(m).__name__ for name, m in self.base.named_modules() if name},
+                "param_shapes": {ns + name: list(p.shape) for name, p in self.params},
+                "param_dtypes": {ns + name: str(p.dtype).replace("torch.", "") for name, p in self.params},
+                "param_devices": {ns + name: str(p.device) for name, p in self.params}}
+
+    def model_entry(self):
+        return {"name": self.name, "class": type(self.base).__name__,
+                "optimizer": type(self.optimizer).__name__ if self.optimizer is not None else None,
+                "params": sum(p.numel() for _, p in self.params), "tensors": len(self.params),
+                "watch": dict(self.options, optimizer=type(self.optimizer).__name__ if self.optimizer else None)}
+
+    def _describe_groups(self):
+        """This model's optimizer's groups (names, initial lr) and, for every watched model, its
+        trainable parameters that no watched optimizer holds."""
+        names = {id(p): self.namespace + name for name, p in self.params}
+        entries = []
+        shape = None
+        if self.optimizer is not None:
+            groups = self.optimizer.param_groups
+            shape = (len(groups), sum(len(g["params"]) for g in groups))
+            for index, group in enumerate(groups):
+                params = group["params"]
+                lr = group.get("initial_lr", group.get("lr"))
+                entries.append({"model": self.name, "optimizer": type(self.optimizer).__name__, "group": index,
+                                "lr": float(lr) if isinstance(lr, (int, float)) else None,
+                                "params": [names[id(p)] for p in params if id(p) in names],
+                                "other_params": sum(1 for p in params if id(p) not in names)})
+        self._group_shape = shape
+        self.group_entries = entries
+        self._refresh_unoptimized()
+
+    def _refresh_unoptimized(self):
+        held = set()
+        for watcher in self._models.watchers + [self]:
+            if watcher.optimizer is not None and not watcher.closed:
+                for group in watcher.optimizer.param_groups:
+                    held.update(id(p) for p in group["params"])
+        for watcher in set(self._models.watchers + [self]):
+            watcher.unoptimized = [watcher.namespace + name for name, p in watcher.params if id(p) not in held]
+
+    def _check_groups(self):
+        """At sampled steps: the optimizer's groups described again if their count or size
+        changed (add_param_group, a layer unfrozen into a group)."""
+        groups = self.optimizer.param_groups
+        if (len(groups), sum(len(g["params"]) for g in groups)) != self._group_shape:
+            self._describe_groups()
+            self._models.write_models()
+
+    def adopt(self, optimizer):
+        """The optimizer a watch without one waited for (optimizers.py): from now on as if
+        watch(model, optimizer) had been called."""
+        if self.closed or self.optimizer is not None:
+            return
+        self.optimizer = optimizer
+        self._overlap = not self.guard and type(optimizer).__module__.startswith("torch.optim")
+        self.options["optimizer"] = type(optimizer).__name__
+        self._install_optimizer()
+        self._describe_groups()
+        self._models.write_models()
 
     # ---- setup and teardown ----
 
@@ -168,8 +270,20 @@ class Watcher:
                 self._handles.append(p.register_hook(self._grad_hook(slot, p)))
                 if hasattr(p, "register_post_accumulate_grad_hook"):  # torch >= 2.1
                     self._handles.append(p.register_post_accumulate_grad_hook(self._grad_accumulated(slot)))
+        self._install_optimizer()
+        self._wrap(self.model, "zero_grad", self._zero_grad)
+        self.inspect_batch = self._guarded("inputs", self._inspect_batch)  # run.data()'s batches
+        self._backward_started_hook = self._guarded("backward", self._backward_started)
+        self._backward_finished_hook = self._guarded("backward", self._backward_finished)
+        self._listeners = [(self.clock.listeners, self._guarded("step end", self._on_step_end)),
+                           (self.clock.close_listeners, self._guarded("lr", self._flush_lr)),
+                           (self.clock.data_listeners, self._guarded("forward", self._end_backward))]
+        for listeners, listener in self._listeners:
+            listeners.append(listener)
+
+    def _install_optimizer(self):
         if self.optimizer is not None:
-            self.clock.optimizer_owned = True
+            self.clock.add_optimizer(self.optimizer)
             if not self.guard and hasattr(self.optimizer, "register_step_pre_hook") \
                     and not step_hooks_may_nest(self.optimizer):
                 # torch 2.x: the optimizer's own step hooks. optimizer.step stays torch's, so
@@ -183,15 +297,6 @@ class Watcher:
                 self._wrap(self.optimizer, "step", self._optimizer_step)
             self._wrap(self.optimizer, "zero_grad", self._zero_grad)
             self._call_guarded("amp", watch_grad_scalers, self)  # a failure leaves the rest watched
-        self._wrap(self.model, "zero_grad", self._zero_grad)
-        self.inspect_batch = self._guarded("inputs", self._inspect_batch)  # run.data()'s batches
-        self._backward_started_hook = self._guarded("backward", self._backward_started)
-        self._backward_finished_hook = self._guarded("backward", self._backward_finished)
-        self._listeners = [(self.clock.listeners, self._guarded("step end", self._on_step_end)),
-                           (self.clock.close_listeners, self._guarded("lr", self._flush_lr)),
-                           (self.clock.data_listeners, self._guarded("forward", self._end_backward))]
-        for listeners, listener in self._listeners:
-            listeners.append(listener)
 
     def _wrap(self, obj, method, wrapper):
         """Replaces obj.method by a BoundWrapper calling wrapper(original, ...)."""
@@ -227,7 +332,10 @@ class Watcher:
             if listener in listeners:
                 listeners.remove(listener)
         self.closed = True
-        self.self_time.close()
+        if self.primary:
+            self.self_time.close()
+        optimizer_search.stop_waiting(self)
+        self._call_guarded("functional ops", self._stop_ops)
         for obj, method, original, own in reversed(self._restore):
             try:
                 if getattr(obj, method).__func__.__wrapped__ is original:
@@ -284,7 +392,8 @@ class Watcher:
         """The parameter plan, made again if a parameter changed shape, dtype or device."""
         if self.plan is not None and self.plan.changed():
             old = self.plan
-            self.plan = ParamPlan(self.params, self._id)
+            self.plan = ParamPlan(self.params, self._id, self.tag)
+            self._models.describe_again(self)  # a dtype or device moved: meta param_dtypes, param_devices
             for i, (p, sig) in enumerate(zip(old.params, old.signature)):  # snapshots that still fit
                 if (p.shape, p.dtype, p.device) == sig and old.snapshots[i] is not None:
                     self.plan.snapshots[i] = old.snapshots[i]
@@ -312,17 +421,32 @@ class Watcher:
         self._flush_forward()  # the last forward's, if no step came after it
         if not torch.is_grad_enabled():
             self._act_step = None
+            if module.training is not self._training_mode:
+                self._log_mode(module.training)
             return
-        self.timer.stop("backward")  # the last micro-batch's, when gradients accumulate
+        if self._stepping:
+            # Inside optimizer.step(closure): the step's first forward is measured, the
+            # re-evaluations of a line search (LBFGS) are the same step's and are not.
+            self._closure_forwards += 1
+            if self._closure_forwards > 1:
+                self._act_step = None
+                return
+        else:
+            self.timer.stop("backward")  # the last micro-batch's, when gradients accumulate
         if module.training:
             if self._backward_done:
                 self._backward_done = False
                 if self._owns_steps():
                     self.clock.end()  # the step of the last backward (docs/watch.md "Steps")
             self.clock.begin()
+            if not self._ops_done:
+                self._call_guarded("functional ops", self._start_ops)
+        if module.training is not self._training_mode:
+            self._log_mode(module.training)
         step = self.clock.step
         due = self.schedule.at(step)
-        if self.optimizer is not None and module.training and "weights" not in self.failures.off:
+        if self.optimizer is not None and module.training and not self._stepping \
+                and "weights" not in self.failures.off:
             # Beside the forward and backward (they read the parameters and do not change
             # them): the last sampled step's weight pass, and the copy of the weights this
             # step's optimizer will update.
@@ -339,18 +463,22 @@ class Watcher:
                 self._log_inputs(args, step)
             except Exception as error:
                 self.failures.report("inputs", error)
-        self.timer.start("forward")
+        if not self._stepping:  # inside a step(closure) the time is the optimizer's
+            self.timer.start("forward")
 
     def _on_forward_end(self, module, args, output):
-        self.timer.stop("forward")
+        if self._ops is not None:
+            self._call_guarded("functional ops", self._stop_ops)
+        if not self._stepping:
+            self.timer.stop("forward")
         if self.schedule.activations_every > 1:  # measured every step: the hooks stay
             self._detach_activation_hooks()
         if self._captured:
             self._submit_forward()
         if not self._order_recorded and self._module_order:
             self._order_recorded = True
-            self.rec.set_meta("module_order", json.dumps(list(dict.fromkeys(self._module_order))))
-        if torch.is_grad_enabled():
+            self._models.add_module_order([self.namespace + name for name in dict.fromkeys(self._module_order)])
+        if torch.is_grad_enabled() and not self._stepping:
             out = facade._first_tensor(output)
             if out is not None and out.requires_grad:
                 # Backward is timed from here to the next optimizer step, forward, batch
@@ -363,13 +491,33 @@ class Watcher:
                     # output's backward is seen by an autograd callback.
                     out.register_hook(self._backward_started_hook)
 
+    def _log_mode(self, training):
+        """train/mode_training when the root module's mode changed (train()/eval()), at the
+        step of the forward that saw it: an evaluation after a step's end is that step's."""
+        self._training_mode = training
+        self.rec.log_scalar(self.tag("train", "mode_training"), 1.0 if training else 0.0, self.clock.step)
+
+    def _start_ops(self):
+        """The functional ops of the first measured training forward (meta functional_ops):
+        one forward under a torch function mode, then off for the rest of the run."""
+        self._ops_done = True
+        if not self.compiled and OpsRecorder.available():
+            self._ops = OpsRecorder(self.self_time)
+            self._ops.start()
+
+    def _stop_ops(self):
+        ops, self._ops = self._ops, None
+        if ops is not None:
+            ops.stop()
+            self._models.add_functional_ops(ops.names)
+
     def _detach_activation_hooks(self):
         for handle in self._act_handles:
             handle.remove()
         self._act_handles = []
 
     def _activation_hook(self, name, module):
-        tag = "act/" + name
+        tag = self.tag("act", name)
         kind = activation_kind(module)
 
         def measure(mod, args, output):
@@ -458,7 +606,7 @@ class Watcher:
 
     def _log_input(self, name, tensor, step):
         if tensor.is_floating_point():
-            tag = "input/" + name
+            tag = self.tag("input", name)
             self._capture(tag, tag, tensor, PLAIN, False, flat=True)  # measured with the forward's activations
         elif tensor.dtype in _INT_DTYPES and tensor.numel() and not self._labels_from_data:
             self.log_label_range(tensor, step)
@@ -468,11 +616,12 @@ class Watcher:
         if tensor.is_cpu and code is not None and tensor.layout is torch.strided:
             # The C++ scan: torch.aminmax's dispatch path is cold at a step's start (0.35 ms
             # measured in the training loop, against 12 us warm).
-            self.rec.log_int_range(self._id("input/label_min", "scalar"), self._id("input/label_max", "scalar"),
+            self.rec.log_int_range(self._id(self.tag("input", "label_min"), "scalar"),
+                                   self._id(self.tag("input", "label_max"), "scalar"),
                                    step, tensor.data_ptr(), tensor.size(), tensor.stride(), code)
         elif not tensor.is_cpu:  # on its device; the values go with the run's deferred copies
             lo, hi = torch.aminmax(tensor.detach())
-            self.run.log({"input/label_min": lo, "input/label_max": hi}, step=step)
+            self.run.log({self.tag("input", "label_min"): lo, self.tag("input", "label_max"): hi}, step=step)
 
     def _inspect_batch(self, batch):
         """run.data(): the label range of integer tensors in the batch (targets)."""
@@ -530,8 +679,8 @@ class Watcher:
         if hot_gradients and self.optimizer is not None and not cuda and self.params:
             from trainscope import _core
             self._hot = _core.GradCollector(len(self.params))
-            self._hot_ids = [self._id("grad/" + n, "tensor_stats") for n, _ in self.params]
-            self._hot_unit_ids = [self._id("grad_units/" + n, "vector") if p.dim() >= 2 else 0
+            self._hot_ids = [self._id(self.tag("grad", n), "tensor_stats") for n, _ in self.params]
+            self._hot_unit_ids = [self._id(self.tag("grad_units", n), "vector") if p.dim() >= 2 else 0
                                   for n, p in self.params]
 
     def _grad_hook(self, slot, param):
@@ -604,10 +753,10 @@ class Watcher:
         """The wrapper around optimizer.step (torch 1.13, guard mode)."""
         self.self_time.enter()
         try:
-            skip = self._step_begin()
+            skip = self._step_begin(_closure_of(args, kwargs) is not None)
             result = None
             if skip:
-                self.rec.log_scalar("guard/skipped_step", 1.0, self.clock.step)
+                self.rec.log_scalar(self.tag("guard", "skipped_step"), 1.0, self.clock.step)
                 print(f"trainscope: guard skipped optimizer step {self.clock.step}: non-finite gradients",
                       file=sys.stderr)
             else:
@@ -629,7 +778,7 @@ class Watcher:
             return None
         self.self_time.enter()
         try:
-            self._step_begin()  # never True: guard mode wraps the step instead
+            self._step_begin(_closure_of(args, kwargs) is not None)  # never True: guard mode wraps the step instead
         finally:
             self.self_time.leave()
         return None
@@ -646,37 +795,57 @@ class Watcher:
         finally:
             self.self_time.leave()
 
-    def _step_begin(self):
+    def _step_begin(self, closure=False):
         """Before the real step: gradients, lr, the weights it will change; True when guard
-        mode skips the step."""
+        mode skips the step. With a closure (optimizer.step(closure): LBFGS) the gradients
+        are made inside the step: they are read when it returns (_step_returned), and the
+        step begins here (its forwards are inside it)."""
         if self._grad_ticket is not None:  # the last step raised before its post-hook
             self._call_guarded("gradients", self._finish_gradients)
+        self._stepping = False
+        self.clock.optimizer_step_begins(self.optimizer)
+        if closure:
+            self.clock.begin()
         self.timer.stop("backward")
         self._amp_scale, self._amp_skip = fused_amp_state(self.optimizer)
         self._call_guarded("activations", self._flush_forward)
         skip = False
-        try:
-            if "gradients" not in self.failures.off:
-                skip = self._before_update()
-        except Exception as error:
-            self.failures.report("gradients", error)
-            skip = False
+        if closure:
+            self._grads_after_step = True
+        else:
+            try:
+                if "gradients" not in self.failures.off:
+                    skip = self._before_update()
+            except Exception as error:
+                self.failures.report("gradients", error)
+                skip = False
         self._call_guarded("weights", self._weights_beside, self.clock.step)  # no training forward came since the last step
         if not skip:
             self._wait_weights()  # the pass and the snapshots read the weights from before this update
             self.timer.start("optimizer")
+            if closure:
+                self._stepping = True
+                self._closure_forwards = 0
         return skip
 
     def _step_returned(self):
-        """Right after the real step, even one that raised: its time, the overlapped pass."""
+        """Right after the real step, even one that raised: its time, the overlapped pass.
+        After a step(closure): the gradients the step used, which its closure made (for
+        LBFGS, of its last evaluation: the gradients it leaves in param.grad), and whether
+        they were zeroed (a zero_grad inside the closure counts)."""
         self.timer.stop("optimizer")
+        self._stepping = False
         self._optimizer_steps += 1
         self._call_guarded("gradients", self._finish_gradients)
+        if self._grads_after_step:
+            self._grads_after_step = False
+            self._call_guarded("gradients", self._before_update)
+            self._call_guarded("gradients", self._finish_gradients)
 
     def _after_real_step(self):
         try:
             if self.guard:
-                self.rec.log_scalar("guard/skipped_step", 0.0, self.clock.step)
+                self.rec.log_scalar(self.tag("guard", "skipped_step"), 0.0, self.clock.step)
             if "weights" not in self.failures.off:
                 self._after_update()
         except Exception as error:
@@ -690,7 +859,9 @@ class Watcher:
                 self._hot_versions.clear()
                 self._hot_bad = False
             self._mark_grads()
-            self.clock.end()
+            if optimizer_search.pending_removal():
+                optimizer_search.settle()
+            self.clock.optimizer_stepped(self.optimizer)  # the step's end, once every optimizer stepped
         except Exception as error:
             self.failures.report("step end", error)
 
@@ -734,7 +905,7 @@ class Watcher:
         else:
             skipped = 0.0 if stepped else 1.0
         step = self.clock.step
-        self.run.log({"amp/loss_scale": scale, "amp/overflow_skip": skipped}, step=step)
+        self.run.log({self.tag("amp", "loss_scale"): scale, self.tag("amp", "overflow_skip"): skipped}, step=step)
         if not stepped:  # no optimizer.step, no hook: the step ends here
             self._close_step()
 
@@ -744,7 +915,7 @@ class Watcher:
         due = self.schedule.at(step)
         ids, values = [], []  # this step's scalars, logged in one call (by the helper, with its pass)
         if due.grads:
-            ids.append(self._id("train/grad_zeroed", "scalar"))
+            ids.append(self._id(self.tag("train", "grad_zeroed"), "scalar"))
             values.append(1.0 if self._grads_were_zeroed() else 0.0)
             self._queue_lr(step)
         nonfinite = False
@@ -782,8 +953,8 @@ class Watcher:
             tensors = [None if g is None else (g.double() * inverse).to(g.dtype) for g in tensors]
         norm_id = self.plan.norm_id if always_norm or any(t is not None for t in tensors) else 0
         rss_id = 0
-        if self.memory and self.plan.on_host and self._overlap:  # read on the helper too (see _on_step_end)
-            rss_id = self._id("mem/rss", "scalar")
+        if self.memory and self.primary and self.plan.on_host and self._overlap:  # read on the helper too (see _on_step_end)
+            rss_id = self._id(self.tag("mem", "rss"), "scalar")
             self._rss_step = step
         ticket, executor = self._submit(lambda ex, plan: ex.stats(
             step, plan, tensors, due.histogram, due.units, norm_id, scalar_ids, scalar_values, rss_id))
@@ -819,12 +990,13 @@ class Watcher:
     def _queue_lr(self, step):
         groups = self.optimizer.param_groups
         lrs = []
-        self._flush_lr()
+        if self._lr_pending is not None and self._lr_pending[0] != step:
+            self._flush_lr()  # else this step's lr replaces the one its earlier optimizer step took
         for index, group in enumerate(groups):
             lr = group.get("lr")
             if lr is None:
                 continue
-            tag = "opt/lr" if len(groups) == 1 else f"opt/lr/{index}"
+            tag = self.tag("opt", "lr" if len(groups) == 1 else f"lr/{index}")
             if tag not in self.run._lr_tags:
                 self.run._lr_tags += (tag,)
             lrs.append((tag, lr))
@@ -933,7 +1105,11 @@ class Watcher:
             if self.schedule.weights_at(step + 1):
                 self._refresh_snapshots(wait=True)
                 self._snapshot_step = step
+        if self.optimizer is not None and due.weights:
+            self._check_groups()
         self._drain(wait=False)
+        if not self.primary:  # the process's series are the first model's to write
+            return
         if self.timer.pending:
             self.timer.collect(wait=False)
         ids, values = [], []
@@ -943,7 +1119,7 @@ class Watcher:
             census_ids, counts = self.census.take(step)
             ids += census_ids
             values += counts
-        ids.append(self._id("time/watch", "scalar"))
+        ids.append(self._id(self.tag("time", "watch"), "scalar"))
         values.append(self.self_time.take())
         self.rec.log_scalar_ids(ids, values, step)
 
@@ -952,3 +1128,8 @@ class Watcher:
         tickets = self._device_tickets
         while tickets and (wait or tickets[0].done()):
             tickets.popleft().wait()
+
+
+def _closure_of(args, kwargs):
+    """The closure of an optimizer.step(closure) call, or None."""
+    return args[0] if args else kwargs.get("closure")
