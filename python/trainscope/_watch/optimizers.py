@@ -12,6 +12,8 @@ hook are removed then. docs/watch.md "Optimizers made later".
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 
 _waiting = []          # watchers without an optimizer, in watch order
@@ -33,7 +35,9 @@ def wait_for_optimizer(watcher):
         __init__.__doc__ = original.__doc__
         torch.optim.Optimizer.__init__ = __init__
         _original_init.append(original)
-    register = getattr(getattr(torch.optim, "optimizer", None), "register_optimizer_step_pre_hook", None)
+    # The submodule, not torch.optim's attribute of that name (torch.optim deletes some of its
+    # submodules' names from its namespace).
+    register = getattr(importlib.import_module("torch.optim.optimizer"), "register_optimizer_step_pre_hook", None)
     if register is not None and not _global_hook:
         _global_hook.append(register(_step_pre_hook))
 

@@ -753,7 +753,7 @@ class Watcher:
         """The wrapper around optimizer.step (torch 1.13, guard mode)."""
         self.self_time.enter()
         try:
-            skip = self._step_begin(_closure_of(args, kwargs) is not None)
+            skip = self._step_begin(_closure_of(self.optimizer, args, kwargs) is not None)
             result = None
             if skip:
                 self.rec.log_scalar(self.tag("guard", "skipped_step"), 1.0, self.clock.step)
@@ -778,7 +778,8 @@ class Watcher:
             return None
         self.self_time.enter()
         try:
-            self._step_begin(_closure_of(args, kwargs) is not None)  # never True: guard mode wraps the step instead
+            # never True: guard mode wraps the step instead
+            self._step_begin(_closure_of(optimizer, args, kwargs) is not None)
         finally:
             self.self_time.leave()
         return None
@@ -1130,6 +1131,10 @@ class Watcher:
             tickets.popleft().wait()
 
 
-def _closure_of(args, kwargs):
-    """The closure of an optimizer.step(closure) call, or None."""
+def _closure_of(optimizer, args, kwargs):
+    """The closure of an optimizer.step(closure) call, or None. torch 2.x's step hooks get
+    the step's arguments with the optimizer first (step is called unbound); a wrapper of
+    the bound method gets them without it."""
+    if args and args[0] is optimizer:
+        args = args[1:]
     return args[0] if args else kwargs.get("closure")
