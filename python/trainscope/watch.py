@@ -3,7 +3,9 @@
 The code lives in trainscope/_watch/, one idea a file (docs/architecture.md, "The watcher"):
 clock (steps and phase times), hooks (attaching to the user's objects), plan (each tensor
 family's plan and the per-step schedule), executors (host and device), device (the device
-reductions), census (memory and live objects), watcher (when each family is measured).
+reductions), census (memory and live objects), watcher (when each family is measured),
+models (several watched models: their namespaces and the run meta describing them),
+optimizers (adopting an optimizer made after watch()), ops (the forward's functional ops).
 This module keeps the names other modules and tests import.
 
 Where the numbers come from (docs/watch.md says more):
