@@ -185,7 +185,10 @@ struct Diagnosis {
 // Runs the doctor over a whole run (offline) and merges the findings recorded with it.
 Diagnosis Diagnose(const RunData& run, const DoctorOptions& options = {});
 
-// Sorts findings worst first, then by step, then by code.
+// Sorts findings worst first, then by step; ties by evidence, never by name: the finding
+// whose code explains the other's (knowledge.json "explains"), then the earlier
+// detected_at, then the more confident first cause. A root is never listed after a finding
+// it explains.
 void SortFindings(std::vector<Finding>* findings);
 // Findings that differ only by their location (same code, severity, steps, causes, and
 // summary, actions and evidence once the location is taken out of them) become one: the
