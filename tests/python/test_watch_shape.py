@@ -172,7 +172,38 @@ def test_wgan_critic_steps_make_one_step_per_generator_step(tmp_path):
     # yet); from the generator's first step on, one step per generator step.
     assert g_steps == list(range(3, 15))
     assert steps_of(view, "train/loss_g") == g_steps
-    assert steps_of(view, "opt/D/lr") == list(range(15))  # one lr a step, however many critic steps
+    # One lr a step, however many critic steps; step 3 is the generator's first step alone.
+    assert steps_of(view, "opt/D/lr") == [0, 1, 2] + list(range(4, 15))
+
+
+def test_an_optimizer_that_stops_stepping_does_not_stop_the_steps(tmp_path):
+    """D frozen halfway (optD no longer steps): from the generator's second step alone on,
+    each generator step ends a step again; the user's losses stay one a step."""
+    torch.manual_seed(0)
+    G, D = Generator(), Discriminator()
+    optG = torch.optim.Adam(G.parameters(), lr=1e-3)
+    optD = torch.optim.Adam(D.parameters(), lr=1e-3)
+    run = ts.init(tmp_path, "frozen", doctor=False)
+    run.watch(G, optG, name="G")
+    run.watch(D, optD, name="D")
+    g = torch.Generator().manual_seed(1)
+    for i in range(ITERATIONS):
+        if i < 20:
+            optD.zero_grad()
+            (D(torch.randn(16, 2, generator=g)).mean() - D(G(torch.randn(16, 4, generator=g)).detach()).mean()).backward()
+            optD.step()
+        optG.zero_grad()
+        loss_g = -D(G(torch.randn(16, 4, generator=g))).mean()
+        loss_g.backward()
+        optG.step()
+        run.log({"train/loss_g": loss_g})
+    run.finish()
+    view = ts.open_run(tmp_path / "frozen")
+    every = list(range(ITERATIONS))
+    assert steps_of(view, "train/loss_g") == every
+    assert [s["step"] for s in view.tensor_stats("grad/G/main.0.weight")] == every
+    assert steps_of(view, "opt/D/lr") == list(range(20))
+    assert steps_of(view, "time/step") == every
 
 
 # ---- optimizer.step(closure): LBFGS ----

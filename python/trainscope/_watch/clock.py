@@ -44,47 +44,75 @@ class StepClock:
         self.timer = None
         self.self_time = None
         self.census = None
-        # Watched optimizers, id -> [stepped once in the run, stepped since the last step end].
+        # Watched optimizers, id -> [in the iteration (stepped, and not dropped since), steps
+        # since the last step end, the most steps it made within one step since the set of
+        # optimizers in the iteration last changed].
         self.optimizers = {}
         self.held = False              # an end waits for a watched optimizer's first step
         self.hold_released = False     # one stepped twice first: never-stepped ones are not waited for
 
-    # ---- several watched optimizers: one step per training iteration ----
+    # ---- several watched optimizers: one step per training iteration (docs/watch.md
+    # "Several models") ----
 
     def add_optimizer(self, optimizer):
-        self.optimizers.setdefault(id(optimizer), [False, False])
+        self.optimizers.setdefault(id(optimizer), [False, 0, 0])
         self.optimizer_owned = True
 
     def optimizer_step_begins(self, optimizer):
-        """Before a watched optimizer's step. An end held for an optimizer that has never
-        stepped is due now if this one steps a second time first (a WGAN's critic steps
-        n times before its generator's first step; or that optimizer never steps)."""
+        """Before a watched optimizer's step: the step ends here if this optimizer steps
+        again where the iteration's other optimizers did not step (an end held for one that
+        never stepped; or more steps since the last end than it ever made in one step: the
+        others stopped stepping)."""
         state = self.optimizers.get(id(optimizer))
-        if self.held and state is not None and state[1]:
+        if state is None or not state[1] or len(self.optimizers) < 2 or self.explicit:
+            return
+        if self.held:
             self.hold_released = True
-            self._optimizers_done()
-            self.begin()
+        elif state[2] and state[1] >= state[2]:
+            for other in self.optimizers.values():
+                if not other[1]:
+                    other[0] = False  # out of the iteration until it steps again
+            self.hold_released = True
+            self._reset_most()
+        else:
+            return
+        self._optimizers_done()
+        self.begin()
 
     def optimizer_stepped(self, optimizer):
         """After a watched optimizer's step (or a GradScaler's skip of it). The training step
-        ends when every watched optimizer that has stepped in the run has stepped since the
-        last end; until each has stepped once, an end waits for them (the first iteration)."""
-        state = self.optimizers.setdefault(id(optimizer), [False, False])
-        state[0] = state[1] = True
+        ends when every optimizer in the iteration (stepped, and not dropped) has stepped
+        since the last end; until each watched one has stepped once, an end waits for them
+        (the first iteration)."""
+        state = self.optimizers.setdefault(id(optimizer), [False, 0, 0])
+        joined = not state[0]
+        state[0] = True
+        state[1] += 1
+        if joined:
+            self._reset_most()
+            if self.hold_released:  # a late first step (or one back after a pause) ends its iteration
+                self._optimizers_done()
+                return
         waiting = False
-        for ever, since in self.optimizers.values():
-            if ever and not since:
+        for in_iteration, since, _ in self.optimizers.values():
+            if in_iteration and not since:
                 return  # another optimizer of this iteration has yet to step
-            waiting = waiting or not ever
+            waiting = waiting or not in_iteration
         if waiting and not self.hold_released:
             self.held = True
             return
         self._optimizers_done()
 
+    def _reset_most(self):
+        for state in self.optimizers.values():
+            state[2] = 0
+
     def _optimizers_done(self):
         self.held = False
         for state in self.optimizers.values():
-            state[1] = False
+            if state[1] > state[2]:
+                state[2] = state[1]
+            state[1] = 0
         self.end()
 
     @property
