@@ -208,14 +208,49 @@ def test_an_optimizer_that_stops_stepping_does_not_stop_the_steps(tmp_path):
 
 # ---- optimizer.step(closure): LBFGS ----
 
-def lbfgs_fit(run, zero_grad=True, steps=15):
+def with_step_hooks(optimizer):
+    """The optimizer with torch 2.x's step hooks, as torch calls them (the step's arguments
+    with the optimizer first), on either torch: watch() then takes the hook path."""
+    from collections import OrderedDict
+    from torch.utils.hooks import RemovableHandle
+    pre, post = OrderedDict(), OrderedDict()
+    step = type(optimizer).step
+
+    def register(hooks):
+        def add(hook):
+            handle = RemovableHandle(hooks)
+            hooks[handle.id] = hook
+            return handle
+        return add
+
+    def hooked_step(closure=None):
+        args = (optimizer, closure)
+        for hook in list(pre.values()):
+            hook(optimizer, args, {})
+        result = step(optimizer, closure)
+        for hook in list(post.values()):
+            hook(optimizer, args, {})
+        return result
+
+    optimizer.register_step_pre_hook = register(pre)
+    optimizer.register_step_post_hook = register(post)
+    optimizer.step = hooked_step
+    optimizer.hooks = (pre, post)
+    return optimizer
+
+
+def lbfgs_fit(run, zero_grad=True, steps=15, step_hooks=False):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 16), nn.Tanh(), nn.Linear(16, 1))
     g = torch.Generator().manual_seed(2)
     x = torch.randn(64, 3, generator=g)
     y = (x[:, :1] * 2 - x[:, 1:2]).sin()
     optimizer = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=4, history_size=5)
+    if step_hooks:
+        with_step_hooks(optimizer)
     run.watch(model, optimizer)
+    if step_hooks:
+        assert all(len(hooks) == 1 for hooks in optimizer.hooks)  # the hook path, not the wrapper
     norms = []  # the global norm of the gradients of the last closure call of each step
     calls = []
 
@@ -237,9 +272,10 @@ def lbfgs_fit(run, zero_grad=True, steps=15):
     return norms, calls
 
 
-def test_lbfgs_records_the_gradients_its_closure_made_and_sees_zero_grad_inside_it(tmp_path):
+@pytest.mark.parametrize("step_hooks", [False, True], ids=["wrapper", "step_hooks"])
+def test_lbfgs_records_the_gradients_its_closure_made_and_sees_zero_grad_inside_it(tmp_path, step_hooks):
     run = ts.init(tmp_path, "lbfgs", doctor=False)
-    norms, calls = lbfgs_fit(run)
+    norms, calls = lbfgs_fit(run, step_hooks=step_hooks)
     assert max(calls) > 1  # the line search re-evaluated: the last evaluation is the step's
     view = ts.open_run(tmp_path / "lbfgs")
     every = list(range(15))
