@@ -4,6 +4,8 @@
 #include <cmath>
 #include <ctime>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
 #include "cli/rank_groups.h"
 #include "store/run_store.h"
@@ -29,6 +31,24 @@ std::string FormatDuration(double seconds) {
   return fmt::format("{:.1f}h", seconds / 3600);
 }
 
+// The steps a store fault cost the run (meta "gaps": [[first, last, cause], ...]), as
+// "steps 2692-19948 lost points (disk full)"; empty if none.
+std::string DescribeGaps(const RunMeta& meta) {
+  auto it = meta.extra.find("gaps");
+  if (it == meta.extra.end()) return {};
+  const nlohmann::json gaps = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  if (!gaps.is_array() || gaps.empty()) return {};
+  std::string text;
+  for (const auto& g : gaps) {
+    if (!g.is_array() || g.size() != 3 || !g[0].is_number_integer() || !g[1].is_number_integer() || !g[2].is_string()) {
+      return "gaps: unreadable meta (" + it->second.substr(0, 80) + ")";
+    }
+    text += (text.empty() ? "steps " : ", ") + fmt::format("{}-{} ({})", g[0].get<int64_t>(), g[1].get<int64_t>(),
+                                                           g[2].get<std::string>());
+  }
+  return text + " lost points";
+}
+
 int ListRunsCommand(const std::string& logdir) {
   std::vector<RunEntry> runs;
   Status s = ListRuns(logdir, &runs);
@@ -44,7 +64,7 @@ int ListRunsCommand(const std::string& logdir) {
   fmt::print("{:<32} {:<9} {:>8} {:>7} {:<19} {:>8}\n", "RUN", "STATUS", "STEPS", "SERIES", "STARTED", "DURATION");
   struct Row {
     bool ok = false;
-    std::string error, status;
+    std::string error, status, note;
     int64_t steps = 0;
     size_t series = 0;
     double start = 0, end = 0;
@@ -67,6 +87,7 @@ int ListRunsCommand(const std::string& logdir) {
     row.series = series.size();
     row.start = meta.start_time;
     row.end = meta.end_time > 0 ? meta.end_time : meta.heartbeat;
+    row.note = DescribeGaps(meta);
     return row;
   };
   auto print = [](const std::string& name, const Row& row) {
@@ -74,8 +95,8 @@ int ListRunsCommand(const std::string& logdir) {
       fmt::print("{:<32} {:<9} {}\n", name, "unreadable", row.error);
       return;
     }
-    fmt::print("{:<32} {:<9} {:>8} {:>7} {:<19} {:>8}\n", name, row.status, row.steps, row.series,
-               FormatTime(row.start), FormatDuration(row.end - row.start));
+    fmt::print("{:<32} {:<9} {:>8} {:>7} {:<19} {:>8}{}\n", name, row.status, row.steps, row.series,
+               FormatTime(row.start), FormatDuration(row.end - row.start), row.note.empty() ? std::string() : "  " + row.note);
   };
   std::vector<std::string> dirs;
   for (const RunEntry& run : runs) dirs.push_back(run.name);
@@ -138,7 +159,12 @@ int ShowRunCommand(const std::string& path) {
   if (!meta.git_commit.empty()) fmt::print("git {}\n", meta.git_commit);
   if (!meta.command_line.empty()) fmt::print("command {}\n", meta.command_line);
   fmt::print("config {}\n", meta.config_json);
-  if (meta.dropped_points) fmt::print("dropped points {}\n", meta.dropped_points);
+  if (meta.dropped_points) {
+    auto drops = meta.extra.find("drops");
+    fmt::print("dropped points {}{}\n", meta.dropped_points, drops == meta.extra.end() ? std::string() : " " + drops->second);
+  }
+  const std::string gaps = DescribeGaps(meta);
+  if (!gaps.empty()) fmt::print("{}\n", gaps);
   if (meta.backward_steps) fmt::print("points whose step went backwards {}\n", meta.backward_steps);
   fmt::print("\n{:<48} {:<12} {:>9} {:>10} {:>10} {:>14}\n", "SERIES", "KIND", "POINTS", "FIRST", "LAST",
              "LAST VALUE");

@@ -3,6 +3,7 @@
 #include "store/json_forms.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -378,8 +379,14 @@ Status RunStore::Create(const std::string& run_dir, const RunMeta& meta, std::un
     if (created_dir) fs::remove(run_dir, ec);  // only if empty: nothing of anyone else's goes
     return s;
   }
+  store->NoteFileId();
   *out = std::move(store);
   return Status::Ok();
+}
+
+void RunStore::NoteFileId() {
+  struct stat st;
+  if (::stat(db_path_.c_str(), &st) == 0) file_id_ = {st.st_dev, st.st_ino};
 }
 
 Status RunStore::Checkpoint() { return Exec("PRAGMA wal_checkpoint(TRUNCATE)"); }
@@ -416,6 +423,7 @@ Status RunStore::OpenForWrite(const std::string& run_dir, std::unique_ptr<RunSto
   if (!s.ok()) return s.WithMessage(db_path + ": not a trainscope store: " + s.message());
   s = store->CheckSchema();
   if (!s.ok()) return s;
+  store->NoteFileId();
   *out = std::move(store);
   return Status::Ok();
 }
@@ -679,6 +687,15 @@ Status RunStore::Write(const WriteBatch& batch) {
     if (id <= 0) {
       return Status::InvalidArgument(db_path_ + ": write: series id " + std::to_string(id) +
                                      " is not one EnsureSeries gave (expected ids from 1)");
+    }
+  }
+  // SQLite writes on into a store whose file was deleted (or replaced) under it, and all of
+  // it would be lost unseen: one stat a write tells.
+  if (file_id_.first != 0) {
+    struct stat st;
+    if (::stat(db_path_.c_str(), &st) != 0 || st.st_dev != file_id_.first || st.st_ino != file_id_.second) {
+      last_fault_ = "store deleted";
+      return Status::IOError(db_path_ + ": the store file was deleted or replaced while the run was written");
     }
   }
   Status s = Exec("BEGIN");

@@ -248,6 +248,7 @@ class RunStore {
   Status SqlError(const char* what);
   Status SqlError(const char* what, int rc);
   void NoteFailure(int rc);  // keeps the cause of a failure in last_fault_
+  void NoteFileId();         // the file a writer opened, to tell when it is deleted
   // Steps a write statement once (after its binds, whose first failure is bind_rc) and resets it.
   Status StepDone(sqlite3_stmt* stmt, int bind_rc, const char* what);
   void ReportDamage(DamagedRecord record);
@@ -284,6 +285,7 @@ class RunStore {
   sqlite3_stmt* insert_finding_ = nullptr;
   int64_t backward_steps_ = 0;
   std::string last_fault_;
+  std::pair<uint64_t, uint64_t> file_id_{0, 0};  // device and inode of the file a writer opened
   DamageReporter* reporter_ = nullptr;  // the caller's, may be null
   DamageLog damage_;
 };
