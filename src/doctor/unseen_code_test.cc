@@ -364,5 +364,25 @@ TEST(UnseenCode, LrAdviceCarriesTheRunsNumbers) {
   EXPECT_NE(f.actions[0].find("from 0.01 to about 0.0033"), std::string::npos) << f.actions[0];
 }
 
+// A model whose activations are functions (F.relu in forward): say what is true, not "no
+// ReLU modules seen".
+TEST(UnseenCode, FunctionalActivationsAreSaidAsSuch) {
+  RunData run;
+  run.meta["functional_ops"] = R"(["relu", "log_softmax"])";
+  TensorStats act = Normal(64, 0, 1, 1);
+  for (int64_t s = 0; s < 5; ++s) {
+    run.OnScalar("train/loss", s, 0, 1.0);
+    run.OnTensorStats("act/fc1", s, 0, act);
+  }
+  const Diagnosis d = Diagnose(run);
+  const NotChecked* dead = nullptr;
+  for (const auto& n : d.not_checked) {
+    if (n.check == "dead and saturated units") dead = &n;
+  }
+  ASSERT_NE(dead, nullptr);
+  EXPECT_EQ(dead->reason.find("no ReLU/sigmoid/tanh modules seen"), std::string::npos) << dead->reason;
+  EXPECT_NE(dead->reason.find("applied as functions (relu)"), std::string::npos) << dead->reason;
+}
+
 }  // namespace
 }  // namespace trainscope::doctor
