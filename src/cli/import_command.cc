@@ -229,6 +229,7 @@ int ImportCommand(const std::string& src, const std::string& out, const std::str
   std::error_code ec;
   Status s;
   if (options.format != ingest::Format::kUnknown && !fs::is_directory(src, ec)) {
+    s = CheckRegularFile(src);  // before a run is made for it
     ImportSource one;
     one.path = src;
     one.name = fs::path(src).filename().string();

@@ -107,6 +107,8 @@ Status LoadSources(const std::string& path, std::vector<LoadedRun>* runs, bool* 
     }
     return Status::Ok();
   }
+  // A FIFO, a device or a socket would block or never end: refused before anything opens it.
+  if (Status regular = CheckRegularFile(path); !regular.ok()) return regular;
   if (StartsWithSqliteHeader(path)) {
     runs->emplace_back();
     return LoadStore(path, &runs->back());

@@ -1,8 +1,11 @@
 #include "ingest/json_readers.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 #include <limits>
 #include <memory>
@@ -17,7 +20,20 @@ using json = nlohmann::json;
 
 namespace {
 
-// Rewrites bare NaN / Infinity / -Infinity tokens (outside strings) as strings.
+// A number literal too large for a double (1e309) becomes this string, then the literal:
+// the JSON parser refuses the whole document for one such number, the readers skip the one
+// value with a warning. \u0001 cannot start a real key or value of these formats.
+constexpr char kOutOfRange = '\x01';
+
+// The literal of a number too large for a double, or empty for anything else.
+std::string OutOfRangeLiteral(const json& v) {
+  if (!v.is_string()) return {};
+  const std::string& s = v.get_ref<const std::string&>();
+  return !s.empty() && s[0] == kOutOfRange ? s.substr(1) : std::string();
+}
+
+// Rewrites bare NaN / Infinity / -Infinity tokens (outside strings) as strings, and number
+// literals past the range of a double as kOutOfRange strings.
 std::string QuoteNonFinite(std::string_view text) {
   std::string out;
   out.reserve(text.size() + 16);
@@ -48,6 +64,28 @@ std::string QuoteNonFinite(std::string_view text) {
     } else if (rest.substr(0, 9) == "-Infinity") {
       out += "\"-Infinity\"";
       i += 8;
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+      size_t end = i + 1;
+      while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.' ||
+                                   text[end] == 'e' || text[end] == 'E' || text[end] == '+' || text[end] == '-')) {
+        ++end;
+      }
+      const std::string_view literal = text.substr(i, end - i);
+      // Only an exponent or more than 300 digits can pass the range of a double.
+      bool overflows = false;
+      if (literal.find_first_of("eE") != std::string_view::npos || literal.size() > 300) {
+        errno = 0;
+        const double value = std::strtod(std::string(literal).c_str(), nullptr);
+        overflows = errno == ERANGE && std::isinf(value);
+      }
+      if (overflows) {
+        out += "\"\\u0001";
+        out += literal;
+        out += '"';
+      } else {
+        out += literal;
+      }
+      i = end - 1;
     } else {
       out.push_back(c);
     }
@@ -98,6 +136,10 @@ void EmitFlattened(const json& obj, const std::string& prefix, int64_t step, dou
       if (!ValidKey(key, name, stats)) continue;
       sink->OnScalar(key, step, wall_time, v);
       ++stats->scalars;
+    } else if (const std::string literal = OutOfRangeLiteral(*it); !literal.empty()) {
+      ++stats->damaged;
+      stats->Warn(name + ": step " + std::to_string(step) + ": \"" + key + "\": " + literal +
+                  " is out of the range of a double; value skipped");
     } else {
       ++stats->skipped_values;
     }
@@ -191,7 +233,13 @@ Status ReadTrainerState(std::string_view text, const std::string& name, SampleSi
       if (it.key() == "step") continue;
       double v;
       if (!JsonToNumber(*it, &v)) {
-        ++stats->skipped_values;  // e.g. "remaining_time": "59h:30m:19s"
+        if (const std::string literal = OutOfRangeLiteral(*it); !literal.empty()) {
+          ++stats->damaged;
+          stats->Warn(name + ": log_history[" + std::to_string(index - 1) + "]: \"" + it.key() + "\": " + literal +
+                      " is out of the range of a double; value skipped");
+        } else {
+          ++stats->skipped_values;  // e.g. "remaining_time": "59h:30m:19s"
+        }
         continue;
       }
       if (!ValidKey(it.key(), name, stats)) continue;

@@ -1,5 +1,7 @@
 #include "ingest/line_reader.h"
 
+#include "ingest/mapped_file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,8 +16,9 @@ constexpr size_t kChunk = 1 << 20;
 }
 
 Status LineReader::Open(const std::string& path, std::unique_ptr<LineReader>* reader) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::Error(path + ": cannot open: " + std::strerror(errno));
+  int fd = -1;
+  Status opened = OpenRegularFile(path, &fd);
+  if (!opened.ok()) return opened;
   std::unique_ptr<LineReader> r(new LineReader);
   r->name_ = path;
   r->fd_ = fd;

@@ -1,5 +1,7 @@
 #include "ingest/mapped_file.h"
 
+#include "store/run_store.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -34,9 +36,17 @@ bool ReadUpTo(int fd, char* data, size_t size, size_t* done) {
 
 }  // namespace
 
-Status MappedFile::Open(const std::string& path, std::unique_ptr<MappedFile>* file) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno(path, "cannot open");
+Status OpenRegularFile(const std::string& path, int* fd_out) {
+  *fd_out = -1;
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever. It
+  // is cleared again once the file is known to be regular (it means nothing there).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    Status s = Errno(path, "cannot open");
+    struct stat st;  // a socket cannot be opened at all: say what it is
+    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) return NotARegularFile(path, st.st_mode);
+    return s;
+  }
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     Status s = Errno(path, "cannot stat");
@@ -45,7 +55,23 @@ Status MappedFile::Open(const std::string& path, std::unique_ptr<MappedFile>* fi
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return Status::InvalidArgument(path + ": not a regular file");
+    return NotARegularFile(path, st.st_mode);
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) (void)::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  *fd_out = fd;
+  return Status::Ok();
+}
+
+Status MappedFile::Open(const std::string& path, std::unique_ptr<MappedFile>* file) {
+  int fd = -1;
+  Status opened = OpenRegularFile(path, &fd);
+  if (!opened.ok()) return opened;
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    Status s = Errno(path, "cannot stat");
+    ::close(fd);
+    return s;
   }
   std::unique_ptr<MappedFile> f(new MappedFile);
   f->path_ = path;
@@ -94,8 +120,9 @@ MappedFile::~MappedFile() {
 
 Status ReadFilePrefix(const std::string& path, size_t max_bytes, std::string* out) {
   out->clear();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno(path, "cannot open");
+  int fd = -1;
+  Status opened = OpenRegularFile(path, &fd);
+  if (!opened.ok()) return opened;
   out->resize(max_bytes);
   size_t done = 0;
   if (!ReadUpTo(fd, out->data(), max_bytes, &done)) {

@@ -39,6 +39,11 @@ class MappedFile {
   std::string buffer_;  // when read rather than mapped
 };
 
+// Opens a file for reading if it is a regular file. Anything else (a FIFO, a device, a
+// socket) is refused without waiting on it, naming the file and what it is: every reader
+// opens its files here. *fd is the caller's to close.
+Status OpenRegularFile(const std::string& path, int* fd);
+
 // Reads at most `max_bytes` from the start of a file (format detection).
 Status ReadFilePrefix(const std::string& path, size_t max_bytes, std::string* out);
 

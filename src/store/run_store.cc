@@ -416,6 +416,7 @@ Status RunStore::OpenForWrite(const std::string& run_dir, std::unique_ptr<RunSto
   const std::string db_path = ResolveDbPath(run_dir);
   std::error_code ec;
   if (!fs::exists(db_path, ec)) return Status::NotFound(db_path + ": no run store here");
+  if (Status regular = CheckRegularFile(db_path); !regular.ok()) return regular;
   std::unique_ptr<RunStore> store;
   Status s = OpenDb(db_path, /*read_only=*/false, &store);
   if (!s.ok()) return s;
@@ -435,6 +436,7 @@ Status RunStore::OpenReadOnly(const std::string& path, std::unique_ptr<RunStore>
     return Status::NotFound(db_path + ": no such file (expected a run directory holding " +
                             std::string(kStoreFileName) + ")");
   }
+  if (Status regular = CheckRegularFile(db_path); !regular.ok()) return regular;
   std::unique_ptr<RunStore> store;
   Status s = OpenDb(db_path, /*read_only=*/true, &store);
   if (!s.ok()) return s;
@@ -1329,6 +1331,24 @@ Status RunStore::MaxStep(int64_t* step) {
   if (rc == SQLITE_OK) rc = sqlite3_step(stmt.get());
   if (rc != SQLITE_ROW) return SqlError("read max step", rc);
   *step = sqlite3_column_int64(stmt.get(), 0);
+  return Status::Ok();
+}
+
+Status NotARegularFile(const std::string& path, unsigned int mode) {
+  const char* kind = S_ISDIR(mode)    ? "a directory"
+                     : S_ISFIFO(mode) ? "a FIFO (named pipe)"
+                     : S_ISCHR(mode)  ? "a character device"
+                     : S_ISBLK(mode)  ? "a block device"
+                     : S_ISSOCK(mode) ? "a socket"
+                                      : "a special file";
+  return Status::InvalidArgument(path + ": " + kind +
+                                 ", not a regular file: expected a log file, a run directory or a trainscope.db");
+}
+
+Status CheckRegularFile(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return Status::NotFound(path + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return NotARegularFile(path, st.st_mode);
   return Status::Ok();
 }
 
