@@ -38,7 +38,7 @@ int Serve(const std::string& logdir, const std::string& host, int port, std::str
   } else {
     // The token travels in the fragment, which browsers never send to a server or log.
     fmt::print("trainscope serve: {} on {}#token={}\n", dashboard->root(), url, token);
-    fmt::print("API clients: Authorization: Bearer {}\n", token);
+    fmt::print("API clients: Authorization: Bearer TOKEN (the token after #token= above)\n");
   }
   std::fflush(stdout);
   server::DashboardServer* raw = dashboard.get();

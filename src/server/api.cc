@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <set>
 
@@ -52,6 +53,32 @@ int HttpCode(const Status& s) {
 }
 
 ApiReply Error(const Status& s) { return Error(HttpCode(s), s.message()); }
+
+// An error may quote a file (a store's message names its path): a client learns the path
+// below the logdir, never where the logdir or anything else lies on the server. Paths under
+// `root` become relative to it; any other absolute path keeps only its last component.
+std::string RedactPaths(std::string text, const std::string& root) {
+  if (!root.empty()) {
+    const std::string prefix = root.back() == '/' ? root : root + "/";
+    for (size_t at; (at = text.find(prefix)) != std::string::npos;) text.erase(at, prefix.size());
+  }
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const bool starts = text[i] == '/' && (i == 0 || std::strchr(" \t(\"'=", text[i - 1]) != nullptr);
+    if (!starts) {
+      out.push_back(text[i++]);
+      continue;
+    }
+    size_t end = i;
+    while (end < text.size() && std::strchr(" \t:\"'),;\\", text[end]) == nullptr) ++end;
+    const std::string_view path(text.data() + i, end - i);
+    const size_t last = path.find_last_of('/');
+    out += path.substr(last + 1);
+    i = end;
+  }
+  return out;
+}
 
 // Series arrays carry null for NaN/Inf (core/json_number.h; their nonfinite counts tell why).
 json Num(double v) { return JsonSeriesNumber(v); }
@@ -252,12 +279,13 @@ ApiReply Api::Handle(const std::string& endpoint, const QueryParams& params) {
   const std::string* run = Param(params, "run");
   if (!run) return Error(400, "parameter 'run' is required");
   RunRegistry::Resolved resolved = registry_->Resolve(*run);
-  if (resolved.http_status != 200) return Error(resolved.http_status, resolved.error);
+  if (resolved.http_status != 200) return Error(resolved.http_status, RedactPaths(resolved.error, registry_->root()));
   const std::string& db = resolved.db_path;
   ApiReply reply = handler(this, db, params);
   // A failed read may come from a connection left in a bad state (a store rewritten under
   // it): forget it so the next request reopens.
   if (reply.status >= 500) ThreadStores().erase(db);
+  if (reply.status >= 400) reply.body = RedactPaths(std::move(reply.body), registry_->root());
   return reply;
 }
 
@@ -289,7 +317,7 @@ ApiReply Api::Runs() {
     if (!s.ok()) {
       entry["status"] = "unreadable";
       entry["health"] = "unknown";
-      entry["error"] = s.message();
+      entry["error"] = RedactPaths(s.message(), registry_->root());
       runs.push_back(entry);
       continue;  // not cached: it may become readable
     }

@@ -1,6 +1,10 @@
 #include "server/server.h"
 
 #include <arpa/inet.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cctype>
 
 #include <cstdio>
 #include <fstream>
@@ -105,9 +109,15 @@ Status DashboardServer::Create(const ServerOptions& options, std::unique_ptr<Das
                          " (not a loopback address) needs a token: pass --token SECRET, or --token auto "
                          "to have one generated");
   }
-  if (!options.token.empty() && options.token.size() < 8) {
-    return Status::Error("the token is " + std::to_string(options.token.size()) +
-                         " characters; use at least 8 (or --token auto)");
+  if (!options.token.empty()) {
+    const auto visible = std::count_if(options.token.begin(), options.token.end(),
+                                       [](unsigned char c) { return std::isgraph(c); });
+    if (visible != static_cast<std::ptrdiff_t>(options.token.size()) || options.token.size() < kMinTokenChars) {
+      return Status::Error("the token has " + std::to_string(visible) + " visible characters" +
+                           (visible != static_cast<std::ptrdiff_t>(options.token.size()) ? " and spaces or control characters" : "") +
+                           "; use at least " + std::to_string(kMinTokenChars) +
+                           " characters, none a space (or --token auto)");
+    }
   }
   if (options.port < 0 || options.port > 65535) {
     return Status::Error("port " + std::to_string(options.port) + " is not in [0, 65535]");
@@ -118,6 +128,12 @@ Status DashboardServer::Create(const ServerOptions& options, std::unique_ptr<Das
   server->api_ = std::make_unique<Api>(server->registry_.get());
   server->feed_ = std::make_unique<LiveFeed>(server->registry_.get(), options.poll_interval);
   server->http_ = std::make_unique<httplib::Server>();
+  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a second server on
+  // the same port starts as well and the two answer in turn.
+  server->http_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    (void)setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof(yes));
+  });
   const int threads = std::max(4, options.threads);
   server->http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   server->Routes();
@@ -170,6 +186,14 @@ void DashboardServer::Routes() {
     if (req.method != "GET" && req.method != "HEAD") {
       res.set_header("Allow", "GET, HEAD");
       JsonError(res, 405, "the dashboard is read-only: only GET and HEAD are answered");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // A GET with a body: httplib leaves the body unread (it would be parsed as the next
+    // request), so it is refused and the connection closed before any of it is read.
+    if ((req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0") ||
+        req.has_header("Transfer-Encoding")) {
+      res.set_header("Connection", "close");
+      JsonError(res, 413, "request bodies are refused: the dashboard is read-only");
       return httplib::Server::HandlerResponse::Handled;
     }
     if (req.path.rfind("/api/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;

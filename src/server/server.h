@@ -31,6 +31,9 @@ class Api;
 class LiveFeed;
 class RunRegistry;
 
+// A token shorter than this, or with a space or control character in it, is refused.
+inline constexpr size_t kMinTokenChars = 16;
+
 struct ServerOptions {
   std::string logdir;
   std::string host = "127.0.0.1";

@@ -185,3 +185,74 @@ def test_compression_is_gzip_off_loopback_and_never_brotli(logdir):
         conn.close()
     finally:
         stop(proc)
+
+
+def test_a_port_in_use_is_refused_at_startup(logdir):
+    proc, port = serve(logdir)
+    try:
+        second = subprocess.Popen([str(CLI), "serve", str(logdir), "--port", str(port)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = second.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            second.kill()
+            second.communicate()
+            pytest.fail(f"a second server started on port {port}, which the first one holds")
+        assert second.returncode == 2
+        assert f"cannot bind 127.0.0.1:{port}" in err
+    finally:
+        stop(proc)
+
+
+def test_tokens_are_at_least_16_visible_characters(logdir):
+    for token in [" " * 8, " " * 20, "short-token", "sixteen chars ok"]:
+        r = subprocess.run([str(CLI), "serve", str(logdir), "--port", "0", "--token", token],
+                           capture_output=True, text=True, timeout=20)
+        assert r.returncode == 2, token
+        assert "at least 16 characters, none a space" in r.stderr
+
+
+def test_a_generated_token_is_printed_once(logdir):
+    proc = subprocess.Popen([str(CLI), "serve", str(logdir), "--port", "0", "--token", "auto"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        first, second = proc.stdout.readline(), proc.stdout.readline()
+        token = re.search(r"#token=([0-9a-f]{32})", first).group(1)
+        assert (first + second).count(token) == 1
+        assert "Authorization: Bearer" in second
+    finally:
+        stop(proc)
+
+
+def test_error_bodies_carry_no_server_paths(tmp_path):
+    logdir = tmp_path / "logs"
+    (logdir / "junk").mkdir(parents=True)
+    (logdir / "junk" / "trainscope.db").write_bytes(b"SQLite format 3\0" + b"\xff" * 4096)
+    proc, port = serve(logdir)
+    try:
+        for target in ["/api/run?run=junk", "/api/scalars?run=junk&tag=x", "/api/runs"]:
+            status, body = get(port, target)
+            assert str(tmp_path) not in body and "/tmp" not in body, (target, body)
+        status, body = get(port, "/api/run?run=junk")
+        assert status == 500 and "junk/trainscope.db" in body, body
+    finally:
+        stop(proc)
+
+
+def test_a_get_with_a_body_is_refused_without_reading_it(logdir):
+    proc, port = serve(logdir)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            conn.sendall(f"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                         f"Content-Length: 100000000\r\n\r\n".encode() + b"x" * 1000)
+            started = time.monotonic()
+            reply = b""
+            while b"\r\n\r\n" not in reply:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                reply += chunk
+            assert time.monotonic() - started < 5  # answered without waiting for 100 MB
+        assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
+    finally:
+        stop(proc)
