@@ -56,11 +56,14 @@ const std::vector<FactInfo>& Facts() {
       {"activations_finite", "every recorded activation was finite",
        [](const RunFacts& f, const Finding&) { return Of(f.has_act_stats, !f.activations_nonfinite_seen); }},
       {"label_noise_evidence",
-       "the training accuracy plateaus below 1 while the training loss floors well above 0 (what a share of "
-       "random labels does)",
+       "the training accuracy rose above chance but plateaus below 1 while the training loss floors well above 0 "
+       "(what a share of random labels does: the model learns the clean share and no more)",
        [](const RunFacts& f, const Finding&) {
          const double floor = !std::isnan(f.loss_end_level) ? f.loss_end_level : f.loss;
-         return Of(!std::isnan(f.acc_latest) && !std::isnan(floor), f.acc_latest < 0.95 && floor > 0.1);
+         const double chance = f.num_classes > 1 ? 1.0 / f.num_classes : 0.5;
+         // A model stuck at chance learns nothing at all: that is no evidence about the labels.
+         return Of(!std::isnan(f.acc_latest) && !std::isnan(floor),
+                   f.acc_latest > chance + 0.1 && f.acc_latest < 0.95 && floor > 0.1);
        }},
   };
   return facts;

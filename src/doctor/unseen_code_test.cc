@@ -387,5 +387,37 @@ TEST(UnseenCode, FunctionalActivationsAreSaidAsSuch) {
   EXPECT_NE(dead->reason.find("applied as functions (relu)"), std::string::npos) << dead->reason;
 }
 
+// zero_grad() between backward() and step() on an LSTM: every gradient row is 0, which the
+// per-unit norms would read as dead units of a ReLU there is not.
+TEST(UnseenCode, ClearedGradientsAreNotDeadUnits) {
+  Feed feed({"dead_units"});
+  for (int64_t s = 0; s < 40; ++s) {
+    feed.Scalar("train/loss", s, 0.69 + 0.01 * (s % 3));
+    feed.Stats("weight/lstm.weight_ih_l0", s, Normal(256, 0, 0.1, 4));
+    feed.Stats("grad/lstm.weight_ih_l0", s, Zeros(256));
+    feed.Stats("grad/lstm.bias_ih_l0", s, Zeros(64));
+    feed.Vector("grad_units/lstm.weight_ih_l0", s, std::vector<float>(64, 0.0f));
+  }
+  EXPECT_EQ(FindCode(feed.Finish(), "DEAD_UNITS"), nullptr);
+}
+
+// Stuck at chance, accuracy at chance: the model learns nothing, which says nothing about
+// the labels.
+TEST(UnseenCode, AccuracyAtChanceIsNoEvidenceOfLabelNoise) {
+  Feed feed({"loss_plateau"});
+  feed.Meta("config", R"({"num_classes": 2})");
+  std::mt19937 rng(5);
+  std::normal_distribution<double> n(0, 0.005);
+  for (int64_t s = 0; s < 300; ++s) {
+    feed.Scalar("train/loss", s, 0.693 + n(rng));
+    feed.Scalar("train/acc", s, 0.5 + n(rng));
+    feed.Scalar("opt/lr", s, 0.01);
+  }
+  const auto f = feed.Finish();
+  const Finding* p = FindCode(f, "LOSS_PLATEAU");
+  ASSERT_NE(p, nullptr);
+  EXPECT_NE(p->causes.at(0).id, "label_noise");
+}
+
 }  // namespace
 }  // namespace trainscope::doctor

@@ -52,6 +52,9 @@ void DeadUnitsDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
     ctx.Report(std::move(f));
   }
   if (ctx.facts.has_dead) return;  // ReLU modules measure it on their outputs (above)
+  // Every gradient of the model exactly 0 since the first step is not units that died: the
+  // gradients were cleared or the graph cut (GRAD_VANISHING's gradients_cleared_before_step).
+  if (ctx.facts.grads_zero_from_start) return;
   // Dead units stop the gradient: every layer before the dead one (in forward order) gets
   // zero rows too, and the layer after it zero rows from its zero input (but a non-zero
   // bias gradient: its units do get one). The dead layer is the latest in forward order
