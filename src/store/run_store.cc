@@ -3,7 +3,9 @@
 #include "store/json_forms.h"
 
 #include <sqlite3.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -275,6 +277,33 @@ std::string StoreFaultCause(int sqlite_code, int system_errno) {
 
 void RunStore::NoteFailure(int rc) {
   last_fault_ = StoreFaultCause(rc, db_ ? sqlite3_system_errno(db_) : 0);
+  if (last_fault_ != "I/O error") return;
+  // SQLite reports a write refused for want of space as a plain I/O error when the OS said
+  // EFBIG (a file size limit), and its errno is often gone by then: the file system and
+  // the limit are asked instead.
+  const std::string dir = fs::path(db_path_).parent_path().string();
+  struct statvfs vfs;
+  if (::statvfs(dir.empty() ? "." : dir.c_str(), &vfs) == 0) {
+    if (vfs.f_flag & ST_RDONLY) {
+      last_fault_ = "read-only";
+      return;
+    }
+    if (static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize < (64u << 10)) {
+      last_fault_ = "disk full";
+      return;
+    }
+  }
+  struct rlimit limit;
+  if (::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    for (const char* suffix : {"", "-wal"}) {
+      struct stat st;
+      if (::stat((db_path_ + suffix).c_str(), &st) == 0 &&
+          static_cast<uint64_t>(st.st_size) + (64u << 10) > static_cast<uint64_t>(limit.rlim_cur)) {
+        last_fault_ = "disk full";
+        return;
+      }
+    }
+  }
 }
 
 Status RunStore::SqlError(const char* what, int rc) {
