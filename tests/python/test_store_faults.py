@@ -49,7 +49,7 @@ CHILD = textwrap.dedent("""
             os.remove(action[5:])  # the disk filled: give the space back, recording resumes
             freed_at = step
             values = {}  # and log little from now on, so that it does not fill again
-        if action.startswith("free:"):
+        if action.startswith("free:") or action == "slow":
             time.sleep(0.01)  # long enough after the fault for the writer's retry
         if step < 5:
             run.flush()  # the first steps are stored whatever the machine's speed: the fault comes after them
@@ -233,3 +233,36 @@ def test_a_read_only_file_system_from_the_start(tmp_path):
     assert steps_done == list(range(50))
     assert proc.stderr.count("cannot create the run store") == 1, proc.stderr[-3000:]
     assert summary["drops"] == {"read-only": 100}
+
+
+def test_a_lock_held_by_another_process(tmp_path):
+    # Another process holds the store's write lock for 8 s: the writer waits its busy
+    # timeout (5 s), drops and counts, and writes again once the lock is gone; the
+    # training never waits for it.
+    import sqlite3
+    import time
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "logs"), "plain", "1500", "10", "slow"],
+                            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    while True:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        lines.append(line)
+        if line == "STEP 50\n":
+            break
+    holder = sqlite3.connect(tmp_path / "logs" / "victim" / "trainscope.db", timeout=30, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    time.sleep(8)
+    holder.execute("ROLLBACK")
+    holder.close()
+    out, err = proc.communicate(timeout=240)
+    lines += out.splitlines(keepends=True)
+    assert proc.returncode == 0, err[-3000:]
+    assert [int(line.split()[1]) for line in lines if line.startswith("STEP ")] == list(range(1500))
+    summary = json.loads(next(line for line in lines if line.startswith("SUMMARY "))[len("SUMMARY "):])
+    assert summary["drops"] == {"locked by another process": summary["dropped"]} and summary["dropped"] > 0
+    assert err.count("cannot write to the run store") == 1, err[-3000:]
+    assert "the run store is writable again" in err
+    lost = {s for first, last, _ in summary["gaps"] for s in range(first, last + 1)}
+    steps = list(stored_echo(tmp_path / "logs" / "victim")["step"])
+    assert steps == [s for s in range(1500) if s not in lost] and len(steps) > 50
