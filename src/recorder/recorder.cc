@@ -374,10 +374,9 @@ void Recorder::WriteOnce(bool last) {
     // At the end of a run whose store is failing, the last batch is not tried: the space
     // the held-back reserve frees is kept for marking the run ended (Close), which says
     // what was lost.
-    if (last && store_failing_) {
-      ReleaseReserve();
-      if (store_) (void)store_->Checkpoint();  // a full WAL gives its space back
-    }
+    // No checkpoint here: one that cannot finish (the file cannot grow) would spend the
+    // released space; Close checkpoints only if the end cannot be written without.
+    if (last && store_failing_) ReleaseReserve();
     s = Status::IOError(run_dir_ + ": the run store is failing (" + fault_cause_ + "); not written");
   } else {
     auto try_write = [&]() -> Status {
@@ -754,6 +753,8 @@ Status Recorder::Close(const std::string& status, const std::string& exit_reason
       if (!gaps_.empty()) end_meta.emplace_back("gaps", GapsJsonLocked());
     }
     s = store_->Close(status, exit_reason, end_meta);
+    // A WAL at a file size limit: folded into the file, it is written again from its start.
+    if (!s.ok() && store_->Checkpoint().ok()) s = store_->Close(status, exit_reason, end_meta);
     if (!s.ok()) {
       std::fprintf(stderr, "trainscope: could not mark the run %s in its store (%s); readers will call it crashed\n",
                    status.c_str(), s.message().c_str());
