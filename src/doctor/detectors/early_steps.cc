@@ -10,7 +10,38 @@ namespace {
 using json = nlohmann::json;
 }  // namespace
 
+void EarlyBlowupDetector::Settle(const DetectorContext& ctx, int64_t recovered_step, double recovered_loss) {
+  Finding f = std::move(*open_);
+  open_.reset();
+  json evidence = json::parse(f.evidence_json);
+  if (recovered_step >= 0) {
+    f.summary += "; back at " + FormatNumber(recovered_loss, 4) + " by step " + std::to_string(recovered_step) +
+                 ", below its start: an overshoot of the first updates the run recovered from";
+    evidence["recovered_at"] = recovered_step;
+    f.severity = Severity::kInfo;
+  } else {
+    f.severity = severity_if_lasting_;
+  }
+  f.evidence_json = evidence.dump();
+  ctx.Amend(std::move(f));
+}
+
+void EarlyBlowupDetector::Finish(const DetectorContext& ctx) {
+  if (open_) Settle(ctx, -1, kNaN);  // the run ended before the loss came back
+}
+
 void EarlyBlowupDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  if (open_) {
+    const double loss = ctx.facts.loss;
+    if (std::isnan(loss)) return;
+    ++points_after_jump_;
+    if (!std::isfinite(loss) || points_after_jump_ > options_.recovery_points) {
+      Settle(ctx, -1, kNaN);
+    } else if (loss <= options_.recovery_level * first_loss_) {
+      Settle(ctx, frame.step, loss);
+    }
+    return;
+  }
   if (done_) return;
   const RunFacts& facts = ctx.facts;
   // Evidence beside the loss: the gradient norm and the update/weight ratios of the first steps.
@@ -68,7 +99,8 @@ void EarlyBlowupDetector::OnStep(const StepFrame& frame, const DetectorContext& 
   if (ctx.facts.loss_end_level <= options_.recovered_fraction * first_loss_) return;
   Finding f;
   f.code = "LOSS_DIVERGENCE";
-  f.severity = ratio >= options_.critical_ratio ? Severity::kCritical : Severity::kWarning;
+  severity_if_lasting_ = ratio >= options_.critical_ratio ? Severity::kCritical : Severity::kWarning;
+  f.severity = Severity::kInfo;  // until the next points show whether the loss came back (Settle)
   f.step = f.last_step = frame.step;
   f.location = facts.roles.Get(Role::kLoss);
   std::vector<Cause> causes = {{"lr_too_high", 0.8}, {"gradient_explosion", 0.25}, {"bad_batch", 0.1}};
@@ -102,6 +134,8 @@ void EarlyBlowupDetector::OnStep(const StepFrame& frame, const DetectorContext& 
   f.summary = summary;
   f.evidence_json = evidence.dump();
   f.causes = std::move(causes);
+  open_ = f;
+  points_after_jump_ = 0;
   ctx.Report(std::move(f));
 }
 

@@ -4,6 +4,7 @@
 // training makes its loss 10x its initial value in step 1.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "doctor/detector.h"
@@ -28,6 +29,13 @@ struct EarlyBlowupOptions {
   // Offline: no finding when the loss ends at or below this fraction of its first value (a
   // network the blow-up killed ends near its start, ln K; one that learns ends well below).
   double recovered_fraction = 0.5;
+  // Online and offline alike: the jump opens an info finding, and its severity waits for
+  // the next recovery_points points. A loss back below recovery_level x its first value in
+  // them came back from an overshoot of the first updates (Adam's first steps on a small
+  // image model, a siamese net on raw pixels): it stays info. One that stays up, or goes
+  // non-finite, is the divergence (warning, critical at critical_ratio).
+  size_t recovery_points = 20;
+  double recovery_level = 0.9;
 };
 
 class EarlyBlowupDetector : public Detector {
@@ -37,9 +45,15 @@ class EarlyBlowupDetector : public Detector {
   DetectorSpec spec() const override { return {{"LOSS_DIVERGENCE"}, {{Input::kLoss}, {Input::kProgressLoss}}}; }
   bool judges_loss_progress() const override { return true; }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+  void Finish(const DetectorContext& ctx) override;
 
  private:
+  // Settles the open finding's severity: recovered (info) or not (its jump's severity).
+  void Settle(const DetectorContext& ctx, int64_t recovered_step, double recovered_loss);
   EarlyBlowupOptions options_;
+  std::optional<Finding> open_;        // the jump's finding while its recovery is not known
+  Severity severity_if_lasting_ = Severity::kWarning;
+  size_t points_after_jump_ = 0;
   double first_loss_ = kNaN;
   int64_t first_step_ = 0;
   size_t points_ = 0;

@@ -75,6 +75,7 @@ void LossSpikeDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
 
   const double x = f.loss;
   if (!std::isfinite(x)) return;  // NaN/Inf is the non-finite detector's
+  if (TrackRecovery(x)) Publish(ctx, true);
   if (pending_) {
     const Pending p = *pending_;
     pending_.reset();
@@ -115,6 +116,26 @@ void LossSpikeDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
   }
 }
 
+bool LossSpikeDetector::Transient(const Spike& s) const {
+  const double initial = first_.empty() ? kNaN : std::fabs(Median(first_));
+  return std::isfinite(initial) && s.value - s.median < options_.lasting_jump_of_initial * initial;
+}
+
+bool LossSpikeDetector::TrackRecovery(double x) {
+  bool lasting = false;
+  for (auto it = spikes_.rbegin(); it != spikes_.rend() && !it->settled; ++it) {
+    Spike& s = *it;
+    ++s.points_after;
+    if (x <= s.median + options_.rel * 0.5 * std::fabs(s.median)) {
+      s.settled = s.recovered = true;
+    } else if (s.points_after >= options_.recovery_points) {
+      s.settled = true;
+      lasting = true;
+    }
+  }
+  return lasting;
+}
+
 double LossSpikeDetector::LogNoiseZ(double x, double median) const {
   if (!(x > 0) || !(median > 0) || log_diff_.count() < options_.early_points) return kNaN;
   const double sigma = 1.4826 * log_diff_.Mad() / std::sqrt(2.0);
@@ -126,8 +147,11 @@ double LossSpikeDetector::LogNoiseZ(double x, double median) const {
 void LossSpikeDetector::Finish(const DetectorContext& ctx) {
   if (pending_) Emit(*pending_, false, "", ctx);
   pending_.reset();
-  // Epoch aggregates: the mean over the spike's epoch against the epoch before it.
   bool changed = false;
+  for (Spike& s : spikes_) {  // the run ended before the loss came back: not a recovery
+    if (!s.settled) s.settled = changed = true;
+  }
+  // Epoch aggregates: the mean over the spike's epoch against the epoch before it.
   for (Spike& sp : spikes_) {
     if (sp.confirmed || epoch_points_.size() < 2) continue;
     auto after = std::lower_bound(epoch_points_.begin(), epoch_points_.end(), sp.step,
@@ -152,7 +176,9 @@ void LossSpikeDetector::Emit(const Pending& p, bool confirmed, const std::string
 void LossSpikeDetector::Publish(const DetectorContext& ctx, bool amend) {
   auto ratio = [](const Spike& s) { return s.value / (s.median != 0 ? std::fabs(s.median) : 1.0); };
   auto severity_of = [&](const Spike& s) {
-    return (s.confirmed || ratio(s) >= options_.big_jump) && BeyondNoise(s) ? Severity::kWarning : Severity::kInfo;
+    const bool alarm = (s.confirmed || ratio(s) >= options_.big_jump) && BeyondNoise(s) &&
+                       !(Transient(s) && (!s.settled || s.recovered));
+    return alarm ? Severity::kWarning : Severity::kInfo;
   };
   const Spike* largest = &spikes_.front();
   Severity severity = Severity::kInfo;
@@ -198,6 +224,10 @@ void LossSpikeDetector::Publish(const DetectorContext& ctx, bool amend) {
               {"log_noise_z", Num(s.noise_z)}};
     if (!BeyondNoise(s)) e["within_noise"] = "no more than " + FormatNumber(options_.noise_z, 2) +
                                              "x the run's own batch-to-batch scatter (log scale)";
+    if (s.recovered && Transient(s))
+      e["transient"] = "the loss was back within " + std::to_string(s.points_after) +
+                       " points, and the jump is under " + FormatNumber(100 * options_.lasting_jump_of_initial, 3) +
+                       " % of the loss's initial level";
     if (!s.why.empty()) e["confirmation"] = s.why;
     list.push_back(std::move(e));
   }

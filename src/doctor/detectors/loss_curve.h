@@ -51,6 +51,14 @@ struct LossSpikeOptions {
   // noise, not evidence (it stays listed, as info). A loss that is not positive has no log
   // scale: the rules above it apply alone.
   double noise_z = 4;
+  // A spike the loss recovers from at once, on a loss that has learned far below it, is a
+  // hard batch on a fitted model (the 0.002 -> 0.1 -> 0.002 of a transformer that has
+  // solved its task), not instability: it stays info when the loss is back within the
+  // confirmation band (median * (1 + rel/2)) within recovery_points points and its excess
+  // over the median is under lasting_jump_of_initial of the loss's initial level. Until
+  // that is known (recovery_points later) the spike is info; severity only goes up.
+  int64_t recovery_points = 5;
+  double lasting_jump_of_initial = 0.25;
 };
 
 class LossSpikeDetector : public Detector {
@@ -77,8 +85,15 @@ class LossSpikeDetector : public Detector {
     bool confirmed;
     std::string why;
     double noise_z;
+    int64_t points_after = 0;  // loss points seen since the spike
+    bool settled = false;      // whether the loss recovered is known
+    bool recovered = false;    // back in the confirmation band within recovery_points
   };
   bool BeyondNoise(const Spike& s) const { return !(s.noise_z < options_.noise_z); }
+  // A spike too small against the loss's initial level to matter unless the loss stays up.
+  bool Transient(const Spike& s) const;
+  // Follows the unsettled spikes' recovery at loss point x; true when one settled unrecovered.
+  bool TrackRecovery(double x);
   // log(x / median) over the noise of the log differences (NaN when not measurable).
   double LogNoiseZ(double x, double median) const;
   void Emit(const Pending& p, bool confirmed, const std::string& why, const DetectorContext& ctx);

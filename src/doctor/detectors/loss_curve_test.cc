@@ -378,6 +378,34 @@ TEST(LossSpike, BatchOfFourNoiseIsNoWarning) {
   }
 }
 
+// A model that has solved its task (minGPT's sorting demo: 1.1 -> 0.002) meets a hard
+// batch now and then: 50x its median, and back at once. On the loss's own scale (under a
+// quarter of its initial level) and gone within a few points, it is not instability.
+std::vector<double> FittedLossWithHardBatches(size_t stay_up) {
+  std::mt19937 rng(3);
+  std::normal_distribution<double> noise(0, 0.03);
+  std::vector<double> v;
+  for (int64_t s = 0; s < 300; ++s) v.push_back(1.1 * std::exp(-0.022 * static_cast<double>(s)) * std::exp(noise(rng)) + 0.001);
+  for (size_t at : {194u, 240u, 284u}) {
+    for (size_t k = 0; k <= stay_up; ++k) v[at + k] = 0.1 - 0.01 * static_cast<double>(k);
+  }
+  return v;
+}
+
+TEST(LossSpike, HardBatchesOnAFittedModelAreInfo) {
+  const auto f = LossRun("loss_spike", FittedLossWithHardBatches(1));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].severity, Severity::kInfo) << f[0].summary;
+  EXPECT_NE(f[0].evidence_json.find("transient"), std::string::npos);
+}
+
+TEST(LossSpike, ALossThatStaysUpAfterTheSpikeWarns) {
+  // The same jumps, but the loss stays up for 6 points: no recovery, a warning.
+  const auto f = LossRun("loss_spike", FittedLossWithHardBatches(6));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].severity, Severity::kWarning) << f[0].summary;
+}
+
 TEST(LossSpike, ASpikeBeyondTheRunsNoiseStillWarns) {
   // A quiet loss (batch 256): a 25x jump is far beyond its noise, and warns on its own.
   Feed feed({"loss_spike"});
