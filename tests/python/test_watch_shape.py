@@ -206,6 +206,52 @@ def test_an_optimizer_that_stops_stepping_does_not_stop_the_steps(tmp_path):
     assert steps_of(view, "time/step") == every
 
 
+def test_layers_trained_one_after_the_other_by_direct_forward_calls_make_a_step_per_update(tmp_path):
+    """pytorch/examples' forward-forward shape: each layer has its own optimizer and is
+    trained to the end before the next; the loop calls layer.forward() itself, so no
+    forward hook begins a step. Each optimizer step is one step (was: 300 updates recorded
+    as 3 steps, 151 points at step 1)."""
+    torch.manual_seed(0)
+    layers = [nn.Linear(8, 8), nn.Linear(8, 8)]
+    run = ts.init(tmp_path, "layerwise", doctor=False)
+    for i, layer in enumerate(layers):
+        layer.opt = torch.optim.Adam(layer.parameters(), lr=1e-2)
+        run.watch(layer, layer.opt, name=f"layer{i}")
+    x = torch.randn(32, 8)
+    for layer in layers:
+        for _ in range(30):
+            loss = layer.forward(x).pow(2).mean()
+            layer.opt.zero_grad()
+            loss.backward()
+            layer.opt.step()
+            run.log({"train/loss": loss.item()})
+        x = layer.forward(x).detach()
+    run.finish()
+    view = ts.open_run(tmp_path / "layerwise")
+    assert steps_of(view, "train/loss") == list(range(60))
+    assert [s["step"] for s in view.tensor_stats("grad/layer0/weight")] == list(range(30))
+    assert [s["step"] for s in view.tensor_stats("grad/layer1/weight")] == list(range(30, 60))
+
+
+def test_a_loop_that_calls_forward_itself_still_counts_its_steps(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = ts.init(tmp_path, "direct", doctor=False)
+    run.watch(model, opt)
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    for _ in range(25):
+        loss = (model.forward(x) - y).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        run.log({"train/loss": loss.item()})
+    run.finish()
+    view = ts.open_run(tmp_path / "direct")
+    assert steps_of(view, "train/loss") == list(range(25))
+    assert steps_of(view, "grad/global_norm") == list(range(25))
+
+
 # ---- optimizer.step(closure): LBFGS ----
 
 def with_step_hooks(optimizer):
@@ -425,27 +471,31 @@ def test_param_facts_groups_and_unoptimized_params_are_in_the_meta(tmp_path):
     assert values_of(ts.open_run(tmp_path / "facts"), "opt/lr/1")[-1] == 0.01
 
 
-def test_train_eval_mode_is_recorded_when_it_changes(tmp_path):
+def test_train_eval_mode_is_recorded_when_the_training_forwards_mode_changes(tmp_path):
+    """The mode of each step's first forward with gradients, logged when it changes: an
+    evaluation inside the iteration (under no_grad, or a second forward of the step, as
+    gcn's example evaluates every epoch) is not the training's mode; a model left in eval
+    mode from step 5 on is."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.1), nn.Linear(8, 2))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     run = ts.init(tmp_path, "mode", doctor=False)
     run.watch(model, optimizer)
     g = torch.Generator().manual_seed(7)
-    for i in range(6):
+    for i in range(8):
         optimizer.zero_grad()
         model(torch.randn(8, 4, generator=g)).pow(2).mean().backward()
         optimizer.step()
-        if i == 2:
-            model.eval()
-            with torch.no_grad():
-                model(torch.randn(8, 4, generator=g))
-                model(torch.randn(8, 4, generator=g))
+        model.eval()
+        with torch.no_grad():
+            model(torch.randn(8, 4, generator=g))
+        model(torch.randn(8, 4, generator=g))  # an evaluation that forgot no_grad
+        if i < 4:
             model.train()
     run.finish()
     view = ts.open_run(tmp_path / "mode")
     assert list(zip(steps_of(view, "train/mode_training"), values_of(view, "train/mode_training"))) == \
-        [(0, 1.0), (2, 0.0), (3, 1.0)]
+        [(0, 1.0), (5, 0.0)]
 
 
 class Functional(nn.Module):

@@ -137,7 +137,8 @@ class Watcher:
         self._grads_after_step = False  # optimizer.step(closure): the gradients exist after it
         self._closure_forwards = 0  # forwards inside this optimizer.step(closure) so far
         self._stepping = False      # inside an optimizer.step(closure)
-        self._training_mode = None  # the root module's .training at its last forward
+        self._training_mode = None  # the root module's .training at the last logged forward
+        self._mode_step = None      # the last step whose first forward with gradients was seen
         self._ops = None            # OpsRecorder while the first measured forward runs
         self._ops_done = False
         self._group_shape = None    # (groups, params) of the optimizer's param_groups when last described
@@ -421,8 +422,6 @@ class Watcher:
         self._flush_forward()  # the last forward's, if no step came after it
         if not torch.is_grad_enabled():
             self._act_step = None
-            if module.training is not self._training_mode:
-                self._log_mode(module.training)
             return
         if self._stepping:
             # Inside optimizer.step(closure): the step's first forward is measured, the
@@ -441,8 +440,10 @@ class Watcher:
             self.clock.begin()
             if not self._ops_done:
                 self._call_guarded("functional ops", self._start_ops)
-        if module.training is not self._training_mode:
-            self._log_mode(module.training)
+        if self._mode_step != self.clock.step:  # the step's first forward with gradients
+            self._mode_step = self.clock.step
+            if module.training is not self._training_mode:
+                self._log_mode(module.training)
         step = self.clock.step
         due = self.schedule.at(step)
         if self.optimizer is not None and module.training and not self._stepping \
@@ -492,8 +493,10 @@ class Watcher:
                     out.register_hook(self._backward_started_hook)
 
     def _log_mode(self, training):
-        """train/mode_training when the root module's mode changed (train()/eval()), at the
-        step of the forward that saw it: an evaluation after a step's end is that step's."""
+        """train/mode_training: the root module's mode (train()/eval()) in the step's first
+        forward with gradients, when it differs from the last one logged. An evaluation
+        (under no_grad, or a second forward of the same step) is not the step's mode: a
+        script that evaluates inside every iteration would otherwise toggle it twice a step."""
         self._training_mode = training
         self.rec.log_scalar(self.tag("train", "mode_training"), 1.0 if training else 0.0, self.clock.step)
 
@@ -805,8 +808,10 @@ class Watcher:
             self._call_guarded("gradients", self._finish_gradients)
         self._stepping = False
         self.clock.optimizer_step_begins(self.optimizer)
-        if closure:
-            self.clock.begin()
+        # The step begins here if nothing began it since the last one ended: a closure's
+        # forwards are inside the step, and a loop that calls model.forward() itself (the
+        # forward-forward example's layers) runs no forward hook.
+        self.clock.begin()
         self.timer.stop("backward")
         self._amp_scale, self._amp_skip = fused_amp_state(self.optimizer)
         self._call_guarded("activations", self._flush_forward)
