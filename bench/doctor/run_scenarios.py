@@ -61,7 +61,8 @@ def load_script_specs(only=None):
                       "step": None, "location": row.get("location"), "causes": row.get("causes"),
                       "max_delay": row.get("max_delay"), "forbidden": row.get("forbidden", []),
                       "cause": (row.get("causes") or [None])[0], "why": row["why"],
-                      "file": os.path.join(SCRIPTS, row["script"] + ".py"), "args": ["--fault", row["fault"]]})
+                      "file": os.path.join(SCRIPTS, row["script"] + ".py"),
+                      "args": ["--fault", row["fault"], *row.get("args", ())]})
     return specs
 
 

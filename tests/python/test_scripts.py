@@ -28,9 +28,13 @@ CLIPPING_SCRIPTS = {"char_gpt", "word_lm"}  # clip_grad_norm_ before every updat
 
 def run_script(row, logdir):
     proc = subprocess.run([PYTHON, str(SCRIPTS / f"{row['script']}.py"), "--logdir", str(logdir), "--fault",
-                           row["fault"]], env=child_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"{run_name(row)} failed:\n{proc.stderr[-3000:]}"
+                           row["fault"], *row.get("args", ())], env=child_env(), capture_output=True, text=True,
+                          timeout=300)
     run_dir = logdir / run_name(row)
+    if row.get("crashes"):
+        assert proc.returncode != 0, f"{run_name(row)} was expected to raise"
+        return run_dir, {"step": 0}, proc.stderr
+    assert proc.returncode == 0, f"{run_name(row)} failed:\n{proc.stderr[-3000:]}"
     truth = json.loads((run_dir / "truth.json").read_text())
     return run_dir, truth, proc.stderr
 
@@ -43,7 +47,7 @@ def describe(findings):
 @pytest.mark.parametrize("row", RUNS, ids=run_name)
 def test_script_run_is_diagnosed_right(row, tmp_path):
     run_dir, truth, stderr = run_script(row, tmp_path)
-    assert ts.open_run(run_dir).meta["status"] == "finished"
+    assert ts.open_run(run_dir).meta["status"] == ("crashed" if row.get("crashes") else "finished")
     findings = ts.diagnose(run_dir)["findings"]
     listing = describe(findings)
     alarms = [f for f in findings if f["severity"] in ("warning", "critical")]

@@ -516,9 +516,15 @@ void LrAnomalyDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
     max_ = x;
     max_step_ = frame.step;
   }
+  if (std::isfinite(x)) ++lr_points_;
   if (max_ > 0 && std::isfinite(x) && x < options_.collapse_ratio * max_) {
-    if (collapsed_points_++ == 0) collapsed_since_ = frame.step;
-    if (collapsed_points_ >= options_.collapse_points && !collapse_reported_) {
+    if (collapsed_points_++ == 0) {
+      collapsed_since_ = frame.step;
+      points_before_collapse_ = lr_points_ - 1;
+    }
+    const double needed = std::max(static_cast<double>(options_.collapse_points),
+                                   options_.collapse_fraction * static_cast<double>(points_before_collapse_));
+    if (static_cast<double>(collapsed_points_) >= needed && !collapse_reported_) {
       collapse_reported_ = true;
       Finding f;
       f.code = "LR_ANOMALY";

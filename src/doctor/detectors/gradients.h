@@ -216,12 +216,15 @@ struct LrAnomalyOptions {
   // The LR is 0 (or negative, or non-finite) for the first 20 points: nothing trains.
   size_t zero_points = 20;
   // The schedule collapsed: the LR fell below collapse_ratio x its maximum and stayed there
-  // for collapse_points points in a row (a per-epoch scheduler stepped per batch: StepLR
-  // with step_size=1 takes 1e-3 to 1e-31 in 28 batches). An annealing schedule that reaches
-  // ~0 at its very last steps (cosine to eta_min=0) is below the ratio for a handful of
-  // points only; OneCycle ends at 4e-6 x its peak, above it.
+  // for collapse_points points in a row, and for collapse_fraction of the points before the
+  // collapse (a per-epoch scheduler stepped per batch: StepLR with step_size=1 takes 1e-3
+  // to 1e-31 in 28 batches, and is found 10 points after it fell). An annealing schedule
+  // that reaches ~0 at its very last steps (cosine to eta_min=0: the last 0.06 % of its
+  // steps) is below the ratio for far fewer than a quarter of the points before;
+  // OneCycle ends at 4e-6 x its peak, above it.
   double collapse_ratio = 1e-6;
-  size_t collapse_points = 50;
+  size_t collapse_points = 10;
+  double collapse_fraction = 0.25;
 };
 
 class LrAnomalyDetector : public Detector {
@@ -242,6 +245,8 @@ class LrAnomalyDetector : public Detector {
   double max_ = 0;          // the largest LR so far, and its step
   int64_t max_step_ = 0;
   size_t collapsed_points_ = 0;
+  size_t lr_points_ = 0;             // finite LR points seen
+  size_t points_before_collapse_ = 0;
   int64_t collapsed_since_ = 0;
   bool collapse_reported_ = false;
 };

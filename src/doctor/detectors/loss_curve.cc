@@ -118,7 +118,7 @@ void LossSpikeDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
 
 bool LossSpikeDetector::Transient(const Spike& s) const {
   const double initial = first_.empty() ? kNaN : std::fabs(Median(first_));
-  return std::isfinite(initial) && s.value - s.median < options_.lasting_jump_of_initial * initial;
+  return std::isfinite(initial) && s.value < initial;
 }
 
 bool LossSpikeDetector::TrackRecovery(double x) {
@@ -226,8 +226,7 @@ void LossSpikeDetector::Publish(const DetectorContext& ctx, bool amend) {
                                              "x the run's own batch-to-batch scatter (log scale)";
     if (s.recovered && Transient(s))
       e["transient"] = "the loss was back within " + std::to_string(s.points_after) +
-                       " points, and the jump is under " + FormatNumber(100 * options_.lasting_jump_of_initial, 3) +
-                       " % of the loss's initial level";
+                       " points, and the spike stayed below the loss's initial level";
     if (!s.why.empty()) e["confirmation"] = s.why;
     list.push_back(std::move(e));
   }

@@ -51,14 +51,14 @@ struct LossSpikeOptions {
   // noise, not evidence (it stays listed, as info). A loss that is not positive has no log
   // scale: the rules above it apply alone.
   double noise_z = 4;
-  // A spike the loss recovers from at once, on a loss that has learned far below it, is a
-  // hard batch on a fitted model (the 0.002 -> 0.1 -> 0.002 of a transformer that has
-  // solved its task), not instability: it stays info when the loss is back within the
-  // confirmation band (median * (1 + rel/2)) within recovery_points points and its excess
-  // over the median is under lasting_jump_of_initial of the loss's initial level. Until
-  // that is known (recovery_points later) the spike is info; severity only goes up.
+  // A spike the loss recovers from at once, and that stays below where the loss started,
+  // is a hard batch on a model that has learned (the 0.007 -> 0.27 -> 0.003 of a
+  // transformer that has solved its task), not instability: it stays info when the loss is
+  // back within the confirmation band (median * (1 + rel/2)) within recovery_points points
+  // and the spike is below the loss's initial level (median of its first 10 points). Until
+  // that is known (recovery_points later) such a spike is info; severity only goes up. A
+  // spike above the start undid all the learning: it warns however fast it passed.
   int64_t recovery_points = 5;
-  double lasting_jump_of_initial = 0.25;
 };
 
 class LossSpikeDetector : public Detector {
@@ -90,7 +90,7 @@ class LossSpikeDetector : public Detector {
     bool recovered = false;    // back in the confirmation band within recovery_points
   };
   bool BeyondNoise(const Spike& s) const { return !(s.noise_z < options_.noise_z); }
-  // A spike too small against the loss's initial level to matter unless the loss stays up.
+  // A spike below the loss's initial level: it matters only if the loss stays up.
   bool Transient(const Spike& s) const;
   // Follows the unsettled spikes' recovery at loss point x; true when one settled unrecovered.
   bool TrackRecovery(double x);

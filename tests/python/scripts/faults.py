@@ -7,7 +7,9 @@ finding), causes (the first cause of the finding must be one of these; None: not
 max_delay (the finding's `evidence.detected_at` minus the step the fault became real,
 which the script writes to truth.json; None: not judged), location (a prefix the finding's location must
 start with; None: not judged), forbidden (codes that must not be found: the consequences
-of the fault that are not findings of their own), and why (what the row shows).
+of the fault that are not findings of their own), args (more arguments for the script),
+crashes (the fault makes the script raise, as it would without trainscope: the run must
+be recorded as crashed, with the fault's finding), and why (what the row shows).
 
 Delays, as documented in docs/doctor.md: a non-finite value is found at its step (0); a
 blow-up in the first steps at the step it shows (<= 2); a data wait after the dataloader
@@ -45,8 +47,41 @@ RUNS = [
          why="targets = source[i:i+seq_len] (the current words)"),
     dict(script="word_lm", fault="lr_high", expected=["LOSS_DIVERGENCE"], causes=["lr_too_high"], max_delay=2,
          forbidden=["GRAD_VANISHING", "BF16_STALE_UPDATE"], why="manual SGD at lr 2000 under a 0.25 clip"),
+    # Issue 27: the kinds of script the team had not written (two models, a closure
+    # optimizer, masked targets under a library's Trainer, a Gaussian likelihood, an epoch
+    # scheduler).
+    dict(script="dcgan", fault="none", expected=[], why="examples/dcgan-style G and D, two Adams: one step per iteration"),
+    dict(script="dcgan", fault="none", args=["--names"], expected=[], why="the same, watched with name='G' and name='D'"),
+    dict(script="dcgan", fault="d_no_zero_grad", expected=["GRAD_NOT_ZEROED"], causes=["missing_zero_grad"],
+         max_delay=2, location="Discriminator", forbidden=["LOSS_DIVERGENCE", "GRAD_EXPLOSION"],
+         why="netD.zero_grad() left out: D's gradients pile up, G's are zeroed"),
+    dict(script="vae", fault="none", expected=[], why="examples/vae-style: BCE(sum) + KLD, Adam"),
+    dict(script="vae", fault="none", args=["--likelihood", "gaussian"], expected=[],
+         forbidden=["NEGATIVE_LOSS", "TARGET_LEAK"], why="a Gaussian decoder: the loss goes below zero, healthy"),
+    dict(script="vae", fault="kld_sign", expected=["NEGATIVE_LOSS"], causes=None, max_delay=2,
+         why="the KL term with the wrong sign: a BCE-plus-KL loss below zero"),
+    dict(script="lstm_lbfgs", fault="none", expected=[], why="examples/time_sequence_prediction: LBFGS with a closure"),
+    dict(script="lstm_lbfgs", fault="no_zero_grad", expected=["GRAD_NOT_ZEROED"], causes=["missing_zero_grad"],
+         max_delay=2, why="the closure never zeroes: every evaluation adds to the last ones"),
+    dict(script="masked_gpt", fault="none", expected=[], forbidden=["LABEL_OUT_OF_RANGE"],
+         why="minGPT-style: targets masked with -1, ignore_index=-1, the optimizer made inside Trainer.run()"),
+    dict(script="masked_gpt", fault="default_ignore_index", crashes=True, expected=["LABEL_OUT_OF_RANGE"],
+         causes=["label_out_of_range"], max_delay=0, location="input",
+         why="targets masked with -1, the loss's ignore_index left at -100: the first batch raises"),
+    dict(script="masked_gpt", fault="lr_high", expected=["LOSS_DIVERGENCE"], causes=["lr_too_high"], max_delay=2,
+         forbidden=["LABEL_OUT_OF_RANGE"], why="AdamW at 0.3"),
+    dict(script="lstm_classifier", fault="none", expected=[], why="LSTM classifier, Adam, StepLR stepped per epoch"),
+    dict(script="lstm_classifier", fault="scheduler_per_batch", expected=["LR_ANOMALY"],
+         causes=["lr_schedule_collapsed"], max_delay=20, forbidden=["BF16_STALE_UPDATE"],
+         why="StepLR(step_size=1, gamma=0.1) stepped every batch: the LR is ~0 after 30 batches"),
+    dict(script="lstm_classifier", fault="embedding_not_in_optimizer", expected=["PARAM_NOT_UPDATED"],
+         causes=["param_not_in_optimizer"], max_delay=None, location="embedding.weight", forbidden=["BF16_STALE_UPDATE"],
+         why="the optimizer gets the LSTM's and fc's parameters only (judged at the run's end, with the lost updates)"),
 ]
 
 
 def run_name(row):
-    return f"{row['script']}-{row['fault']}"
+    """The run's name: the script's own default (script-fault, with -names or -gaussian
+    for the variants its arguments select)."""
+    suffix = {("--names",): "-names", ("--likelihood", "gaussian"): "-gaussian"}.get(tuple(row.get("args", ())), "")
+    return f"{row['script']}-{row['fault']}{suffix}"
