@@ -1,6 +1,6 @@
 #include "ingest/mapped_file.h"
 
-#include "store/run_store.h"
+#include "core/regular_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

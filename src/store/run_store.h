@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "core/sample.h"
+#include "core/regular_file.h"
 #include "core/status.h"
 
 struct sqlite3;
@@ -295,12 +296,6 @@ class RunStore {
 // none) decides first: SQLite reports a write refused with EFBIG as a plain I/O error.
 std::string StoreFaultCause(int sqlite_code, int system_errno);
 
-// Refuses a path that is not a regular file (a FIFO, a device, a socket: reading one waits
-// for a writer or never ends), naming it, what it is and what was expected. The readers of
-// runs and of other tools' logs check their files here (ingest: OpenRegularFile).
-Status CheckRegularFile(const std::string& path);
-// That refusal for a file of stat mode `mode`.
-Status NotARegularFile(const std::string& path, unsigned int mode);
 
 // The runs of a logdir: every directory below it (any depth) holding a trainscope.db.
 struct RunEntry {
