@@ -192,7 +192,7 @@ def test_trainer_records_the_loss_and_labels_of_every_step_whatever_its_logging_
     assert min(label_min) >= 0 and max(label_max) <= VOCAB - 1 and max(label_max) >= VOCAB - 8
     report = diagnosis(run_dir)
     assert alarms(report) == []
-    assert not any("loss" in n["check"] for n in report.get("not_checked", [])), report["not_checked"]
+    assert not any(n["check"] == "loss curve" for n in report.get("not_checked", [])), report["not_checked"]
 
 
 def test_trainer_with_lr_1000x_gets_the_findings_of_a_hand_written_loop(torch_one_thread, tmp_path):
@@ -212,8 +212,11 @@ def test_trainer_callback_failure_is_reported_and_training_goes_on(torch_one_thr
     not_a_directory.write_text("")
     trainer, callback = train_with_trainer(torch, tmp_path, HEALTHY_LR, steps=5, logging_steps=1,
                                            logdir=str(not_a_directory))
-    assert trainer.state.global_step == 5 and callback.run is None
-    assert "trainscope: TrainscopeCallback run start failed and is switched off; training goes on" in capfd.readouterr().err
+    # The store cannot be made (its logdir is a file): the run records nothing and says so
+    # once (docs/architecture.md, the write path); the training finishes.
+    assert trainer.state.global_step == 5
+    err = capfd.readouterr().err
+    assert "cannot create the run store" in err and "training goes on unmonitored" in err, err[-2000:]
 
 
 def test_trainer_log_keys_get_trainscope_tags():
@@ -369,5 +372,6 @@ def test_lightning_logger_failure_is_reported_and_training_goes_on(torch_one_thr
     not_a_directory = tmp_path / "a-file"
     not_a_directory.write_text("")
     trainer, model, logger = fit_with_lightning(torch, tmp_path, HEALTHY_LR, steps=8, logdir=str(not_a_directory))
-    assert trainer.global_step == 8 and logger.experiment is None
-    assert "trainscope: TrainscopeLogger run start failed and is switched off; training goes on" in capfd.readouterr().err
+    assert trainer.global_step == 8
+    err = capfd.readouterr().err
+    assert "cannot create the run store" in err and "training goes on unmonitored" in err, err[-2000:]
