@@ -76,8 +76,7 @@ class StepClock:
             self._reset_most()
         else:
             return
-        self._optimizers_done()
-        self.begin()
+        self._optimizers_done()  # the watcher's step begin starts the next step (Watcher._step_begin)
 
     def optimizer_stepped(self, optimizer):
         """After a watched optimizer's step (or a GradScaler's skip of it). The training step
