@@ -19,7 +19,7 @@ from conftest import PYTHON, child_env
 
 SCRIPTS = pathlib.Path(__file__).resolve().parent / "scripts"
 sys.path.insert(0, str(SCRIPTS))
-from faults import RUNS, run_name  # noqa: E402
+from faults import RUNS, run_name, script_args  # noqa: E402
 
 import trainscope as ts  # noqa: E402
 
@@ -27,9 +27,8 @@ CLIPPING_SCRIPTS = {"char_gpt", "word_lm"}  # clip_grad_norm_ before every updat
 
 
 def run_script(row, logdir):
-    proc = subprocess.run([PYTHON, str(SCRIPTS / f"{row['script']}.py"), "--logdir", str(logdir), "--fault",
-                           row["fault"], *row.get("args", ())], env=child_env(), capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([PYTHON, str(SCRIPTS / f"{row['script']}.py"), "--logdir", str(logdir), *script_args(row)],
+                          env=child_env(), capture_output=True, text=True, timeout=300)
     run_dir = logdir / run_name(row)
     if row.get("crashes"):
         assert proc.returncode != 0, f"{run_name(row)} was expected to raise"
@@ -44,7 +43,8 @@ def describe(findings):
                      f"{f['location']} {[c['id'] for c in f['causes']]}" for f in findings)
 
 
-@pytest.mark.parametrize("row", RUNS, ids=run_name)
+# The held-out quarter is scored by `make bench-doctor` only: a test that fails is a reason to tune.
+@pytest.mark.parametrize("row", [r for r in RUNS if not r.get("held_out")], ids=run_name)
 def test_script_run_is_diagnosed_right(row, tmp_path):
     run_dir, truth, stderr = run_script(row, tmp_path)
     assert ts.open_run(run_dir).meta["status"] == ("crashed" if row.get("crashes") else "finished")

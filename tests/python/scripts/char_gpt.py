@@ -14,6 +14,14 @@ Faults (--fault):
                 next ones: the model copies its input and the loss goes to ~0 (TARGET_LEAK)
   slow_batch    get_batch sleeps 30 ms (a slow tokenizer, a file read per batch): the data
                 wait is most of each step (DATALOADER_BOTTLENECK, via run.data(get_batch))
+  no_zero_grad  optimizer.zero_grad(set_to_none=True) left out of the loop
+  lr_high       AdamW at lr 1.0 where nanoGPT's small models use 1e-3 (the clip at 1.0 does
+                not help: Adam's step does not scale with the gradient's norm)
+
+Variants (--variant), healthy runs that look odd:
+  accum4        gradient accumulation over 4 micro-batches per iteration (the last micro-batch's
+                loss logged, the optimizer stepped once per 4)
+  warmup_cosine nanoGPT's get_lr: linear warmup over 30 iterations, cosine decay to lr/10
 
 The run directory gets truth.json: the fault and the step at which it is real.
 """
@@ -32,7 +40,8 @@ import torch.nn.functional as F
 
 import trainscope as ts
 
-FAULTS = ("none", "target_leak", "slow_batch")
+FAULTS = ("none", "target_leak", "slow_batch", "no_zero_grad", "lr_high")
+VARIANTS = ("none", "accum4", "warmup_cosine")
 
 
 def make_corpus(chars=60_000, seed=0):
@@ -127,6 +136,7 @@ def main(argv=None):
     parser.add_argument("--logdir", default="runs")
     parser.add_argument("--name", default=None)
     parser.add_argument("--fault", default="none", choices=FAULTS)
+    parser.add_argument("--variant", default="none", choices=VARIANTS)
     parser.add_argument("--max-iters", type=int, default=300)
     parser.add_argument("--seed", type=int, default=1337)
     args = parser.parse_args(argv)
@@ -151,7 +161,16 @@ def main(argv=None):
         return x, y
 
     model = GPT(vocab_size)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.99), weight_decay=0.1)
+    learning_rate = 1.0 if args.fault == "lr_high" else 3e-3
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=(0.9, 0.99), weight_decay=0.1)
+    micro_steps = 4 if args.variant == "accum4" else 1
+    warmup_iters, min_lr = 30, learning_rate / 10
+
+    def get_lr(it):  # nanoGPT's schedule
+        if it < warmup_iters:
+            return learning_rate * (it + 1) / (warmup_iters + 1)
+        ratio = (it - warmup_iters) / max(1, args.max_iters - warmup_iters)
+        return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (learning_rate - min_lr)
 
     @torch.no_grad()
     def estimate_loss():
@@ -167,8 +186,9 @@ def main(argv=None):
         model.train()
         return out
 
-    name = args.name or f"char_gpt-{args.fault}"
-    config = dict(block_size=block_size, batch_size=batch_size, lr=3e-3, grad_clip=1.0, fault=args.fault)
+    name = args.name or f"char_gpt-{args.fault}" + ("" if args.variant == "none" else f"-{args.variant}")
+    config = dict(block_size=block_size, batch_size=batch_size, lr=learning_rate, grad_clip=1.0, fault=args.fault,
+                  variant=args.variant, gradient_accumulation_steps=micro_steps)
     with ts.init(logdir=args.logdir, name=name, config=config) as run:
         run.watch(model, optimizer)
         batches = run.data(lambda: get_batch("train"))  # a batch function: one batch per next()
@@ -178,14 +198,20 @@ def main(argv=None):
                 run.log({"val/loss": losses["val"]})
             if iter_num == args.max_iters:
                 break
-            X, Y = next(batches)
-            logits, loss = model(X, Y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            if args.variant == "warmup_cosine":
+                for group in optimizer.param_groups:
+                    group["lr"] = get_lr(iter_num)
+            for _ in range(micro_steps):
+                X, Y = next(batches)
+                logits, loss = model(X, Y)
+                (loss / micro_steps).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
-            run.log({"train/loss": loss.item()})
-        truth = {"script": "char_gpt", "fault": args.fault, "step": 0 if args.fault != "none" else None,
+            if args.fault != "no_zero_grad":
+                optimizer.zero_grad(set_to_none=True)
+            run.log({"train/loss": loss.item()})  # the last micro-batch's, as nanoGPT logs it
+        truth = {"script": "char_gpt", "fault": args.fault, "variant": args.variant,
+                 "step": 0 if args.fault != "none" else None,
                  "final_train_loss": loss.item(), "final_val_loss": losses["val"]}
         with open(os.path.join(run.dir, "truth.json"), "w") as f:
             json.dump(truth, f)

@@ -20,6 +20,11 @@ Faults (--fault):
   log_no_eps      the BCE written by hand, -(log D(x) + log(1 - D(G(z)))) for D and
                   -log D(G(z)) for G, no epsilon, with D's lr at 2e-2: D saturates, D(G(z)) is
                   exactly 0.0 or 1.0 in float32 and the log is -inf (NONFINITE_LOSS)
+  g_no_zero_grad  netG.zero_grad() left out: G's gradients pile up (GRAD_NOT_ZEROED on G)
+
+Variants (--variant), healthy runs that look odd:
+  wgan            WGAN with weight clipping: RMSprop at 5e-5, D (the critic, no sigmoid
+                  loss) stepped 5 times per G step, its weights clipped to [-0.01, 0.01]
 
 The run directory gets truth.json: the fault and the step at which it is real.
 """
@@ -36,7 +41,8 @@ import torch.nn as nn
 
 import trainscope as ts
 
-FAULTS = ("none", "d_no_zero_grad", "log_no_eps")
+FAULTS = ("none", "d_no_zero_grad", "log_no_eps", "g_no_zero_grad")
+VARIANTS = ("none", "wgan")
 NZ, NGF, NDF, SIZE = 16, 16, 16, 16
 
 
@@ -76,7 +82,9 @@ class Discriminator(nn.Module):
             nn.Conv2d(NDF, NDF * 2, 4, 2, 1, bias=False), nn.BatchNorm2d(NDF * 2), nn.LeakyReLU(0.2, inplace=True),
             nn.Conv2d(NDF * 2, 1, 4, 1, 0, bias=False), nn.Sigmoid())  # 1x1
 
-    def forward(self, x):
+    def forward(self, x, critic=False):
+        if critic:  # WGAN's critic: the same network without its sigmoid
+            return self.main[:-1](x).view(-1)
         return self.main(x).view(-1)
 
 
@@ -89,12 +97,44 @@ def weights_init(m):
         nn.init.zeros_(m.bias)
 
 
+def train_wgan(run, netG, netD, optimizerG, optimizerD, loader, epochs, n_critic=5, clip=0.01):
+    """The WGAN loop (Arjovsky et al., algorithm 1): n_critic critic steps on the mean of
+    D's output (D's last sigmoid left out), then one generator step."""
+    def critic(x):
+        return netD(x, critic=True)
+
+    iterations = 0
+    for epoch in range(epochs):
+        batches = iter(loader)
+        while True:
+            try:
+                for _ in range(n_critic):
+                    (real,) = next(batches)
+                    netD.zero_grad()
+                    fake = netG(torch.randn(real.size(0), NZ, 1, 1)).detach()
+                    errD = critic(fake).mean() - critic(real).mean()
+                    errD.backward()
+                    optimizerD.step()
+                    for p in netD.parameters():
+                        p.data.clamp_(-clip, clip)
+            except StopIteration:
+                break
+            netG.zero_grad()
+            errG = -critic(netG(torch.randn(real.size(0), NZ, 1, 1))).mean()
+            errG.backward()
+            optimizerG.step()
+            run.log({"loss/D": errD.item(), "loss/G": errG.item()})
+            iterations += 1
+    return iterations
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--logdir", default="runs")
     parser.add_argument("--name", default=None)
     parser.add_argument("--fault", default="none", choices=FAULTS)
     parser.add_argument("--names", action="store_true")
+    parser.add_argument("--variant", default="none", choices=VARIANTS)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--seed", type=int, default=999)
     args = parser.parse_args(argv)
@@ -108,16 +148,24 @@ def main(argv=None):
     netD.apply(weights_init)
     criterion = nn.BCELoss()
     lr_d = 2e-2 if args.fault == "log_no_eps" else 2e-4
-    optimizerD = torch.optim.Adam(netD.parameters(), lr=lr_d, betas=(0.5, 0.999))
-    optimizerG = torch.optim.Adam(netG.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    wgan = args.variant == "wgan"
+    if wgan:
+        lr_d = 5e-5
+        optimizerD = torch.optim.RMSprop(netD.parameters(), lr=lr_d)
+        optimizerG = torch.optim.RMSprop(netG.parameters(), lr=lr_d)
+    else:
+        optimizerD = torch.optim.Adam(netD.parameters(), lr=lr_d, betas=(0.5, 0.999))
+        optimizerG = torch.optim.Adam(netG.parameters(), lr=2e-4, betas=(0.5, 0.999))
 
     def d_loss(real_out, fake_out):
         if args.fault == "log_no_eps":
             return -(torch.log(real_out) + torch.log(1 - fake_out)).mean()
         return criterion(real_out, torch.ones_like(real_out)) + criterion(fake_out, torch.zeros_like(fake_out))
 
-    name = args.name or f"dcgan-{args.fault}" + ("-names" if args.names else "")
-    truth = {"script": "dcgan", "fault": args.fault, "step": 0 if args.fault == "d_no_zero_grad" else None}
+    name = (args.name or f"dcgan-{args.fault}" + ("-names" if args.names else "")
+            + ("" if args.variant == "none" else f"-{args.variant}"))
+    truth = {"script": "dcgan", "fault": args.fault, "variant": args.variant,
+             "step": 0 if args.fault in ("d_no_zero_grad", "g_no_zero_grad") else None}
     config = dict(lr_d=lr_d, lr_g=2e-4, batch_size=32, nz=NZ, fault=args.fault)
     step = 0
     with ts.init(logdir=args.logdir, name=name, config=config) as run:
@@ -127,7 +175,9 @@ def main(argv=None):
         else:
             run.watch(netG, optimizerG)
             run.watch(netD, optimizerD)
-        for epoch in range(args.epochs):
+        if wgan:
+            step = train_wgan(run, netG, netD, optimizerG, optimizerD, loader, args.epochs)
+        for epoch in range(0 if wgan else args.epochs):
             for (real,) in loader:
                 # (1) Update D: maximize log(D(x)) + log(1 - D(G(z)))
                 if args.fault != "d_no_zero_grad":
@@ -138,7 +188,8 @@ def main(argv=None):
                 errD.backward()
                 optimizerD.step()
                 # (2) Update G: maximize log(D(G(z)))
-                netG.zero_grad()
+                if args.fault != "g_no_zero_grad":
+                    netG.zero_grad()
                 output = netD(fake)
                 if args.fault == "log_no_eps":
                     errG = -torch.log(output).mean()

@@ -11,6 +11,10 @@ Faults (--fault):
   no_zero_grad  the closure does not call optimizer.zero_grad(): every evaluation adds its
                 gradient to the last ones, LBFGS's line search works on a sum of stale
                 gradients (GRAD_NOT_ZEROED)
+  lr_high       LBFGS(lr=20) where the example has 0.8, with no line search
+
+Variants (--variant), healthy runs that look odd:
+  converged     40 steps: LBFGS reaches its tolerance and stops moving the weights
 
 The run directory gets truth.json: the fault and the step at which it is real.
 """
@@ -27,7 +31,8 @@ import torch.nn as nn
 
 import trainscope as ts
 
-FAULTS = ("none", "no_zero_grad")
+FAULTS = ("none", "no_zero_grad", "lr_high")
+VARIANTS = ("none", "converged")
 
 
 def make_waves(n=24, length=200, period=20, seed=2):
@@ -70,6 +75,7 @@ def main(argv=None):
     parser.add_argument("--logdir", default="runs")
     parser.add_argument("--name", default=None)
     parser.add_argument("--fault", default="none", choices=FAULTS)
+    parser.add_argument("--variant", default="none", choices=VARIANTS)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -84,12 +90,15 @@ def main(argv=None):
     test_target = torch.from_numpy(data[:3, 1:])
     seq = Sequence().double()
     criterion = nn.MSELoss()
-    optimizer = torch.optim.LBFGS(seq.parameters(), lr=0.8, max_iter=8)
+    if args.variant == "converged":
+        args.steps = 40
+    lr = 20.0 if args.fault == "lr_high" else 0.8
+    optimizer = torch.optim.LBFGS(seq.parameters(), lr=lr, max_iter=8)
 
-    name = args.name or f"lstm_lbfgs-{args.fault}"
+    name = args.name or f"lstm_lbfgs-{args.fault}" + ("" if args.variant == "none" else f"-{args.variant}")
     truth = {"script": "lstm_lbfgs", "fault": args.fault, "step": None if args.fault == "none" else 0,
              "closure_calls": []}
-    config = dict(optimizer="lbfgs", lr=0.8, max_iter=8, fault=args.fault)
+    config = dict(optimizer="lbfgs", lr=lr, max_iter=8, fault=args.fault, variant=args.variant)
     with ts.init(logdir=args.logdir, name=name, config=config) as run:
         run.watch(seq, optimizer)
         for i in range(args.steps):

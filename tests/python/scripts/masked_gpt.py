@@ -13,6 +13,11 @@ Faults (--fault):
                   step 0 (LABEL_OUT_OF_RANGE)
   lr_high         AdamW at lr 0.3 where the demo uses 5e-4: the first updates blow the model up
                   (LOSS_DIVERGENCE or non-finite)
+  no_zero_grad    the Trainer's model.zero_grad(set_to_none=True) left out
+
+Variants (--variant), healthy runs that look odd:
+  label_smoothing cross_entropy with label_smoothing=0.1 (the loss stays well above 0 on a
+                  task the model solves)
 
 The run directory gets truth.json: the fault and the step at which it is real.
 """
@@ -30,7 +35,8 @@ import torch.nn.functional as F
 
 import trainscope as ts
 
-FAULTS = ("none", "default_ignore_index", "lr_high")
+FAULTS = ("none", "default_ignore_index", "lr_high", "no_zero_grad")
+VARIANTS = ("none", "label_smoothing")
 LENGTH, DIGITS = 6, 3
 
 
@@ -87,7 +93,7 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab_size, block_size, n_layer=2, n_head=4, n_embd=48, ignore_index=-1):
+    def __init__(self, vocab_size, block_size, n_layer=2, n_head=4, n_embd=48, ignore_index=-1, label_smoothing=0.0):
         super().__init__()
         self.block_size = block_size
         self.transformer = nn.ModuleDict(dict(
@@ -96,6 +102,7 @@ class GPT(nn.Module):
             ln_f=nn.LayerNorm(n_embd)))
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
         self.ignore_index = ignore_index
+        self.label_smoothing = label_smoothing
         self.apply(self._init_weights)
 
     @staticmethod
@@ -120,16 +127,18 @@ class GPT(nn.Module):
         logits = self.lm_head(self.transformer.ln_f(x))
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=self.ignore_index)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=self.ignore_index,
+                                   label_smoothing=self.label_smoothing)
         return logits, loss
 
 
 class Trainer:
     """minGPT's Trainer: the optimizer is made inside run(); callbacks after each batch."""
 
-    def __init__(self, model, dataset, learning_rate, max_iters, batch_size=32):
+    def __init__(self, model, dataset, learning_rate, max_iters, batch_size=32, zero_grad=True):
         self.model, self.dataset = model, dataset
         self.learning_rate, self.max_iters, self.batch_size = learning_rate, max_iters, batch_size
+        self.zero_grad = zero_grad
         self.callbacks = []
         self.iter_num, self.loss = 0, None
 
@@ -146,7 +155,8 @@ class Trainer:
         while self.iter_num < self.max_iters:
             x, y = next(data_iter)
             logits, self.loss = model(x, y)
-            model.zero_grad(set_to_none=True)
+            if self.zero_grad:
+                model.zero_grad(set_to_none=True)
             self.loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             self.optimizer.step()
@@ -160,6 +170,7 @@ def main(argv=None):
     parser.add_argument("--logdir", default="runs")
     parser.add_argument("--name", default=None)
     parser.add_argument("--fault", default="none", choices=FAULTS)
+    parser.add_argument("--variant", default="none", choices=VARIANTS)
     parser.add_argument("--iters", type=int, default=300)
     parser.add_argument("--seed", type=int, default=3407)
     args = parser.parse_args(argv)
@@ -168,11 +179,12 @@ def main(argv=None):
 
     dataset = SortDataset(2000, seed=1)
     model = GPT(vocab_size=DIGITS, block_size=2 * LENGTH - 1,
-                ignore_index=-100 if args.fault == "default_ignore_index" else -1)
+                ignore_index=-100 if args.fault == "default_ignore_index" else -1,
+                label_smoothing=0.1 if args.variant == "label_smoothing" else 0.0)
     lr = 0.3 if args.fault == "lr_high" else 5e-4
-    trainer = Trainer(model, dataset, learning_rate=lr, max_iters=args.iters)
+    trainer = Trainer(model, dataset, learning_rate=lr, max_iters=args.iters, zero_grad=args.fault != "no_zero_grad")
 
-    name = args.name or f"masked_gpt-{args.fault}"
+    name = args.name or f"masked_gpt-{args.fault}" + ("" if args.variant == "none" else f"-{args.variant}")
     truth = {"script": "masked_gpt", "fault": args.fault, "step": None if args.fault == "none" else 0}
     config = dict(lr=lr, batch_size=32, n_layer=2, n_embd=48, fault=args.fault)
     with ts.init(logdir=args.logdir, name=name, config=config) as run:

@@ -16,6 +16,13 @@ Faults (--fault):
   exp_std    std = exp(logvar) where exp(0.5 * logvar) is meant, with logvar's layer
              initialised large (bias 100): exp(100) overflows float32, z is infinite and
              the decoder's first layer gives NaN (NONFINITE_ACTIVATION at fc3)
+  lr_high    Adam at lr 0.1 where the example has 1e-3
+  no_zero_grad  optimizer.zero_grad() left out of the loop
+
+Variants (--variant), healthy runs that look odd:
+  kl_warmup  the KL term's weight rises from 0 to 1 over the first two epochs (KL annealing):
+             the loss goes up while the model gets better
+  adamw      AdamW(lr=2e-3, weight_decay=0.05) instead of Adam
 
 The run directory gets truth.json: the fault and the step at which it is real.
 """
@@ -33,7 +40,8 @@ import torch.nn.functional as F
 
 import trainscope as ts
 
-FAULTS = ("none", "kld_sign", "exp_std")
+FAULTS = ("none", "kld_sign", "exp_std", "lr_high", "no_zero_grad")
+VARIANTS = ("none", "kl_warmup", "adamw")
 SIZE = 12
 PIXELS = SIZE * SIZE
 
@@ -80,7 +88,7 @@ class VAE(nn.Module):
         return self.decode(z), mu, logvar
 
 
-def loss_function(model, recon_x, x, mu, logvar, kld_sign=False):
+def loss_function(model, recon_x, x, mu, logvar, kld_sign=False, beta=1.0):
     if model.gaussian:
         lv = model.dec_logvar
         rec = 0.5 * torch.sum(lv + (x - recon_x) ** 2 / lv.exp() + math.log(2 * math.pi))
@@ -90,7 +98,7 @@ def loss_function(model, recon_x, x, mu, logvar, kld_sign=False):
         kld = 0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())
     else:
         kld = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())
-    return rec + kld
+    return rec + beta * kld
 
 
 def main(argv=None):
@@ -99,6 +107,7 @@ def main(argv=None):
     parser.add_argument("--name", default=None)
     parser.add_argument("--fault", default="none", choices=FAULTS)
     parser.add_argument("--likelihood", default="bernoulli", choices=("bernoulli", "gaussian"))
+    parser.add_argument("--variant", default="none", choices=VARIANTS)
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
@@ -112,25 +121,35 @@ def main(argv=None):
     model = VAE(gaussian=args.likelihood == "gaussian")
     if args.fault == "exp_std":
         nn.init.constant_(model.fc22.bias, 100.0)  # the bug's trigger: a large initial logvar
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    lr = 0.1 if args.fault == "lr_high" else 1e-3
+    if args.variant == "adamw":
+        lr = 2e-3
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    warmup_steps = 2 * len(train_loader) if args.variant == "kl_warmup" else 0
 
-    suffix = "-gaussian" if args.likelihood == "gaussian" else ""
+    suffix = ("-gaussian" if args.likelihood == "gaussian" else "") + ("" if args.variant == "none" else f"-{args.variant}")
     name = args.name or f"vae-{args.fault}{suffix}"
-    truth = {"script": "vae", "fault": args.fault, "likelihood": args.likelihood, "step": None}
-    config = dict(lr=1e-3, batch_size=64, latent=8, likelihood=args.likelihood, fault=args.fault)
+    truth = {"script": "vae", "fault": args.fault, "likelihood": args.likelihood, "variant": args.variant,
+             "step": 0 if args.fault in ("lr_high", "no_zero_grad") else None}
+    config = dict(lr=lr, batch_size=64, latent=8, likelihood=args.likelihood, optimizer=type(optimizer).__name__,
+                  fault=args.fault, variant=args.variant)
     step = 0
     with ts.init(logdir=args.logdir, name=name, config=config) as run:
         run.watch(model, optimizer)
         for epoch in range(1, args.epochs + 1):
             model.train()
             for (data,) in run.data(train_loader):
-                optimizer.zero_grad()
+                if args.fault != "no_zero_grad":
+                    optimizer.zero_grad()
                 recon_batch, mu, logvar = model(data, exp_std=args.fault == "exp_std")
-                loss = loss_function(model, recon_batch, data, mu, logvar, kld_sign=args.fault == "kld_sign")
+                beta = min(1.0, step / warmup_steps) if warmup_steps else 1.0
+                loss = loss_function(model, recon_batch, data, mu, logvar, kld_sign=args.fault == "kld_sign", beta=beta)
                 loss.backward()
                 optimizer.step()
                 value = loss.item() / len(data)
-                if args.fault != "none" and truth["step"] is None and (
+                if args.fault in ("kld_sign", "exp_std") and truth["step"] is None and (
                         not math.isfinite(value) or (args.fault == "kld_sign" and value < 0)):
                     truth["step"] = step
                 run.log({"train/loss": value})

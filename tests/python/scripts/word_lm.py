@@ -16,6 +16,8 @@ Faults (--fault):
                 of source[i+1:i+1+seq_len]: the model copies its input (TARGET_LEAK)
   lr_high       lr = 2000 where the example uses 20: even clipped at 0.25, each hand-made
                 update is 500 in norm (the loss explodes at once)
+  no_zero_grad  model.zero_grad() left out: the hand-made update uses the sum of every
+                gradient so far (clipped to 0.25 in norm, so it drifts rather than explodes)
 
 The run directory gets truth.json: the fault and the step at which it is real.
 """
@@ -32,7 +34,7 @@ import torch.nn as nn
 
 import trainscope as ts
 
-FAULTS = ("none", "target_leak", "lr_high")
+FAULTS = ("none", "target_leak", "lr_high", "no_zero_grad")
 
 
 def make_corpus(words=24_000, seed=0):
@@ -139,7 +141,8 @@ def main(argv=None):
             hidden = model.init_hidden(20)
             windows = (get_batch(train_data, i) for i in range(0, train_data.size(0) - 1, bptt))
             for data, targets in run.data(windows):
-                model.zero_grad()
+                if args.fault != "no_zero_grad":
+                    model.zero_grad()
                 hidden = repackage_hidden(hidden)
                 output, hidden = model(data, hidden)
                 loss = criterion(output, targets)
