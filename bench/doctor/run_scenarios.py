@@ -63,7 +63,8 @@ def load_script_specs(only=None):
                       "max_delay": row.get("max_delay"), "forbidden": row.get("forbidden", []),
                       "cause": (row.get("causes") or [None])[0], "why": row["why"],
                       "file": os.path.join(SCRIPTS, row["script"] + ".py"),
-                      "held_out": bool(row.get("held_out")), "args": script_args(row)})
+                      "held_out": bool(row.get("held_out")), "crashes": bool(row.get("crashes")),
+                      "args": script_args(row)})
     return specs
 
 
@@ -80,6 +81,8 @@ def run_scenario(spec, logdir, build, pybuild):
     if os.path.exists(truth_file):  # a training script's own account of its fault
         with open(truth_file) as f:
             spec["step"] = json.load(f).get("step")
+    elif spec.get("crashes"):  # the script raised at its first batch, before writing truth.json
+        spec["step"] = 0
     if not os.path.isdir(run_dir):
         result["error"] = "no run recorded"
         result["diagnosis"] = {"findings": [{"code": "NO_RUN", "severity": "critical", "step": 0, "location": "",

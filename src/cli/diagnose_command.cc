@@ -34,6 +34,13 @@ void PrintFinding(const Finding& f, const std::string& who) {
 void PrintHuman(const RunReport& d) {
   fmt::print("{} ({}, {} steps)\n", d.run->source, d.run->format, d.run->data.MaxStep());
   if (d.findings.empty()) fmt::print("  no findings\n");
+  // One action on top: the first of the worst finding's (findings come worst first, a
+  // root before its consequences), for a reader who reads one line.
+  if (!d.findings.empty() && d.findings.front().severity >= Severity::kWarning && !d.findings.front().actions.empty()) {
+    const Finding& f = d.findings.front();
+    fmt::print("  first: {} ({} at step {}{})\n", f.actions.front(), f.code, f.step,
+               f.location.empty() ? "" : " in " + f.location);
+  }
   for (const Finding& f : d.findings) PrintFinding(f, "");
   if (!d.not_checked.empty()) {
     fmt::print("  not checked, and why:\n");

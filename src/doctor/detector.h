@@ -75,6 +75,9 @@ struct RunFacts {
   // meta `unoptimized_params`: parameters no optimizer holds (requires_grad, not stepped).
   std::set<std::string> unoptimized_params;
   bool unoptimized_params_known = false;
+  // meta `params_without_grad`: trainable parameters whose .grad was None at every optimizer
+  // step the watcher looked at (1, 2, 4, ...) while others had one: no gradient reaches them.
+  std::vector<std::string> params_without_grad;
   // meta `functional_ops`: activation functions called as functions in one forward (F.relu).
   std::vector<std::string> functional_ops;
 

@@ -262,7 +262,7 @@ void Doctor::OnMeta(std::string_view key, std::string_view value) {
         if (dtype.is_string()) facts_.param_dtypes[name] = Lower(dtype.get<std::string>());
       }
     }
-  } else if (key == "unoptimized_params" || key == "functional_ops") {
+  } else if (key == "unoptimized_params" || key == "functional_ops" || key == "params_without_grad") {
     json j = json::parse(value, nullptr, false);
     if (j.is_array()) {
       std::vector<std::string> names;
@@ -271,6 +271,8 @@ void Doctor::OnMeta(std::string_view key, std::string_view value) {
       }
       if (key == "functional_ops") {
         facts_.functional_ops = std::move(names);
+      } else if (key == "params_without_grad") {
+        facts_.params_without_grad = std::move(names);
       } else {
         facts_.unoptimized_params = std::set<std::string>(names.begin(), names.end());
         facts_.unoptimized_params_known = true;

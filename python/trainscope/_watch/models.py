@@ -95,6 +95,11 @@ class Models:
         self.rec.set_meta("param_groups", json.dumps(groups))
         self.rec.set_meta("unoptimized_params", json.dumps(unoptimized))
 
+    def write_params_without_grad(self):
+        names = [w.namespace + name for w in self.watchers if w.without_grad and w._grad_checks >= 3
+                 for name in sorted(w.without_grad)]
+        self.rec.set_meta("params_without_grad", json.dumps(names))
+
     def add_module_order(self, names):
         self.module_order += [n for n in names if n not in self.module_order]
         self.rec.set_meta("module_order", json.dumps(self.module_order))

@@ -124,6 +124,9 @@ class Watcher:
         self._scaler_stepping = False  # inside GradScaler.step of this optimizer
         self._zeroed = True         # no optimizer step yet: nothing to accumulate into
         self._sentinel = None       # (param, grad object) after the last optimizer step
+        self._backward_weights = None  # no optimizer: the first values of a weight when the last backward began
+        self._weights_moved = False
+        self._manual_zeroed = None  # no optimizer: this step's answer of _manual_grads_zeroed
         self._act_in_place = set()  # modules (and input tags) changed in place after capture: measured at once
         self._act_step = None       # the step this forward's activations are measured for (None: not)
         self._act_force = False     # after non-finite gradients the next forward is measured in full
@@ -144,6 +147,8 @@ class Watcher:
         self._group_shape = None    # (groups, params) of the optimizer's param_groups when last described
         self.group_entries = []     # meta param_groups of this model's optimizer
         self.unoptimized = []       # meta unoptimized_params of this model
+        self.without_grad = None    # meta params_without_grad of this model: none at every step looked at
+        self._grad_checks = 0
         cuda = any(p.is_cuda for _, p in self.params[:1])
         if clock.timer is None:  # phases are the run's: one timer for every watched model
             clock.timer = PhaseTimer(clock, cuda)
@@ -653,7 +658,30 @@ class Watcher:
     def _backward_started(self, grad):
         if not self.closed:
             torch.autograd.Variable._execution_engine.queue_callback(self._backward_finished_hook)
+            if self.optimizer is None and self._manual_zeroed is None and self.params:
+                # Did the weights move since the last backward began (a hand-made update)?
+                with torch.no_grad():
+                    head = self.params[0][1].detach().reshape(-1)[:16].clone()
+                first = self._backward_weights is None
+                self._weights_moved = not first and not torch.equal(head, self._backward_weights)
+                self._backward_weights = head
+                self._manual_zeroed = self._manual_grads_zeroed(first)
         return None
+
+    def _manual_grads_zeroed(self, first):
+        """No optimizer (a hand-made update): were the gradients zeroed since the last
+        backward? Asked as this backward begins: a zero_grad() call, gradients set to None, or
+        the last parameter's gradient all zero (grad.zero_() by hand) count. None when it
+        cannot be told: the first backward, or the weights have not moved since the last one
+        (the micro-batches of an accumulation)."""
+        if first:
+            return None
+        if self._zeroed:
+            return True
+        grad = next((p.grad for _, p in reversed(self.params) if p.grad is not None), None)
+        if grad is None or not torch.any(grad.detach().reshape(-1)[:4096]):
+            return True
+        return False if self._weights_moved else None
 
     def _backward_finished(self):
         if self.closed:
@@ -743,13 +771,13 @@ class Watcher:
     # ---- optimizer step: gradients before, weights and updates after ----
 
     def _zero_grad(self, original, *args, **kwargs):
-        self._zeroed = True
         if self._backward_done:
             self._backward_done = False
             if self._owns_steps():
                 # Without an optimizer, zeroing the gradients after a backward ends the step
                 # (before they are gone: the gradient statistics are taken at the step end).
                 self._call_guarded("step end", self.clock.end)
+        self._zeroed = True  # after the step end, which marks the gradients of a loop with no optimizer
         return original(*args, **kwargs)
 
     def _optimizer_step(self, original, *args, **kwargs):
@@ -842,6 +870,9 @@ class Watcher:
         self.timer.stop("optimizer")
         self._stepping = False
         self._optimizer_steps += 1
+        n = self._optimizer_steps
+        if n & (n - 1) == 0 or n % 1024 == 0:  # steps 1, 2, 4, ... 1024, then every 1024th: a loop over parameters
+            self._call_guarded("gradients", self._note_params_without_grad)
         self._call_guarded("gradients", self._finish_gradients)
         if self._grads_after_step:
             self._grads_after_step = False
@@ -978,6 +1009,19 @@ class Watcher:
             if nan or inf:
                 self._act_force = True  # non-finite gradients
 
+    def _note_params_without_grad(self):
+        """meta params_without_grad: trainable parameters whose .grad was None at every
+        optimizer step looked at, from the third on (a .detach() or a branch never taken on
+        their way to the loss), while others had one."""
+        without = {name for name, p in self.params if p.grad is None}
+        if len(without) == len(self.params):
+            return  # no gradient at all at this step (cleared before it): says nothing of the paths
+        before = self.without_grad
+        self.without_grad = without if before is None else (set(before) & without)
+        self._grad_checks += 1
+        if self._grad_checks >= 3 and (self._grad_checks == 3 or self.without_grad != before):
+            self._models.write_params_without_grad()
+
     def _mark_grads(self):
         """Remembers one gradient object: a new object at the next step means zeroed (set to None)."""
         self._zeroed = False
@@ -1100,6 +1144,11 @@ class Watcher:
         self.timer.stop("backward")
         self._flush_forward()
         due = self.schedule.at(step)
+        if self.optimizer is None and self.plan is not None:
+            zeroed, self._manual_zeroed = self._manual_zeroed, None
+            if zeroed is not None and due.grads:
+                self.rec.log_scalar(self.tag("train", "grad_zeroed"), 1.0 if zeroed else 0.0, step)
+            self._mark_grads()
         if self.optimizer is None and due.grads and self.plan is not None:
             # No optimizer to hook: the gradients of this step's backward, now.
             ticket, _ = self._gradient_pass(step, due)

@@ -117,16 +117,20 @@ void LossSpikeDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
 }
 
 bool LossSpikeDetector::Transient(const Spike& s) const {
-  const double initial = first_.empty() ? kNaN : std::fabs(Median(first_));
+  // Where the untrained model's loss started: the highest of the first points (their
+  // median sits lower when the loss falls fast from its first step).
+  const double initial = first_.empty() ? kNaN : std::fabs(*std::max_element(first_.begin(), first_.end()));
   return std::isfinite(initial) && s.value < initial;
 }
 
 bool LossSpikeDetector::TrackRecovery(double x) {
   bool lasting = false;
-  for (auto it = spikes_.rbegin(); it != spikes_.rend() && !it->settled; ++it) {
-    Spike& s = *it;
+  for (Spike& s : spikes_) {  // every unsettled one: a later spike may settle before an earlier
+    if (s.settled) continue;
     ++s.points_after;
-    if (x <= s.median + options_.rel * 0.5 * std::fabs(s.median)) {
+    const bool in_band = x <= s.median + options_.rel * 0.5 * std::fabs(s.median);
+    const bool jump_given_back = x - s.median <= (1 - options_.recovery_share) * (s.value - s.median);
+    if (in_band || jump_given_back) {
       s.settled = s.recovered = true;
     } else if (s.points_after >= options_.recovery_points) {
       s.settled = true;
@@ -225,8 +229,8 @@ void LossSpikeDetector::Publish(const DetectorContext& ctx, bool amend) {
     if (!BeyondNoise(s)) e["within_noise"] = "no more than " + FormatNumber(options_.noise_z, 2) +
                                              "x the run's own batch-to-batch scatter (log scale)";
     if (s.recovered && Transient(s))
-      e["transient"] = "the loss was back within " + std::to_string(s.points_after) +
-                       " points, and the spike stayed below the loss's initial level";
+      e["transient"] = "the loss was back (in the band, or 90 % of the jump given back) within " +
+                       std::to_string(s.points_after) + " points, and the spike stayed below the loss's initial level";
     if (!s.why.empty()) e["confirmation"] = s.why;
     list.push_back(std::move(e));
   }

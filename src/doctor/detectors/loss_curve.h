@@ -53,12 +53,16 @@ struct LossSpikeOptions {
   double noise_z = 4;
   // A spike the loss recovers from at once, and that stays below where the loss started,
   // is a hard batch on a model that has learned (the 0.007 -> 0.27 -> 0.003 of a
-  // transformer that has solved its task), not instability: it stays info when the loss is
-  // back within the confirmation band (median * (1 + rel/2)) within recovery_points points
-  // and the spike is below the loss's initial level (median of its first 10 points). Until
-  // that is known (recovery_points later) such a spike is info; severity only goes up. A
-  // spike above the start undid all the learning: it warns however fast it passed.
-  int64_t recovery_points = 5;
+  // transformer that has solved its task, or a burst of them that passes within the rolling
+  // median's window), not instability: it stays info when, within
+  // recovery_points (= window) points, the loss is back within the confirmation band (median * (1 +
+  // rel/2)) or has given back recovery_share of the jump (0.011 -> 0.89 -> 0.065), and the
+  // spike is below the loss's initial level (the highest of its first 10 points). Until that is
+  // known (recovery_points later) such a spike is info; severity only goes up. A spike
+  // above the start (the highest of the first 10 points) undid all the learning: it warns
+  // however fast it passed.
+  int64_t recovery_points = 50;
+  double recovery_share = 0.9;
 };
 
 class LossSpikeDetector : public Detector {

@@ -328,6 +328,33 @@ void NonFiniteDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
       evidence["upstream_module"] = upstream;
     }
     if (ps && ps->inf > 0 && ps->nan == 0) RaiseCause(&causes, "exp_overflow", 0.15);
+    // A producer whose own operation cannot make a NaN from finite numbers (a Linear, a
+    // convolution) got its non-finite input from a function called between modules
+    // (torch.exp(logvar) in a VAE's reparameterisation): the forward's functional ops are
+    // the suspects. exp past float32's range (e^88.7) with an upstream output that large
+    // is the strongest.
+    const std::string type = Lower(facts.ModuleType(producer_module));
+    const bool affine = HasWord(type, {"linear", "conv1d", "conv2d", "conv3d", "bilinear", "embedding"}) ||
+                        (type.empty() && HasWord(Lower(producer_module), {"fc", "linear", "conv", "proj", "dense"}));
+    if (affine && !facts.functional_ops.empty()) {
+      json suspects = json::array();
+      for (const std::string& op : facts.functional_ops) {
+        const std::string name = Lower(op);
+        if (name == "exp" || name == "exp_" || name == "expm1") {
+          RaiseCause(&causes, "exp_overflow", upstream_max >= options_.exp_overflow_abs_max ? 0.8 : 0.5);
+        } else if (name == "log" || name == "log2" || name == "log10" || name == "log_") {
+          RaiseCause(&causes, "log_of_zero", 0.5);
+        } else if (name == "sqrt" || name == "rsqrt" || name == "pow") {
+          RaiseCause(&causes, "sqrt_at_zero", 0.4);
+        } else if (name == "div" || name == "true_divide" || name == "reciprocal") {
+          RaiseCause(&causes, "division_by_zero", 0.4);
+        } else {
+          continue;
+        }
+        suspects.push_back(op);
+      }
+      if (!suspects.empty()) evidence["functional_suspects"] = suspects;
+    }
   }
   // Gradient norm climbing in the steps before.
   const auto& gn = ctx.flight.grad_norm();
@@ -344,6 +371,40 @@ void NonFiniteDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
     if (med > 0 && last > options_.explosion_ratio * med) {
       RaiseCause(&causes, "gradient_explosion", 0.6);
       RaiseCause(&causes, "lr_too_high", 0.2);
+    }
+  }
+  // The producer's own weights went non-finite: did their gradient explode at the step
+  // before? (Their own history: in a run of several models the global norm is another's.)
+  if (evidence.contains("nonfinite_producer_weights")) {
+    const std::string weight = evidence["nonfinite_producer_weights"][0].get<std::string>();
+    std::vector<double> norms;
+    for (const auto& [step, v] : ctx.flight.NormHistory("grad/" + weight)) {
+      if (step < frame.step && std::isfinite(v)) norms.push_back(v);
+    }
+    const double last = norms.empty() ? kNaN : norms.back();
+    const double med = norms.size() >= 4 ? Median(std::vector<double>(norms.begin(), norms.end() - 1)) : kNaN;
+    if (med > 0 && last > options_.explosion_ratio * med) {
+      evidence["producer_grad_norm_before"] = Num(last);
+      evidence["producer_grad_norm_median_before"] = Num(med);
+      // The weights went non-finite in the update of an exploding gradient: the optimizer
+      // wrote them (Adam's squared gradient overflows), nobody else did. What made the
+      // gradient explode is the root: a log of a saturated probability (a hand-written
+      // BCE without an epsilon: d/dp -log p = -1/p) when the output is a saturated
+      // sigmoid or softmax.
+      for (Cause& c : causes) {
+        if (c.id == "nonfinite_weights") c.confidence = 0.3;
+      }
+      RaiseCause(&causes, "gradient_explosion", 0.75);
+      std::string output;  // the last module of the producer's model in forward order: its output
+      const std::string model = facts.ModelOf(producer_module);
+      for (const std::string& m : facts.module_order) {
+        if (facts.ModelOf(m) == model) output = m;
+      }
+      const std::string output_type = Lower(output + " " + facts.ModuleType(output));
+      if (HasWord(output_type, {"sigmoid", "softmax"}) && facts.saturated_fraction_max >= 0.5) {
+        RaiseCause(&causes, "log_of_zero", 0.8);
+        evidence["saturated_output"] = output;
+      }
     }
   }
   // Early with a large learning rate.

@@ -764,6 +764,58 @@ void PrecisionFitDetector::ReportNotUpdated(const std::vector<std::pair<std::str
   ctx.Report(std::move(f));
 }
 
+// The module a parameter belongs to: its name up to the last '.' ("conv1" for "conv1.weight").
+static std::string ModuleOfParam(const std::string& param) {
+  const size_t dot = param.rfind('.');
+  return dot == std::string::npos ? param : param.substr(0, dot);
+}
+
+void PrecisionFitDetector::ReportWithoutGradient(size_t moving, const std::vector<std::string>& moving_params,
+                                                 const DetectorContext& ctx) const {
+  const RunFacts& facts = ctx.facts;
+  const std::vector<std::string>& blocked = facts.params_without_grad;
+  auto order_of = [&](const std::string& param) -> int64_t {
+    const auto it = std::find(facts.module_order.begin(), facts.module_order.end(), ModuleOfParam(param));
+    return it == facts.module_order.end() ? -1 : it - facts.module_order.begin();
+  };
+  // A blocked layer that runs before a layer that learns: the graph is cut on the way to
+  // the loss (a .detach(), .item(), torch.no_grad()). A blocked layer after every learning
+  // one is a head whose output the loss does not use: information.
+  int64_t last_moving = -1;
+  for (const std::string& p : moving_params) last_moving = std::max(last_moving, order_of(p));
+  std::string cut;  // the blocked parameter nearest the cut: the latest one before a learning layer
+  int64_t cut_order = -1;
+  for (const std::string& p : blocked) {
+    const int64_t o = order_of(p);
+    if (o >= 0 && o < last_moving && o >= cut_order) {
+      cut = p;
+      cut_order = o;
+    }
+  }
+  const bool upstream = !cut.empty();
+  using json = nlohmann::json;
+  Finding f;
+  f.code = "PARAM_NOT_UPDATED";
+  f.severity = upstream ? Severity::kWarning : Severity::kInfo;
+  f.step = facts.first_step;
+  f.location = upstream ? cut : blocked.front();
+  const std::string n = std::to_string(blocked.size());
+  f.summary = "No gradient reaches " + n + " parameter" + (blocked.size() == 1 ? "" : "s") + " (" + f.location +
+              (blocked.size() > 1 ? " among them" : "") + "): .grad is None at every optimizer step while " +
+              std::to_string(moving) + " other" + (moving == 1 ? " has" : "s have") + " one" +
+              (upstream ? "; the graph is cut after " + ModuleOfParam(cut) + ", before layers that learn"
+                        : "; they come after every layer that learns (an output the loss does not use)");
+  json names = json::array();
+  for (const std::string& p : blocked) {
+    if (names.size() < 20) names.push_back(p);
+  }
+  json ev = {{"param", f.location}, {"params_without_grad", names}, {"count", blocked.size()},
+             {"params_that_move", moving}, {"cut_before_learning_layers", upstream}};
+  f.evidence_json = ev.dump();
+  f.causes = {{"gradient_blocked", upstream ? 0.9 : 0.6}};
+  ctx.Report(std::move(f));
+}
+
 void PrecisionFitDetector::Finish(const DetectorContext& ctx) {
   State& st = *state_;
   using json = nlohmann::json;
@@ -902,6 +954,16 @@ void PrecisionFitDetector::Finish(const DetectorContext& ctx) {
       }
     }
     if (!not_updated.empty()) ReportNotUpdated(not_updated, moving, ctx);
+    if (!ctx.facts.params_without_grad.empty() && moving > 0) {
+      std::vector<std::string> moving_params;
+      for (const std::string& p : st.stale_order) {
+        const State::Stale& x = st.stale.at(p);
+        if (x.points >= options_.stale_min_points && x.observed_sum / static_cast<double>(x.points) < 0.5) {
+          moving_params.push_back(p);
+        }
+      }
+      ReportWithoutGradient(moving, moving_params, ctx);
+    }
     if (!lost.empty()) {
       // The parameter losing the most updates (share x size) first: a 4-element bias losing
       // all of them matters less than a weight matrix losing most.

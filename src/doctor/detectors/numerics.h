@@ -164,6 +164,8 @@ class PrecisionFitDetector : public Detector {
 
  private:
   struct State;
+  void ReportWithoutGradient(size_t moving, const std::vector<std::string>& moving_params,
+                             const DetectorContext& ctx) const;
   void ReportNotUpdated(const std::vector<std::pair<std::string, const PrecisionFitStale*>>& params,
                         size_t moving, const DetectorContext& ctx) const;
   PrecisionFitOptions options_;

@@ -180,7 +180,7 @@ def main(argv=None):
     batch_scheduler = None  # a scheduler stepped every batch
     if args.variant == "onecycle":
         batch_scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, epochs=args.epochs,
-                                                              steps_per_epoch=steps_per_epoch)
+                                                              steps_per_epoch=steps_per_epoch, cycle_momentum=False)
     elif args.variant == "cosine":
         batch_scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs * steps_per_epoch)
     # The BCE variant trains hot and without decay (lr 3, gamma 1, 10 epochs), so its logits keep growing.
