@@ -70,6 +70,13 @@ struct RunFacts {
   // The model a parameter or module name (after the family) belongs to: "D" for "D/main.0",
   // "" for a bare name. Only a declared model's name counts (a '/' can be in a tag).
   std::string ModelOf(std::string_view name) const;
+  // True for the last module of its model (of two or more) in the watcher's forward order
+  // (meta module_order): the model's output, whose values move toward the targets' scale as
+  // the model learns.
+  bool IsModelOutput(const std::string& module) const;
+  // A model's name for a reader: its name, else its class when several models are watched
+  // (the first one keeps bare tags), else "model".
+  std::string ModelLabel(const std::string& name) const;
   // meta `param_dtypes` {param: "float32" | "bfloat16" | ...}; empty when not recorded.
   std::unordered_map<std::string, std::string> param_dtypes;
   // meta `unoptimized_params`: parameters no optimizer holds (requires_grad, not stepped).

@@ -107,6 +107,29 @@ std::string RunFacts::ModelOf(std::string_view name) const {
   return "";
 }
 
+bool RunFacts::IsModelOutput(const std::string& module) const {
+  if (!module_order_explicit) return false;  // the order series first appeared in says nothing of the output
+  const std::string model = ModelOf(module);
+  const std::string* last = nullptr;
+  size_t modules = 0;
+  for (const std::string& m : module_order) {
+    if (ModelOf(m) != model) continue;
+    last = &m;
+    ++modules;
+  }
+  return modules >= 2 && *last == module;
+}
+
+std::string RunFacts::ModelLabel(const std::string& name) const {
+  if (!name.empty()) return name;
+  if (models.size() >= 2) {
+    for (const Model& m : models) {
+      if (m.name.empty() && !m.cls.empty()) return m.cls;
+    }
+  }
+  return "model";
+}
+
 void RaiseCause(std::vector<Cause>* causes, const std::string& id, double confidence) {
   for (Cause& c : *causes) {
     if (c.id == id) {

@@ -38,6 +38,11 @@ const std::vector<FactInfo>& Facts() {
        }},
       {"lr_collapsed", "the learning rate is below 1e-6 of its maximum",
        [](const RunFacts& f, const Finding&) { return Of(std::isfinite(f.lr) && f.lr_max > 0, LrCollapsed(f)); }},
+      {"steps_large", "the finding's own evidence shows large steps (update/weight ratio >= 1e-2, or an adaptive "
+       "optimizer's LR >= 1e-2): evidence.lr_too_low_excluded",
+       [](const RunFacts&, const Finding& finding) {
+         return Of(true, finding.evidence_json.find("\"lr_too_low_excluded\"") != std::string::npos);
+       }},
       {"grad_clipping_seen", "the script clips the gradient norm (it sits at one ceiling)",
        [](const RunFacts& f, const Finding&) { return Of(f.has_grad_stats || f.roles.Has(Role::kGradNorm), f.clip_norm > 0); }},
       {"weights_not_constant", "every weight matrix started with differing values (min != max at its first record)",
@@ -160,6 +165,7 @@ const std::vector<Contradiction>& Contradictions() {
   static const std::vector<Contradiction> table = {
       {"grad_clipping_seen", {"clip"}},
       {"lr_collapsed", {"raise the learning rate", "higher learning rate", "lr range test", "learning-rate range test"}},
+      {"steps_large", {"raise the learning rate", "higher learning rate"}},
       {"param_dtype_not_16bit", {"master weights", "kahan", "stochastic rounding"}},
   };
   return table;

@@ -288,6 +288,36 @@ TEST(UnseenCode, RandomInitIsNotConstantInit) {
   EXPECT_EQ(v->causes.at(0).id, "dying_relu");
 }
 
+// F.softmax at the end of forward, then F.cross_entropy: the loss falls from ln 10 to its
+// floor ln(1 + 9/e) = 1.46 and stays there while the accuracy reaches 95 %. The same loss
+// with no softmax in the forward, or an accuracy near chance, is no architecture finding.
+std::vector<Finding> SoftmaxTwice(const char* functional_ops, double accuracy) {
+  Feed feed({"loss_plateau"});
+  feed.Meta("config", R"({"num_classes": 10})");
+  feed.Meta("functional_ops", functional_ops);
+  std::mt19937 rng(4);
+  std::normal_distribution<double> n(0, 0.01);
+  const double floor = std::log(1 + 9 / std::exp(1.0));
+  for (int64_t s = 0; s < 300; ++s) {
+    feed.Scalar("train/loss", s, floor + (2.302 - floor) * std::exp(-s / 30.0) + 0.02 + n(rng));
+    if (s % 60 == 59) feed.Scalar("val/acc", s, accuracy);
+  }
+  return feed.Finish();
+}
+
+TEST(UnseenCode, SoftmaxBeforeCrossEntropyIsNamedByTheLossFloor) {
+  const auto f = SoftmaxTwice(R"(["conv2d", "linear", "relu", "softmax"])", 0.95);
+  const Finding* a = FindCode(f, "ARCHITECTURE_WARNING");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->severity, Severity::kWarning);
+  EXPECT_EQ(a->causes.at(0).id, "double_softmax");
+}
+
+TEST(UnseenCode, ALossAtTheFloorWithoutASoftmaxOrAccuracyIsNoArchitectureFinding) {
+  EXPECT_EQ(FindCode(SoftmaxTwice(R"(["conv2d", "linear", "log_softmax"])", 0.95), "ARCHITECTURE_WARNING"), nullptr);
+  EXPECT_EQ(FindCode(SoftmaxTwice(R"(["conv2d", "linear", "softmax"])", 0.3), "ARCHITECTURE_WARNING"), nullptr);
+}
+
 // A plateau at chance with clean labels (nothing says they are noisy): label noise may be
 // listed, never first, never above 0.3.
 TEST(UnseenCode, LabelNoiseNeedsPositiveEvidence) {

@@ -19,10 +19,17 @@ double MedianOf(const std::deque<double>& d) {
 
 // Dead units, by what they were at first: units that died in training point at the
 // learning rate, units dead from the first record at the initialisation.
-std::vector<Cause> DeadUnitCauses(double dying_relu, double first_fraction, double threshold) {
+// Units alive at first that all died within the first steps were killed by the first
+// updates (an LR too high for the layer: the VAE at Adam 0.1 loses fc1 at step 3); ReLUs
+// dying is then the mechanism, not the root.
+constexpr int64_t kEarlyDeathSteps = 20;
+
+std::vector<Cause> DeadUnitCauses(double dying_relu, double first_fraction, double threshold, int64_t steps_in) {
   std::vector<Cause> causes;
   RaiseCause(&causes, "dying_relu", dying_relu);
-  RaiseCause(&causes, first_fraction < threshold ? "lr_too_high" : "bad_init", 0.4);
+  const bool alive_at_first = first_fraction < threshold;
+  RaiseCause(&causes, alive_at_first ? "lr_too_high" : "bad_init",
+             alive_at_first && steps_in <= kEarlyDeathSteps ? 0.85 : 0.4);
   return causes;
 }
 
@@ -48,7 +55,7 @@ void DeadUnitsDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
                 std::to_string(start) + "; " + FormatNumber(100 * first_[m], 3) + "% at first)";
     f.evidence_json = json{{"dead_fraction", Num(s.dead_fraction)}, {"first_dead_fraction", Num(first_[m])},
                            {"since_step", start}, {"lr", Num(ctx.facts.lr)}}.dump();
-    f.causes = DeadUnitCauses(0.8, first_[m], options_.threshold);
+    f.causes = DeadUnitCauses(0.8, first_[m], options_.threshold, start - ctx.facts.first_step);
     ctx.Report(std::move(f));
   }
   if (ctx.facts.has_dead) return;  // ReLU modules measure it on their outputs (above)
@@ -112,7 +119,7 @@ void DeadUnitsDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
                          {"first_zero_gradient_unit_fraction", Num(unit_first_[dead_param])},
                          {"param", dead_param}, {"since_step", start}, {"source", "grad_units"},
                          {"lr", Num(ctx.facts.lr)}}.dump();
-  f.causes = DeadUnitCauses(0.7, unit_first_[dead_param], options_.threshold);
+  f.causes = DeadUnitCauses(0.7, unit_first_[dead_param], options_.threshold, start - ctx.facts.first_step);
   ctx.Report(std::move(f));
 }
 
@@ -144,6 +151,9 @@ void ActivationDriftDetector::OnStep(const StepFrame& frame, const DetectorConte
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
     if (!HasPrefix(tag, "act/", &rest) || s.nan + s.inf || !s.finite()) continue;
+    // The model's output moves toward the targets' scale as it learns (an LSTM's regression
+    // head from 0.002 to the sine's 0.8): that is fitting, not drift.
+    if (ctx.facts.IsModelOutput(std::string(rest))) continue;
     Layer& L = layers_[std::string(rest)];
     const size_t i = L.count++;
     const double sd = s.stddev(), mean = s.mean();

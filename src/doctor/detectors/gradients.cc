@@ -297,8 +297,8 @@ void GradNotZeroedDetector::OnStep(const StepFrame& frame, const DetectorContext
     f.severity = Severity::kCritical;
     f.step = streak.start;
     f.last_step = frame.step;
-    f.location = model.empty() ? "model" : model;
-    f.summary = "gradients " + (model.empty() ? std::string() : "of model " + model + " ") +
+    f.location = ctx.facts.ModelLabel(model);
+    f.summary = "gradients " + (f.location == "model" ? std::string() : "of model " + f.location + " ") +
                 "were not zeroed between optimizer steps (" + std::to_string(streak.length) +
                 " steps in a row): each step applies the sum of all gradients so far";
     json ev = {{"steps_not_zeroed", streak.length}, {"declared_accumulation_steps", ctx.facts.accumulation_steps},

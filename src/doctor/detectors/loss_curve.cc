@@ -436,6 +436,10 @@ void LossPlateauDetector::OnStep(const StepFrame& frame, const DetectorContext& 
   if (const double* v = frame.Scalar("input/label_min"); v && std::isfinite(*v)) {
     label_min_ = std::isnan(label_min_) ? *v : std::min(label_min_, *v);
   }
+  for (Role role : {Role::kAcc, Role::kValAcc}) {  // the validation accuracy, when there is one, last
+    if (!ctx.facts.roles.Has(role)) continue;
+    if (const double* v = frame.Scalar(ctx.facts.roles.Get(role)); v && std::isfinite(*v)) accuracy_ = *v;
+  }
   const double x = ctx.facts.loss;
   if (!std::isfinite(x)) return;
   if (!values_.empty() && x == values_.back()) {
@@ -447,6 +451,7 @@ void LossPlateauDetector::OnStep(const StepFrame& frame, const DetectorContext& 
   steps_.push_back(frame.step);
   values_.push_back(x);
   lrs_.push_back(ctx.facts.lr);
+  update_ratios_.push_back(ctx.facts.update_ratio);
   const size_t w = options_.initial_points;
   rolling_.push_back(values_.size() < w ? kNaN : Median(std::span<const double>(values_.data() + values_.size() - w, w)));
   if (!(rolling_[best_] <= rolling_.back())) best_ = rolling_.size() - 1;  // NaN at first: replaced
@@ -465,10 +470,54 @@ void LossPlateauDetector::OnStep(const StepFrame& frame, const DetectorContext& 
 }
 
 void LossPlateauDetector::Finish(const DetectorContext& ctx) {
+  CheckProbabilityFloor(ctx);
   if (reported_) return;
   // A plateau seen during the run still stands if the whole run gained less than twice the
   // threshold; otherwise the run is judged as a whole.
   Check(ctx, true, candidate_ ? 2 * options_.min_improvement : options_.min_improvement);
+}
+
+void LossPlateauDetector::CheckProbabilityFloor(const DetectorContext& ctx) {
+  const RunFacts& facts = ctx.facts;
+  const size_t n = values_.size();
+  if (n < options_.min_points || !(accuracy_ >= 0 && accuracy_ <= 1)) return;
+  // The class count declared or from the labels (not inferred from the loss level).
+  int c = facts.num_classes;
+  if (c <= 1 && label_min_ >= 0 && label_max_ >= 1 && label_max_ < 1e6 && label_max_ == std::floor(label_max_)) {
+    c = static_cast<int>(label_max_) + 1;
+  }
+  if (c < 3) return;  // with 2 classes the floor (0.31) is a loss a real model reaches
+  bool softmax = std::find(facts.functional_ops.begin(), facts.functional_ops.end(), "softmax") !=
+                 facts.functional_ops.end();
+  for (const auto& [module, type] : facts.module_types) softmax = softmax || type == "Softmax";
+  if (!softmax) return;
+  const double floor = std::log(1 + (c - 1) / std::exp(1.0));
+  double lowest = kNaN;  // the lowest rolling median: the best the loss ever did
+  for (double r : rolling_) {
+    if (std::isfinite(r) && !(r >= lowest)) lowest = r;
+  }
+  const size_t recent_n = std::max<size_t>(20, static_cast<size_t>(options_.recent_fraction * n));
+  const double now = Median(std::span<const double>(values_.data() + (n - recent_n), recent_n));
+  // A real model this accurate has a loss far below the floor: -ln(0.9) = 0.1 at 90 %.
+  const double accurate = std::max(0.5, 3.0 / c);
+  if (!(lowest >= 0.97 * floor && now <= 1.3 * floor && accuracy_ >= accurate)) return;
+  Finding f;
+  f.code = "ARCHITECTURE_WARNING";
+  f.severity = Severity::kWarning;
+  f.step = steps_.front();
+  f.last_step = steps_.back();
+  f.location = facts.roles.Get(Role::kLoss);
+  f.summary = "the loss sits on " + FormatNumber(now, 4) + " while the accuracy is " + FormatNumber(100 * accuracy_, 3) +
+              " %: cross-entropy over probabilities cannot go below ln(1 + (" + std::to_string(c) + " - 1) / e) = " +
+              FormatNumber(floor, 4) + ", and the forward has a softmax: the loss applies its own (softmax twice), its "
+              "gradients shrink as the model gets right";
+  f.evidence_json = json{{"loss_now", Num(now)}, {"loss_lowest", Num(lowest)}, {"floor", Num(floor)}, {"classes", c},
+                         {"accuracy", Num(accuracy_)}, {"softmax_in_forward", true}}.dump();
+  f.causes = {{"double_softmax", 0.85}};
+  f.actions = {"Return the logits from forward() and let the loss apply the softmax (F.cross_entropy, "
+               "nn.CrossEntropyLoss); apply softmax only for predictions",
+               "Or keep the probabilities and use F.nll_loss(torch.log(p + 1e-9), target)"};
+  ctx.Report(std::move(f));
 }
 
 void LossPlateauDetector::ReportFrozen(const DetectorContext& ctx) {
@@ -619,17 +668,29 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final, double m
     ev["lr_max"] = Num(ctx.facts.lr_max);
     RaiseCause(&causes, "lr_schedule_collapsed", 0.85);
   }
-  if (std::isfinite(lr)) {
-    ev["lr"] = Num(lr);
-    const bool adam = ctx.facts.optimizer.find("adam") != std::string::npos;
+  // What the steps did over the recent window: each step moving the weights by more than 1 %
+  // of their norm (~1e-3 is healthy) is an LR too high to learn, not too low to move; so is
+  // an adaptive optimizer's LR of 1e-2 and above (each weight moves by about the LR a step).
+  std::vector<double> recent_ratios;
+  for (size_t i = n - recent_n; i < n; ++i) {
+    if (std::isfinite(update_ratios_[i])) recent_ratios.push_back(update_ratios_[i]);
+  }
+  const double update_ratio = recent_ratios.empty() ? ctx.facts.update_ratio : Median(recent_ratios);
+  const bool adam = ctx.facts.optimizer.find("adam") != std::string::npos;
+  const bool steps_too_big = (std::isfinite(update_ratio) && update_ratio >= 1e-2) ||
+                             (adam && std::isfinite(lr) && lr >= 1e-2);
+  if (std::isfinite(lr)) ev["lr"] = Num(lr);
+  if (std::isfinite(update_ratio)) ev["update_ratio"] = Num(update_ratio);
+  if (steps_too_big) {
+    RaiseCause(&causes, "lr_too_high", 0.6);
+    ev["lr_too_low_excluded"] = "the steps are large: update/weight ratio " + FormatNumber(update_ratio, 3) +
+                                (std::isfinite(lr) ? ", lr " + FormatNumber(lr, 3) : "");
+  } else if (std::isfinite(lr)) {
     RaiseCause(&causes, "lr_too_low", lr < (adam ? 1e-5 : 1e-4) ? 0.6 : 0.3);
   } else {
     RaiseCause(&causes, "lr_too_low", 0.3);
   }
-  if (std::isfinite(ctx.facts.update_ratio)) {
-    ev["update_ratio"] = Num(ctx.facts.update_ratio);
-    if (ctx.facts.update_ratio < 1e-5) RaiseCause(&causes, "lr_too_low", 0.5);
-  }
+  if (!steps_too_big && std::isfinite(update_ratio) && update_ratio < 1e-5) RaiseCause(&causes, "lr_too_low", 0.5);
   RaiseCause(&causes, "bad_init", 0.2);
   RaiseCause(&causes, "missing_zero_grad", 0.05);
   // At chance with a learning rate that is not tiny: the labels (or their pairing with the

@@ -213,7 +213,7 @@ class LossPlateauDetector : public Detector {
   explicit LossPlateauDetector(PlateauOptions options = {}) : options_(options) {}
   const char* name() const override { return "loss_plateau"; }
   DetectorSpec spec() const override {
-    return {{"LOSS_PLATEAU"}, {{Input::kLoss}, {Input::kProgressLoss}}};
+    return {{"LOSS_PLATEAU", "ARCHITECTURE_WARNING"}, {{Input::kLoss}, {Input::kProgressLoss}}};
   }
   bool judges_loss_progress() const override { return true; }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
@@ -222,6 +222,12 @@ class LossPlateauDetector : public Detector {
  private:
   void Check(const DetectorContext& ctx, bool final, double min_improvement);
   void ReportFrozen(const DetectorContext& ctx);
+  // Cross-entropy fed probabilities (a softmax before a loss that applies its own) cannot go
+  // below ln(1 + (C - 1) / e), whatever the model learns: a run whose accuracy is high while
+  // its loss sits on that floor (and a softmax is in the forward) gets ARCHITECTURE_WARNING.
+  void CheckProbabilityFloor(const DetectorContext& ctx);
+  double accuracy_ = kNaN;  // the latest accuracy (val_acc role, else acc)
+  std::vector<double> update_ratios_;  // per point: the global update/weight ratio (NaN when not measured)
   PlateauOptions options_;
   std::vector<int64_t> steps_;
   std::vector<double> values_;
