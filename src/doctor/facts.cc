@@ -195,6 +195,13 @@ void FitActionsToFacts(Finding* finding, const RunFacts& facts) {
       continue;
     }
     std::string fitted = action;
+    // A loop with no optimizer (weights updated by hand) zeroes through the model.
+    const bool no_optimizer = !facts.models.empty() &&
+                              std::all_of(facts.models.begin(), facts.models.end(),
+                                          [](const RunFacts::Model& m) { return m.optimizer.empty(); });
+    if (const size_t at = fitted.find("optimizer.zero_grad("); no_optimizer && at != std::string::npos) {
+      fitted.replace(at, std::string("optimizer.").size(), "model.");
+    }
     // The numbers the evidence gives: the run's learning rate, and where to take it.
     const double lr = facts.lr;
     if (std::isfinite(lr) && lr > 0 && fitted.find(" (from ") == std::string::npos) {

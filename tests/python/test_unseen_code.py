@@ -206,6 +206,9 @@ def test_a_hand_made_update_that_never_zeroes_is_named(tmp_path):
     first = [f for f in findings if f["severity"] in ("warning", "critical")][0]
     assert first["code"] == "GRAD_NOT_ZEROED", findings
     assert first["causes"][0]["id"] == "missing_zero_grad"
+    # No optimizer in this loop: the advice zeroes through the model.
+    assert any("model.zero_grad(" in a for a in first["actions"]), first["actions"]
+    assert not any("optimizer.zero_grad(" in a for a in first["actions"]), first["actions"]
 
 
 def test_hand_made_accumulation_is_no_forgotten_zero_grad(tmp_path):
