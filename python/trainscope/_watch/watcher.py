@@ -124,8 +124,7 @@ class Watcher:
         self._scaler_stepping = False  # inside GradScaler.step of this optimizer
         self._zeroed = True         # no optimizer step yet: nothing to accumulate into
         self._sentinel = None       # (param, grad object) after the last optimizer step
-        self._backward_weights = None  # no optimizer: the first values of a weight when the last backward began
-        self._weights_moved = False
+        self._backward_weight = None  # no optimizer: one value of the last parameter when the last backward began
         self._manual_zeroed = None  # no optimizer: this step's answer of _manual_grads_zeroed
         self._act_in_place = set()  # modules (and input tags) changed in place after capture: measured at once
         self._act_step = None       # the step this forward's activations are measured for (None: not)
@@ -659,29 +658,24 @@ class Watcher:
         if not self.closed:
             torch.autograd.Variable._execution_engine.queue_callback(self._backward_finished_hook)
             if self.optimizer is None and self._manual_zeroed is None and self.params:
-                # Did the weights move since the last backward began (a hand-made update)?
-                with torch.no_grad():
-                    head = self.params[0][1].detach().reshape(-1)[:16].clone()
-                first = self._backward_weights is None
-                self._weights_moved = not first and not torch.equal(head, self._backward_weights)
-                self._backward_weights = head
-                self._manual_zeroed = self._manual_grads_zeroed(first)
+                self._manual_zeroed = self._manual_grads_zeroed()
         return None
 
-    def _manual_grads_zeroed(self, first):
+    def _manual_grads_zeroed(self):
         """No optimizer (a hand-made update): were the gradients zeroed since the last
-        backward? Asked as this backward begins: a zero_grad() call, gradients set to None, or
-        the last parameter's gradient all zero (grad.zero_() by hand) count. None when it
-        cannot be told: the first backward, or the weights have not moved since the last one
-        (the micro-batches of an accumulation)."""
-        if first:
+        backward? Asked as this backward begins, from one value of the last parameter (two
+        reads, no tensor made): a zero_grad() call, gradients set to None, or that gradient
+        value 0 (grad.zero_() by hand) count as zeroed. None when it cannot be told: the
+        first backward, or that weight has not moved since the last one (the micro-batches of
+        an accumulation). A value that happens to be 0 reads as zeroed: a miss, never an alarm."""
+        p = self.params[-1][1]
+        weight = p.detach().reshape(-1)[0].item()
+        last, self._backward_weight = self._backward_weight, weight
+        if last is None:
             return None
-        if self._zeroed:
+        if self._zeroed or p.grad is None or p.grad.reshape(-1)[0].item() == 0:
             return True
-        grad = next((p.grad for _, p in reversed(self.params) if p.grad is not None), None)
-        if grad is None or not torch.any(grad.detach().reshape(-1)[:4096]):
-            return True
-        return False if self._weights_moved else None
+        return False if weight != last else None
 
     def _backward_finished(self):
         if self.closed:
@@ -1144,14 +1138,15 @@ class Watcher:
         self.timer.stop("backward")
         self._flush_forward()
         due = self.schedule.at(step)
+        zeroed_ids, zeroed_values = (), ()
         if self.optimizer is None and self.plan is not None:
             zeroed, self._manual_zeroed = self._manual_zeroed, None
-            if zeroed is not None and due.grads:
-                self.rec.log_scalar(self.tag("train", "grad_zeroed"), 1.0 if zeroed else 0.0, step)
-            self._mark_grads()
+            self._zeroed = False  # the next step's zero_grad() is its own
+            if zeroed is not None and due.grads:  # logged with the gradient pass, in its one call
+                zeroed_ids, zeroed_values = [self._id(self.tag("train", "grad_zeroed"), "scalar")], [float(zeroed)]
         if self.optimizer is None and due.grads and self.plan is not None:
             # No optimizer to hook: the gradients of this step's backward, now.
-            ticket, _ = self._gradient_pass(step, due)
+            ticket, _ = self._gradient_pass(step, due, zeroed_ids, zeroed_values)
             ticket.wait()
             # Weights changed by the user's own update: compare with the snapshot taken at
             # the end of the previous step, and take one before each sampled step.
