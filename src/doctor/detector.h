@@ -74,6 +74,8 @@ struct RunFacts {
   // (meta module_order): the model's output, whose values move toward the targets' scale as
   // the model learns.
   bool IsModelOutput(const std::string& module) const;
+  // The last module of a model ("" for the bare one) in forward order, "" when none.
+  std::string OutputModule(const std::string& model) const;
   // A model's name for a reader: its name, else its class when several models are watched
   // (the first one keeps bare tags), else "model".
   std::string ModelLabel(const std::string& name) const;

@@ -107,17 +107,19 @@ std::string RunFacts::ModelOf(std::string_view name) const {
   return "";
 }
 
+std::string RunFacts::OutputModule(const std::string& model) const {
+  for (auto it = module_order.rbegin(); it != module_order.rend(); ++it) {
+    if (ModelOf(*it) == model) return *it;
+  }
+  return "";
+}
+
 bool RunFacts::IsModelOutput(const std::string& module) const {
   if (!module_order_explicit) return false;  // the order series first appeared in says nothing of the output
   const std::string model = ModelOf(module);
-  const std::string* last = nullptr;
-  size_t modules = 0;
-  for (const std::string& m : module_order) {
-    if (ModelOf(m) != model) continue;
-    last = &m;
-    ++modules;
-  }
-  return modules >= 2 && *last == module;
+  const auto modules = std::count_if(module_order.begin(), module_order.end(),
+                                     [&](const std::string& m) { return ModelOf(m) == model; });
+  return modules >= 2 && OutputModule(model) == module;
 }
 
 std::string RunFacts::ModelLabel(const std::string& name) const {

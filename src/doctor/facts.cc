@@ -178,6 +178,10 @@ void FitActionsToFacts(Finding* finding, const RunFacts& facts) {
   const bool have_evidence = evidence.is_object();
   std::vector<std::string> kept;
   json dropped = json::array();
+  // A loop with no optimizer (weights updated by hand) zeroes through the model.
+  const bool no_optimizer = !facts.models.empty() &&
+                            std::all_of(facts.models.begin(), facts.models.end(),
+                                        [](const RunFacts::Model& m) { return m.optimizer.empty(); });
   for (const std::string& action : finding->actions) {
     const std::string lower = Lower(action);
     const char* against = nullptr;
@@ -195,10 +199,6 @@ void FitActionsToFacts(Finding* finding, const RunFacts& facts) {
       continue;
     }
     std::string fitted = action;
-    // A loop with no optimizer (weights updated by hand) zeroes through the model.
-    const bool no_optimizer = !facts.models.empty() &&
-                              std::all_of(facts.models.begin(), facts.models.end(),
-                                          [](const RunFacts::Model& m) { return m.optimizer.empty(); });
     if (const size_t at = fitted.find("optimizer.zero_grad("); no_optimizer && at != std::string::npos) {
       fitted.replace(at, std::string("optimizer.").size(), "model.");
     }

@@ -1011,7 +1011,7 @@ class Watcher:
         if len(without) == len(self.params):
             return  # no gradient at all at this step (cleared before it): says nothing of the paths
         before = self.without_grad
-        self.without_grad = without if before is None else (set(before) & without)
+        self.without_grad = without if before is None else before & without
         self._grad_checks += 1
         if self._grad_checks >= 3 and (self._grad_checks == 3 or self.without_grad != before):
             self._models.write_params_without_grad()

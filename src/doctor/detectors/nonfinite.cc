@@ -395,11 +395,7 @@ void NonFiniteDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
         if (c.id == "nonfinite_weights") c.confidence = 0.3;
       }
       RaiseCause(&causes, "gradient_explosion", 0.75);
-      std::string output;  // the last module of the producer's model in forward order: its output
-      const std::string model = facts.ModelOf(producer_module);
-      for (const std::string& m : facts.module_order) {
-        if (facts.ModelOf(m) == model) output = m;
-      }
+      const std::string output = facts.OutputModule(facts.ModelOf(producer_module));
       const std::string output_type = Lower(output + " " + facts.ModuleType(output));
       if (HasWord(output_type, {"sigmoid", "softmax"}) && facts.saturated_fraction_max >= 0.5) {
         RaiseCause(&causes, "log_of_zero", 0.8);
