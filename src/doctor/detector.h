@@ -96,6 +96,11 @@ struct RunFacts {
   double lr_max = 0;          // largest lr seen so far
   double grad_norm = kNaN;    // global gradient norm: the grad_norm role, else from grad/ stats
   double update_ratio = kNaN; // ||update|| / ||weight|| over all parameters with both
+  // Each (parameter, step) with both a finite update and gradient mean, non-zero: how many,
+  // and how many of them moved the weights the gradient's way (up the loss). Descent moves
+  // them against it (SGD: never the same sign; Adam, momentum: under about 2 in 3).
+  int64_t update_grad_pairs = 0;
+  int64_t update_grad_same_sign = 0;
   int64_t steps_seen = 0;     // frames processed before this one
   int64_t first_step = 0;
   // Gradient clipping seen in the data: the global gradient norm sits at one ceiling value

@@ -393,9 +393,11 @@ void Doctor::UpdateFacts(const StepFrame& frame) {
   double grad_sq = 0, weight_sq = 0, update_sq = 0;
   bool any_grad = false, any_update = false;
   std::map<std::string_view, double> weight_sq_by_param;
+  std::map<std::string_view, const TensorStats*> grad_by_param;
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
     if (HasPrefix(tag, "grad/", &rest)) {
+      grad_by_param[rest] = &s;
       grad_sq += s.nan + s.inf ? std::numeric_limits<double>::infinity() : s.sum_squares;
       any_grad = true;
     } else if (HasPrefix(tag, "weight/", &rest)) {
@@ -405,6 +407,13 @@ void Doctor::UpdateFacts(const StepFrame& frame) {
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
     if (HasPrefix(tag, "update/", &rest)) {
+      if (auto g = grad_by_param.find(rest); g != grad_by_param.end()) {
+        const double u = s.mean(), gm = g->second->mean();
+        if (std::isfinite(u) && std::isfinite(gm) && u != 0 && gm != 0) {
+          ++f.update_grad_pairs;
+          if ((u > 0) == (gm > 0)) ++f.update_grad_same_sign;
+        }
+      }
       auto it = weight_sq_by_param.find(rest);
       if (it == weight_sq_by_param.end()) continue;
       update_sq += s.sum_squares;

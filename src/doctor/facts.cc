@@ -43,6 +43,16 @@ const std::vector<FactInfo>& Facts() {
        [](const RunFacts&, const Finding& finding) {
          return Of(true, finding.evidence_json.find("\"lr_too_low_excluded\"") != std::string::npos);
        }},
+      {"loss_settled", "the loss settled on one level: its recent points vary by under 0.1 % of it (evidence.settled)",
+       [](const RunFacts&, const Finding& finding) {
+         return Of(true, finding.evidence_json.find("\"settled\":true") != std::string::npos);
+       }},
+      {"updates_ascend", "the weights moved the gradient's way, up the loss: the update's mean has the gradient "
+       "mean's sign at >= 90 % of >= 10 (parameter, step) pairs (descent gives the opposite sign)",
+       [](const RunFacts& f, const Finding&) {
+         return Of(f.update_grad_pairs >= 10,
+                   f.update_grad_same_sign >= 0.9 * static_cast<double>(f.update_grad_pairs));
+       }},
       {"grad_clipping_seen", "the script clips the gradient norm (it sits at one ceiling)",
        [](const RunFacts& f, const Finding&) { return Of(f.has_grad_stats || f.roles.Has(Role::kGradNorm), f.clip_norm > 0); }},
       {"weights_not_constant", "every weight matrix started with differing values (min != max at its first record)",

@@ -118,3 +118,49 @@ def test_a_user_logged_lr_replaces_watchs(tmp_path):
     assert list(lr["step"]) == list(range(5))
     assert list(lr["value"]) == [0.25] * 5
 
+
+
+def test_run_data_keeps_what_a_loop_reads_from_its_loader(tmp_path):
+    """pytorch/examples' siamese loop prints len(train_loader) and train_loader.dataset: the
+    object run.data() returns passes both through, and a second `for` is a second epoch."""
+    dataset = torch.utils.data.TensorDataset(torch.randn(40, 8), torch.randint(0, 4, (40,)))
+    loader = torch.utils.data.DataLoader(dataset, batch_size=8)
+    run = ts.init(tmp_path, name="loader", doctor=False)
+    batches = run.data(loader)
+    assert len(batches) == 5
+    assert batches.dataset is dataset and batches.batch_size == 8
+    assert len(run.data(loader, steps=3)) == 3
+    epochs = [sum(1 for _ in batches) for _ in range(2)]
+    assert epochs == [5, 5]
+    first = next(run.data(lambda: batch(0)))  # a batch function: next() takes one batch
+    assert first[0].shape == (8, 8)
+    with pytest.raises(TypeError, match="run.data"):
+        run.data(3)
+    with pytest.raises(ValueError, match="steps"):
+        run.data(loader, steps=-1)
+    run.finish()
+    assert list(ts.open_run(tmp_path / "loader").scalars("time/data")["step"])[:10] == list(range(10))
+
+
+def test_many_forwards_a_step_log_the_inputs_once_and_the_work_each_step(tmp_path):
+    """An actor-critic loop runs the model once per environment step and steps the optimizer
+    once per episode: the inputs are measured on the step's first forward only, and
+    data/input_elements (the elements the step's forwards took) is logged when it changes,
+    what THROUGHPUT_DROP divides the step time by."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    run = ts.init(tmp_path, name="rl", doctor=False)
+    run.watch(model, optimizer, system_interval=0, checks=False)
+    episode_lengths = [3, 3, 7, 7, 7, 12]
+    for length in episode_lengths:
+        losses = [model(torch.randn(4)).sum() for _ in range(length)]
+        optimizer.zero_grad()
+        torch.stack(losses).sum().backward()
+        optimizer.step()
+    run.finish()
+    view = ts.open_run(tmp_path / "rl")
+    assert [s["step"] for s in view.tensor_stats("input/0")] == list(range(len(episode_lengths)))
+    work = view.scalars("data/input_elements")
+    assert list(work["step"]) == [0, 2, 5]
+    assert list(work["value"]) == [12.0, 28.0, 48.0]

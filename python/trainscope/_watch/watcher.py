@@ -141,6 +141,8 @@ class Watcher:
         self._stepping = False      # inside an optimizer.step(closure)
         self._training_mode = None  # the root module's .training at the last logged forward
         self._mode_step = None      # the last step whose first forward with gradients was seen
+        self._input_elements = 0    # the elements of this step's training forwards' first tensors
+        self._logged_elements = 0   # the last data/input_elements logged (logged when it changes)
         self._ops = None            # OpsRecorder while the first measured forward runs
         self._ops_done = False
         self._group_shape = None    # (groups, params) of the optimizer's param_groups when last described
@@ -444,7 +446,11 @@ class Watcher:
             self.clock.begin()
             if not self._ops_done:
                 self._call_guarded("functional ops", self._start_ops)
-        if self._mode_step != self.clock.step:  # the step's first forward with gradients
+        # The work of the step: the elements of each training forward's first tensor (an RL
+        # loop's forwards per episode, a batch's tokens), what THROUGHPUT_DROP divides by.
+        self._input_elements += _leading_numel(args)
+        first_forward = self._mode_step != self.clock.step
+        if first_forward:  # the step's first forward with gradients
             self._mode_step = self.clock.step
             if module.training is not self._training_mode:
                 self._log_mode(module.training)
@@ -463,7 +469,9 @@ class Watcher:
                 self._act_handles = [m.register_forward_hook(h) for m, h in self._act_hooks]
         else:
             self._act_step = None
-        if self.inputs and due.inputs and "inputs" not in self.failures.off:
+        # The step's first forward only: a loop that calls the model once per environment step
+        # or micro-batch would measure the same kind of input hundreds of times a step.
+        if self.inputs and due.inputs and first_forward and "inputs" not in self.failures.off:
             try:
                 self._log_inputs(args, step)
             except Exception as error:
@@ -1159,6 +1167,7 @@ class Watcher:
             self._check_groups()
         self._drain(wait=False)
         if not self.primary:  # the process's series are the first model's to write
+            self._input_elements = 0
             return
         if self.timer.pending:
             self.timer.collect(wait=False)
@@ -1171,6 +1180,11 @@ class Watcher:
             values += counts
         ids.append(self._id(self.tag("time", "watch"), "scalar"))
         values.append(self.self_time.take())
+        elements, self._input_elements = self._input_elements, 0
+        if elements and elements != self._logged_elements:
+            self._logged_elements = elements
+            ids.append(self._id(self.tag("data", "input_elements"), "scalar"))
+            values.append(float(elements))
         self.rec.log_scalar_ids(ids, values, step)
 
     def _drain(self, wait=False):
@@ -1178,6 +1192,18 @@ class Watcher:
         tickets = self._device_tickets
         while tickets and (wait or tickets[0].done()):
             tickets.popleft().wait()
+
+
+def _leading_numel(args):
+    """The element count of the first tensor among a forward's arguments (0 if none)."""
+    for value in args:
+        if isinstance(value, torch.Tensor):
+            return value.numel()
+        if isinstance(value, dict):
+            for item in value.values():
+                if isinstance(item, torch.Tensor):
+                    return item.numel()
+    return 0
 
 
 def _closure_of(optimizer, args, kwargs):

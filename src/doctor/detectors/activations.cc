@@ -221,7 +221,23 @@ void InputScaleDetector::OnStep(const StepFrame& frame, const DetectorContext& c
     f.summary = "input " + std::string(rest) + " has RMS " + FormatNumber(med, 3) +
                 " (median of the first batches): far from unit scale, it pushes the first layer into large "
                 "activations and gradients";
-    f.evidence_json = json{{"rms_median", Num(med)}, {"abs_max", Num(s.abs_max)}, {"mean", Num(s.mean())}}.dump();
+    json evidence = {{"rms_median", Num(med)}, {"abs_max", Num(s.abs_max)}, {"mean", Num(s.mean())}};
+    // A first layer whose output a normalisation layer takes next (a ResNet's conv1 -> bn1):
+    // BatchNorm(W (c x)) = BatchNorm(W x), and the gradient of W does not depend on c either,
+    // so the input's scale cancels. True, not harmful: info.
+    const auto& order = ctx.facts.module_order;
+    if (order.size() >= 2) {
+      const std::string first = ctx.facts.ModuleType(order[0]), next = ctx.facts.ModuleType(order[1]);
+      const bool weighted = first.find("Conv") != std::string::npos || first == "Linear";
+      const bool normalizes = next.find("Norm") != std::string::npos;
+      if (weighted && normalizes) {
+        f.severity = Severity::kInfo;
+        f.summary += "; but its first layer (" + order[0] + ", " + first + ") feeds " + order[1] + " (" + next +
+                     "), which normalises that output: the input's scale cancels there";
+        evidence["normalized_by"] = order[1];
+      }
+    }
+    f.evidence_json = evidence.dump();
     f.causes = {{"unnormalized_input", 0.9}};
     ctx.Report(std::move(f));
   }

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "doctor/doctor.h"
+#include "doctor/facts.h"
 #include "doctor/knowledge.h"
 
 namespace trainscope::doctor {
@@ -381,6 +382,11 @@ void LossDivergenceDetector::OnStep(const StepFrame& frame, const DetectorContex
   std::vector<Cause> causes;
   RaiseCause(&causes, "lr_too_high", 0.5);
   RaiseCause(&causes, "gradient_explosion", 0.25);
+  // The weights went the gradient's way: the loss climbs because each step climbs it.
+  if (FindFact("updates_ascend")->eval(ctx.facts, f) == FactState::kTrue) {
+    RaiseCause(&causes, "update_ascends", 0.9);
+    ev["update_grad_same_sign"] = json{{"pairs", ctx.facts.update_grad_pairs}, {"same_sign", ctx.facts.update_grad_same_sign}};
+  }
   if (!std::isnan(ctx.facts.lr)) {
     ev["lr"] = Num(ctx.facts.lr);
     // The LR went up over the recorded window: the likeliest trigger.
@@ -578,11 +584,20 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final, double m
   bool at_chance = near_chance;
   // Within +-5 % of where it started: a loss far above its start is diverging, not stuck.
   bool stuck = initial > 0 && std::fabs(initial - now) < min_improvement * initial;
+  bool settled = false;
   if (at_chance || stuck) {
     std::vector<double> xs(steps_.end() - static_cast<std::ptrdiff_t>(recent_n), steps_.end());
     std::span<const double> ys(values_.data() + (n - recent_n), recent_n);
-    const double z = RobustSlope(xs, ys).trend_z;
-    if (z <= -2) at_chance = false;  // still going down: learning
+    const SlopeFit fit = RobustSlope(xs, ys);
+    const double z = fit.trend_z;
+    // Still going down, by a fall that matters: a loss creeping onto chance from above
+    // (0.6938 to 0.6936) falls steadily and learns nothing.
+    const double fall = -fit.slope * (xs.back() - xs.front());
+    if (z <= -2 && !(at_chance && fall < options_.chance_fall * chance)) at_chance = false;
+    std::vector<double> deviations;
+    const double level = Median(ys);
+    for (double y : ys) deviations.push_back(std::fabs(y - level));
+    settled = level > 0 && Median(deviations) < options_.settled_spread * level;
     if (z >= 3) at_chance = stuck = false;  // climbing through its start: diverging, not stuck
   }
   if (!stuck && !at_chance) return;
@@ -628,7 +643,7 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final, double m
   at_chance = at_chance || (near_chance && stuck);
   // "initial" is the first value logged; the comparison uses the medians.
   json ev = {{"initial", Num(values_.front())}, {"initial_level", Num(initial)}, {"now", Num(now)},
-             {"points", n}, {"at_chance", at_chance}};
+             {"points", n}, {"at_chance", at_chance}, {"settled", settled}};
   if (candidate_) ev["detected_at"] = candidate_step_;
   if (c > 1) {
     ev["chance_level"] = Num(chance);
@@ -696,6 +711,9 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final, double m
   // At chance with a learning rate that is not tiny: the labels (or their pairing with the
   // inputs) carry no signal the model can use, likelier than a slow optimiser.
   if (at_chance) RaiseCause(&causes, "label_noise", inferred ? 0.3 : 0.5);
+  // Settled on chance: the optimiser found the best a model can do when the inputs carry
+  // nothing about the targets (too large a step would not let it sit still).
+  if (at_chance) RaiseCause(&causes, "no_signal", settled ? 0.6 : 0.3);
   f.evidence_json = ev.dump();
   f.causes = causes;
   ctx.Report(std::move(f));

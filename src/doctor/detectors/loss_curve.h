@@ -197,6 +197,12 @@ struct PlateauOptions {
   // loss of another kind (an LM's, a regression's) rarely sits within 3 % of one by chance,
   // and the summary says the class count was inferred.
   int max_inferred_classes = 4;
+  // "Still going down" at chance needs a fall over the recent points of >= 1 % of chance
+  // level, not only a significant trend.
+  double chance_fall = 0.01;
+  // Settled: the recent points' median absolute deviation under 0.1 % of their level (a
+  // minibatch's noise alone is ~1 %; a step too large makes it bounce).
+  double settled_spread = 0.001;
   // The same value printed `frozen_points` times in a row (and over >= 10 % of the points
   // so far), at >= 5 % of the initial level: the weights do not change (skipped updates,
   // lr 0, a detached loss). Works on short logs. A loss printed with fewer digits than it

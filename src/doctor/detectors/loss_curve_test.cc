@@ -435,5 +435,60 @@ TEST(LossSpike, ASpikeBeyondTheRunsNoiseStillWarns) {
   EXPECT_EQ(f[0].severity, Severity::kWarning);
 }
 
+// Issue 27 (pytorch/examples forward-forward with negatives equal to positives): a loss
+// that creeps onto ln 2 from above (0.6938 -> 0.6936) falls steadily but learns nothing,
+// and one that settles there, with no batch noise, is not an LR too high to learn: the
+// inputs carry nothing about the targets. Adam at 3e-2 would otherwise say "LR too high".
+TEST(LossPlateau, SettledOnChanceIsNoSignalNotTheLearningRate) {
+  DoctorOptions options;
+  options.only = {"loss_plateau"};
+  options.streaming = false;
+  Doctor doctor(std::move(options));
+  doctor.OnMeta("optimizer", "Adam");
+  for (int64_t s = 0; s < 300; ++s) {
+    const double loss = std::log(2.0) + 0.4 * std::exp(-s / 8.0) + 5e-4 * std::exp(-s / 150.0);
+    doctor.OnScalar("train/loss", s, 0, loss);
+    doctor.OnScalar("opt/lr", s, 0, 3e-2);
+  }
+  doctor.Finish();
+  const auto f = doctor.findings();
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].code, "LOSS_PLATEAU");
+  ASSERT_FALSE(f[0].causes.empty());
+  EXPECT_EQ(f[0].causes[0].id, "no_signal");
+  for (const Cause& c : f[0].causes) EXPECT_NE(c.id, "lr_too_high");
+  const auto ev = nlohmann::json::parse(f[0].evidence_json);
+  EXPECT_TRUE(ev["settled"].get<bool>());
+  EXPECT_TRUE(ev["at_chance"].get<bool>());
+}
+
+// Issue 27 (pytorch/examples regression with `p.data.add_(+lr * grad)`): the loss climbs
+// because every update goes the gradient's way. The update and gradient means of each
+// parameter have the same sign: the first cause is the update's sign, not the LR.
+TEST(LossDivergence, UpdatesUpTheGradientAreTheCause) {
+  auto run = [](double direction) {
+    Feed feed({"loss_divergence"});
+    for (int64_t s = 0; s < 120; ++s) {
+      feed.Scalar("train/loss", s, s < 10 ? 1.0 : 1.0 * std::exp(0.05 * (s - 10)));
+      for (const char* p : {"fc.weight", "fc.bias"}) {
+        const double sign = (s * 7 + (p[3] == 'w')) % 3 ? 1 : -1;  // the gradient's mean changes sign
+        feed.Stats(std::string("grad/") + p, s, Normal(50, sign * 0.5, 0.1, s + 1));
+        feed.Stats(std::string("weight/") + p, s, Normal(50, 0, 1, s + 2));
+        feed.Stats(std::string("update/") + p, s, Normal(50, direction * sign * 0.05, 0.01, s + 3));
+      }
+    }
+    return feed.Finish();
+  };
+  auto f = run(+1);
+  ASSERT_FALSE(f.empty());
+  EXPECT_EQ(f[0].code, "LOSS_DIVERGENCE");
+  EXPECT_EQ(f[0].causes[0].id, "update_ascends");
+  for (const Cause& c : f[0].causes) EXPECT_NE(c.id, "lr_too_high");
+  f = run(-1);
+  ASSERT_FALSE(f.empty());
+  EXPECT_EQ(f[0].causes[0].id, "lr_too_high");
+  for (const Cause& c : f[0].causes) EXPECT_NE(c.id, "update_ascends");
+}
+
 }  // namespace
 }  // namespace trainscope::doctor

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "doctor/doctor.h"
+
 namespace trainscope::doctor {
 
 namespace {
@@ -134,12 +136,12 @@ void MemoryLeakDetector::OnStep(const StepFrame& frame, const DetectorContext& c
       census_[tag].values.push_back(v);
     }
   }
-  if (++frames_ % options_.eval_every == 0) Check(ctx);
+  if (++frames_ % options_.eval_every == 0) Check(ctx, false);
 }
 
-void MemoryLeakDetector::Finish(const DetectorContext& ctx) { Check(ctx); }
+void MemoryLeakDetector::Finish(const DetectorContext& ctx) { Check(ctx, true); }
 
-void MemoryLeakDetector::Check(const DetectorContext& ctx) {
+void MemoryLeakDetector::Check(const DetectorContext& ctx, bool final) {
   for (const auto& [tag, s] : memory_) {
     // A reported leak is re-measured at each check and at the end: the finding says how
     // far it has gone now (its step and detected_at stay), not where it stood when found.
@@ -180,6 +182,10 @@ void MemoryLeakDetector::Check(const DetectorContext& ctx) {
     const bool sustained = recent_fit.trend_z >= options_.recent_trend_z && recent_fit.slope > 0 &&
                            recent_fit.slope >= options_.recent_slope_fraction * fit.slope && climbs_throughout;
     if (!update && (fit.trend_z < options_.trend_z || !big(growth) || !big(measured) || !sustained)) continue;
+    if (!update && !final && !ctx.options.streaming) {
+      candidate_at_.emplace(tag, static_cast<int64_t>(xs.back()));
+      continue;
+    }
     reported_.insert(tag);
     // Which object type grows with it.
     std::string growing;
@@ -213,6 +219,7 @@ void MemoryLeakDetector::Check(const DetectorContext& ctx) {
                {"recent_slope_bytes_per_step", Num(recent_fit.slope)}, {"recent_trend_z", Num(recent_fit.trend_z)},
                {"recent_since_step", static_cast<int64_t>(xs[xs.size() - recent])}};
     if (own_rss_ > 0) ev["trainscope_rss_excluded_bytes"] = Num(own_rss_);
+    if (auto c = candidate_at_.find(tag); c != candidate_at_.end()) ev["detected_at"] = c->second;
     if (!growing.empty()) ev["growing_type"] = {{"type", growing}, {"per_step", Num(growing_slope)}, {"trend_z", Num(growing_z)}};
     f.evidence_json = ev.dump();
     std::vector<Cause> causes;
@@ -237,25 +244,54 @@ void ThroughputDetector::OnStep(const StepFrame& frame, const DetectorContext& c
     process_cpu_ = *v;
     if (std::isnan(first_process_cpu_)) first_process_cpu_ = *v;
   }
+  if (const double* v = frame.Scalar("data/input_elements"); v && *v > 0) elements_ = *v;
   double wait, step;
   if (!StepTimes(frame, &wait, &step) || !(step > 0)) return;
   const size_t i = seen_++;
   if (i < options_.skip) return;
   if (base_.size() < options_.baseline) {
     base_.push_back(step);
+    base_elements_.push_back(elements_);
     base_wait_.push_back(wait);
     if (std::isfinite(memory_)) base_memory_.push_back(memory_);
     return;
   }
   recent_.emplace_back(frame.step, step);
   recent_wait_.push_back(wait);
+  recent_elements_.push_back(elements_);
   if (recent_wait_.size() > options_.window) recent_wait_.pop_front();
   if (recent_.size() > options_.window) recent_.pop_front();
+  if (recent_elements_.size() > options_.window) recent_elements_.pop_front();
   if (recent_.size() < options_.window) return;
   std::vector<double> r;
   for (const auto& p : recent_) r.push_back(p.second);
   const double base = Median(base_), now = Median(r);
   if (!(base > 0) || now < options_.ratio * base || now - base < options_.min_increase_seconds) return;
+  // Per element of work, when the work per step varied: a longer step that did more is
+  // not slower.
+  double work_ratio = kNaN;
+  if (std::isfinite(elements_)) {
+    std::vector<double> base_per, now_per;
+    double lo = kNaN, hi = kNaN;
+    for (size_t k = 0; k < base_.size(); ++k) {
+      const double e = base_elements_[k];
+      if (!(e > 0)) continue;
+      base_per.push_back(base_[k] / e);
+      lo = std::isnan(lo) ? e : std::min(lo, e);
+      hi = std::isnan(hi) ? e : std::max(hi, e);
+    }
+    for (size_t k = 0; k < recent_.size(); ++k) {
+      const double e = recent_elements_[k];
+      if (!(e > 0)) continue;
+      now_per.push_back(recent_[k].second / e);
+      lo = std::isnan(lo) ? e : std::min(lo, e);
+      hi = std::isnan(hi) ? e : std::max(hi, e);
+    }
+    if (!base_per.empty() && !now_per.empty() && hi >= options_.work_varies * lo) {
+      work_ratio = Median(now_per) / Median(base_per);
+      if (!(work_ratio >= options_.ratio)) return;
+    }
+  }
   Finding f;
   f.code = "THROUGHPUT_DROP";
   f.severity = now >= options_.warning_ratio * base && now - base >= options_.warning_increase_seconds
@@ -267,6 +303,10 @@ void ThroughputDetector::OnStep(const StepFrame& frame, const DetectorContext& c
   f.summary = "steps take " + FormatNumber(now / base, 3) + "x as long as early in the run (" + FormatNumber(1e3 * now, 3) + " ms against " +
               FormatNumber(1e3 * base, 3) + " ms)";
   json evidence = {{"step_ms", Num(1e3 * now)}, {"baseline_step_ms", Num(1e3 * base)}, {"ratio", Num(now / base)}};
+  if (std::isfinite(work_ratio)) {
+    evidence["time_per_element_ratio"] = Num(work_ratio);
+    f.summary += "; " + FormatNumber(work_ratio, 3) + "x as long per input element";
+  }
   // Causes by the evidence the run has (options: memory_growth, data_share, busy_host_percent).
   double retained = 0.25, loader = 0.15, host = 0.35;
   if (!base_memory_.empty() && std::isfinite(memory_)) {

@@ -119,8 +119,11 @@ class MemoryLeakDetector : public Detector {
   void Finish(const DetectorContext& ctx) override;
 
  private:
-  void Check(const DetectorContext& ctx);
+  void Check(const DetectorContext& ctx, bool final);
   MemoryLeakOptions options_;
+  // Offline: the step each series first met the rules; the run's end decides (memory that
+  // later falls back was the allocator's, not a leak) and the finding keeps this step.
+  std::map<std::string, int64_t> candidate_at_;
   struct Series {
     std::vector<double> steps, values;
   };
@@ -158,6 +161,10 @@ struct ThroughputOptions {
   double data_share = 0.5;
   double busy_host_percent = 80;
   double starved_fraction = 0.7;
+  // A step whose work grew (data/input_elements: the elements its training forwards took,
+  // an RL loop's longer episodes, a longer sequence) takes longer without running slower:
+  // the ratios are then of the time per element, once the work per step has varied by this.
+  double work_varies = 1.5;
 };
 
 class ThroughputDetector : public Detector {
@@ -174,6 +181,11 @@ class ThroughputDetector : public Detector {
   std::vector<double> base_;
   size_t seen_ = 0;
   std::deque<std::pair<int64_t, double>> recent_;
+  // The step's work (data/input_elements, logged when it changes; NaN before the first)
+  // beside each step time, in base_ and recent_ order.
+  double elements_ = kNaN;
+  std::vector<double> base_elements_;
+  std::deque<double> recent_elements_;
   // Evidence for the causes: data waits, memory, host and process CPU (latest and early).
   std::vector<double> base_wait_, base_memory_;
   std::deque<double> recent_wait_;

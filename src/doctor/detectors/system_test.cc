@@ -191,5 +191,49 @@ TEST(MemoryLeak, ASustainedClimbAfterAPlateauIsStillALeak) {
   EXPECT_GE(ev["grown_bytes"].get<double>(), 50e6);  // the number it reports meets its floor
 }
 
+// Issue 27 (pytorch/examples actor_critic): an RL loop's step runs one forward per
+// environment step, so its time grows with the episode. A step that takes 5x longer while
+// its forwards take 5x the input elements is not slower (data/input_elements, logged by
+// run.watch when it changes); the same growth at a constant work per step is.
+TEST(Throughput, MoreWorkPerStepIsNotADrop) {
+  auto run = [](bool work_grows) {
+    Feed feed({"throughput"});
+    for (int64_t s = 0; s < 150; ++s) {
+      const double episode = s < 100 ? 20 : 100;  // environment steps per optimizer step
+      feed.Scalar("time/step", s, 0.002 * episode);
+      feed.Scalar("data/input_elements", s, 4 * (work_grows ? episode : 20));
+    }
+    return feed.Finish();
+  };
+  EXPECT_TRUE(run(true).empty());
+  const auto f = run(false);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].code, "THROUGHPUT_DROP");
+  EXPECT_GE(nlohmann::json::parse(f[0].evidence_json)["ratio"].get<double>(), 2);
+}
+
+// Issue 27 (pytorch/examples gat): RSS rose 80 MB, then gave 40 MB back by the end. Offline
+// the end decides: memory that falls back is the allocator's high-water mark, not a leak;
+// a climb that lasts is reported with the step it was first seen at.
+TEST(MemoryLeak, OfflineMemoryThatFallsBackIsNotALeak) {
+  auto run = [](bool falls_back) {
+    DoctorOptions options;
+    options.only = {"memory_leak"};
+    options.streaming = false;
+    Doctor doctor(std::move(options));
+    for (int64_t s = 0; s < 300; ++s) {
+      double rss = 400e6 + 1e6 * s;
+      if (falls_back && s >= 250) rss -= 2.6e6 * (s - 250);  // 250 MB up, then 130 MB back
+      doctor.OnScalar("mem/rss", s, 0, rss);
+    }
+    doctor.Finish();
+    return doctor.findings();
+  };
+  EXPECT_TRUE(run(true).empty());
+  const auto f = run(false);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_LT(nlohmann::json::parse(f[0].evidence_json)["detected_at"].get<int64_t>(), 200);
+}
+
 }  // namespace
 }  // namespace trainscope::doctor

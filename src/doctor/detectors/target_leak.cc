@@ -61,6 +61,10 @@ void TargetLeakDetector::Judge(int64_t step, const DetectorContext& ctx, bool at
   const double bar = copies ? options_.collapse_with_data * first_loss_
                             : std::min(options_.collapse_alone * first_loss_, options_.absolute_alone);
   if (!(level <= bar)) return;
+  const RunFacts& facts = ctx.facts;
+  const bool classifier = facts.has_labels || facts.num_classes > 1 || facts.roles.Has(Role::kAcc) ||
+                          facts.roles.Has(Role::kValAcc);
+  if (!copies && !classifier) return;
   // Memorising the training set leaves the validation loss high: that is overfitting.
   // Online the validation loss may not have been logged yet when the training loss
   // collapses: without the data's evidence wait for it (or the run's end).

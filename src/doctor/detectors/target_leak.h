@@ -18,7 +18,10 @@
 //   models with their own optimizers (a GAN's discriminator wins fast; Doctor skips the
 //   loss-progress detectors there). On the loss alone the verdict is given at the run's end.
 //   Severity: warning with the data's evidence, info on the loss alone (an easy task
-//   reaches near-zero loss honestly: the scenarios' template-matching CNN does).
+//   reaches near-zero loss honestly: the scenarios' template-matching CNN does). The loss
+//   alone speaks only for a classifier (integer labels recorded, an accuracy, or a declared
+//   class count): a regression onto a noiseless function (pytorch/examples' polynomial fit)
+//   has targets derived from its inputs by design, and its loss goes to ~0 honestly.
 #pragma once
 
 #include <optional>

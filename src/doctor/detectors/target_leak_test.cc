@@ -12,8 +12,9 @@ using testing::Feed;
 // A loss falling from `start` to `end` geometrically over `steps`, then flat; optional
 // validation loss every 50 steps and the data check of the first 20 batches.
 std::vector<Finding> Curve(double start, double end, int steps, double copy = -1, double next = 0,
-                           double val_over_train = -1, int total = 400) {
+                           double val_over_train = -1, int total = 400, int classes = 10) {
   Feed feed({"target_leak"});
+  if (classes > 1) feed.Meta("num_classes", std::to_string(classes));
   for (int s = 0; s < total; ++s) {
     const double t = std::min(1.0, s / static_cast<double>(steps));
     const double loss = start * std::pow(end / start, t);
@@ -54,6 +55,10 @@ TEST(TargetLeakEdges, WhatATaskAllows) {
   EXPECT_TRUE(Curve(2.3, 0.004, 1500, -1, 0, 1.0, 1800).empty());
   // A loss that does not start at a classification loss's level (a regression near 0).
   EXPECT_TRUE(Curve(0.5, 0.0001, 100, -1, 0, 1.0).empty());
+  // Issue 27 (pytorch/examples regression): a polynomial fit's loss goes from 15.7 to 0.04
+  // honestly; with no labels, accuracy or class count the loss alone says nothing.
+  EXPECT_TRUE(Curve(15.7, 0.004, 300, -1, 0, -1, 400, /*classes=*/0).empty());
+  EXPECT_EQ(Curve(15.7, 0.004, 300, -1, 0, -1, 400, /*classes=*/10).size(), 1u);
 }
 
 }  // namespace
