@@ -31,6 +31,25 @@ void PrintFinding(const Finding& f, const std::string& who) {
   for (const std::string& a : f.actions) fmt::print("    do: {}\n", a);
 }
 
+// The layers' health scores on one line, worst first: the five lowest below 100, then how
+// many are at 100 (doctor/layer_health.h says what a score is made of).
+void PrintLayers(const std::vector<doctor::LayerHealth>& layers) {
+  if (layers.empty()) return;
+  std::vector<const doctor::LayerHealth*> worst;
+  for (const auto& h : layers) {
+    if (h.score < 100) worst.push_back(&h);
+  }
+  std::stable_sort(worst.begin(), worst.end(), [](auto* a, auto* b) { return a->score < b->score; });
+  std::string line;
+  for (size_t i = 0; i < worst.size() && i < 5; ++i) {
+    line += fmt::format("{}{} {} ({})", i ? ", " : "", worst[i]->layer, worst[i]->score, worst[i]->worst);
+  }
+  if (worst.size() > 5) line += fmt::format(", {} more below 100", worst.size() - 5);
+  const size_t healthy = layers.size() - worst.size();
+  if (healthy) line += fmt::format("{}{} at 100", line.empty() ? "" : "; ", healthy == layers.size() ? "all " + std::to_string(healthy) : std::to_string(healthy));
+  fmt::print("  layer health: {}\n", line);
+}
+
 void PrintHuman(const RunReport& d) {
   fmt::print("{} ({}, {} steps)\n", d.run->source, d.run->format, d.run->data.MaxStep());
   if (d.findings.empty()) fmt::print("  no findings\n");
@@ -41,6 +60,7 @@ void PrintHuman(const RunReport& d) {
     fmt::print("  first: {} ({} at step {}{})\n", f.actions.front(), f.code, f.step,
                f.location.empty() ? "" : " in " + f.location);
   }
+  PrintLayers(d.layers);
   for (const Finding& f : d.findings) PrintFinding(f, "");
   if (!d.not_checked.empty()) {
     fmt::print("  not checked, and why:\n");

@@ -14,6 +14,7 @@
 #include "core/step_buckets.h"
 #include "core/streaming.h"
 #include "doctor/doctor.h"
+#include "doctor/layer_health.h"
 #include "store/json_forms.h"
 
 namespace trainscope::cli {
@@ -399,6 +400,24 @@ std::string BuildReport(const LoadedRun& run, const doctor::Diagnosis& d) {
           "</style></head><body>";
   html += fmt::format("<h1>trainscope report</h1><p><code>{}</code> ({}, {} steps judged) &mdash; {} finding(s)</p>",
                       Escape(run.source), Escape(run.format), d.steps, d.findings.size());
+
+  // One action, then each layer's health (doctor/layer_health.h), on top.
+  if (!d.findings.empty() && d.findings.front().severity >= Severity::kWarning && !d.findings.front().actions.empty()) {
+    const Finding& f = d.findings.front();
+    html += fmt::format("<p><b>First:</b> {} <small>({} at step {})</small></p>", Escape(f.actions.front()),
+                        Escape(f.code), f.step);
+  }
+  std::vector<doctor::LayerHealth> layers = doctor::LayerHealthOf(run.data, d.findings);
+  if (!layers.empty()) {
+    std::stable_sort(layers.begin(), layers.end(), [](const auto& a, const auto& b) { return a.score < b.score; });
+    html += "<h2>Layer health (worst first)</h2><table class=\"layers\"><tr><th>layer</th><th>score</th><th>why</th></tr>";
+    for (size_t i = 0; i < layers.size() && i < 15; ++i) {
+      html += fmt::format("<tr><td><code>{}</code></td><td>{}</td><td>{}</td></tr>", Escape(layers[i].layer),
+                          layers[i].score, Escape(layers[i].worst));
+    }
+    html += "</table>";
+    if (layers.size() > 15) html += fmt::format("<p>{} more layers.</p>", layers.size() - 15);
+  }
 
   // Findings.
   html += "<h2>Findings (worst first)</h2>";

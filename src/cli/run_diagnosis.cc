@@ -73,7 +73,8 @@ Status DiagnosePath(const std::string& path, PathReport* out) {
   for (const LoadedRun& run : out->runs) {
     doctor::Diagnosis d = doctor::Diagnose(run.data);
     for (Finding& f : PerfFindings(run.data)) d.findings.push_back(std::move(f));
-    out->reports.push_back({&run, std::move(d.findings), std::move(d.not_checked)});
+    std::vector<doctor::LayerHealth> layers = doctor::LayerHealthOf(run.data, d.findings);
+    out->reports.push_back({&run, std::move(d.findings), std::move(d.not_checked), std::move(layers)});
   }
   // The ranks of a data-parallel run (rank-<r>/ under one run directory) go together.
   out->groups.clear();
@@ -100,11 +101,21 @@ json RunReportJson(const RunReport& d) {
   for (const auto& n : d.not_checked) {
     not_checked.push_back({{"check", n.check}, {"codes", n.codes}, {"reason", n.reason}});
   }
-  return {{"source", d.run->source},
-          {"format", d.run->format},
-          {"steps", d.run->data.MaxStep()},
-          {"findings", findings},
-          {"not_checked", not_checked}};
+  json out = {{"source", d.run->source},
+              {"format", d.run->format},
+              {"steps", d.run->data.MaxStep()},
+              {"findings", findings},
+              {"not_checked", not_checked}};
+  if (!d.layers.empty()) {
+    json layers = json::array();
+    for (const doctor::LayerHealth& h : d.layers) {
+      json parts = json::object();
+      for (const auto& [part, share] : h.parts) parts[part] = share;
+      layers.push_back({{"layer", h.layer}, {"score", h.score}, {"worst", h.worst}, {"parts", parts}});
+    }
+    out["layers"] = std::move(layers);
+  }
+  return out;
 }
 
 json DistributedReportJson(const DistributedReport& dd) {

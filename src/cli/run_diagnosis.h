@@ -11,6 +11,7 @@
 #include "cli/source.h"
 #include "core/status.h"
 #include "doctor/doctor.h"
+#include "doctor/layer_health.h"
 
 namespace trainscope::cli {
 
@@ -20,6 +21,7 @@ struct RunReport {
   const LoadedRun* run = nullptr;
   std::vector<Finding> findings;
   std::vector<doctor::NotChecked> not_checked;
+  std::vector<doctor::LayerHealth> layers;  // doctor/layer_health.h; empty without per-layer statistics
 };
 
 // A finding of a data-parallel run: which rank it is about.

@@ -223,3 +223,21 @@ def test_diagnose_puts_one_action_on_top(tmp_path):
     out = run_cli("diagnose", str(tmp_path / "cut"), check=True).stdout.splitlines()
     first = findings[0]
     assert out[1] == f"  first: {first['actions'][0]} ({first['code']} at step {first['step']} in {first['location']})"
+
+
+def test_diagnose_scores_each_layer_with_its_reason(tmp_path):
+    """The other thing users of the peers liked: a health score per layer. With the encoder
+    cut off from the loss by a .detach(), the encoder scores lowest and says why; the head
+    that learns scores higher."""
+    from conftest import run_cli
+    train_two_stage(tmp_path, cut=True)
+    report = ts.diagnose(tmp_path / "cut")
+    layers = {h["layer"]: h for h in report["layers"]}
+    assert set(layers) >= {"encoder", "head"}
+    encoder, head = layers["encoder"], layers["head"]
+    assert encoder["score"] < head["score"], layers
+    assert encoder["score"] <= 50 and encoder["worst"], encoder
+    assert all(0 <= share <= 1 for share in encoder["parts"].values())
+    assert encoder["score"] == round(100 * min(encoder["parts"].values()))
+    out = run_cli("diagnose", str(tmp_path / "cut"), check=True).stdout.splitlines()
+    assert out[2].startswith("  layer health: encoder "), out[:3]

@@ -1,0 +1,193 @@
+#include "doctor/layer_health.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <span>
+
+#include "core/streaming.h"
+#include "doctor/detector.h"
+#include "doctor/step_frame.h"
+
+namespace trainscope::doctor {
+
+namespace {
+
+constexpr size_t kRecent = 5;  // records a part's median is taken over
+
+// "fc1.weight" -> "fc1"; a name without a dot is its own module.
+std::string ModuleOf(std::string_view param) {
+  const size_t dot = param.rfind('.');
+  return std::string(dot == std::string_view::npos ? param : param.substr(0, dot));
+}
+
+double RecentMedian(std::vector<double> values) {
+  if (values.size() > kRecent) values.erase(values.begin(), values.end() - kRecent);
+  return Median(std::span<const double>(values));
+}
+
+bool NonFinite(const TensorStats& s) { return s.nan + s.inf > 0; }
+
+struct Layer {
+  std::string name;
+  bool nonfinite = false;
+  std::string nonfinite_what;
+  double dead = kNaN, saturated = kNaN;
+  double update_ratio = kNaN;
+  double update_ratio_numel = 0;  // the parameter it was taken from (the largest)
+  double grad_norm = kNaN;
+  const Finding* finding = nullptr;  // the worst located here
+};
+
+// A share that falls by a third per decade that `value` lies below `low` (or above `high`).
+double Decades(double value, double low, double high) {
+  if (value >= low && value <= high) return 1;
+  const double decades = value < low ? std::log10(low / value) : std::log10(value / high);
+  return std::clamp(1 - decades / 3, 0.0, 1.0);
+}
+
+std::string Percent(double share) { return FormatNumber(100 * share, 3) + " %"; }
+
+}  // namespace
+
+std::vector<LayerHealth> LayerHealthOf(const RunData& run, const std::vector<Finding>& findings) {
+  std::map<std::string, Layer> layers;
+  std::vector<std::string> seen_order;
+  auto layer = [&](const std::string& name) -> Layer& {
+    auto [it, added] = layers.try_emplace(name);
+    if (added) {
+      it->second.name = name;
+      seen_order.push_back(name);
+    }
+    return it->second;
+  };
+  std::map<std::string, const TensorStatsSeries*> weights;
+  for (const TensorStatsSeries& s : run.tensor_stats) {
+    std::string_view rest;
+    if (HasPrefix(s.tag, "weight/", &rest)) weights[std::string(rest)] = &s;
+  }
+  for (const TensorStatsSeries& s : run.tensor_stats) {
+    if (s.stats.empty()) continue;
+    std::string_view rest;
+    const TensorStats last = s.stats.back();
+    if (HasPrefix(s.tag, "act/", &rest)) {
+      Layer& l = layer(std::string(rest));
+      std::vector<double> dead, saturated;
+      for (const TensorStats& t : s.stats) {
+        if (!std::isnan(t.dead_fraction)) dead.push_back(t.dead_fraction);
+        if (!std::isnan(t.saturated_fraction)) saturated.push_back(t.saturated_fraction);
+      }
+      if (!dead.empty()) l.dead = RecentMedian(dead);
+      if (!saturated.empty()) l.saturated = RecentMedian(saturated);
+      if (NonFinite(last)) {
+        l.nonfinite = true;
+        l.nonfinite_what = "its output";
+      }
+    } else if (HasPrefix(s.tag, "grad/", &rest)) {
+      Layer& l = layer(ModuleOf(rest));
+      const double norm = last.l2_norm();
+      if (std::isfinite(norm)) l.grad_norm = std::isnan(l.grad_norm) ? norm : std::hypot(l.grad_norm, norm);
+      if (NonFinite(last)) {
+        l.nonfinite = true;
+        l.nonfinite_what = "its gradient";
+      }
+    } else if (HasPrefix(s.tag, "weight/", &rest)) {
+      if (NonFinite(last)) {
+        Layer& l = layer(ModuleOf(rest));
+        l.nonfinite = true;
+        l.nonfinite_what = "its weights";
+      }
+    } else if (HasPrefix(s.tag, "update/", &rest)) {
+      auto w = weights.find(std::string(rest));
+      if (w == weights.end()) continue;
+      // Update and weight records of the same steps: ||w_t - w_{t-1}|| / ||w_t||.
+      std::map<int64_t, double> weight_norm;
+      for (size_t i = 0; i < w->second->steps.size(); ++i) weight_norm[w->second->steps[i]] = w->second->stats[i].l2_norm();
+      std::vector<double> ratios;
+      for (size_t i = 0; i < s.steps.size(); ++i) {
+        auto it = weight_norm.find(s.steps[i]);
+        const double u = s.stats[i].l2_norm();
+        if (it != weight_norm.end() && it->second > 0 && std::isfinite(u)) ratios.push_back(u / it->second);
+      }
+      if (ratios.empty()) continue;
+      Layer& l = layer(ModuleOf(rest));
+      const double numel = static_cast<double>(last.numel);
+      if (numel > l.update_ratio_numel) {
+        l.update_ratio = RecentMedian(ratios);
+        l.update_ratio_numel = numel;
+      }
+    }
+  }
+  for (const Finding& f : findings) {
+    if (f.location.empty()) continue;
+    auto it = layers.find(f.location);
+    if (it == layers.end()) it = layers.find(ModuleOf(f.location));
+    if (it == layers.end()) continue;
+    const Finding*& worst = it->second.finding;
+    if (worst == nullptr || f.severity > worst->severity) worst = &f;
+  }
+  std::vector<double> norms;
+  for (const auto& [name, l] : layers) {
+    if (std::isfinite(l.grad_norm) && l.grad_norm > 0) norms.push_back(l.grad_norm);
+  }
+  const double median_norm = Median(std::span<const double>(norms));
+
+  // Forward order where the watcher recorded it; layers it does not list keep first-seen order.
+  std::vector<std::string> order;
+  if (auto m = run.meta.find("module_order"); m != run.meta.end()) {
+    const nlohmann::json j = nlohmann::json::parse(m->second, nullptr, false);
+    if (j.is_array()) {
+      for (const auto& v : j) {
+        if (v.is_string() && layers.count(v.get<std::string>())) order.push_back(v.get<std::string>());
+      }
+    }
+  }
+  for (const std::string& name : seen_order) {
+    if (std::find(order.begin(), order.end(), name) == order.end()) order.push_back(name);
+  }
+
+  std::vector<LayerHealth> out;
+  for (const std::string& name : order) {
+    const Layer& l = layers.at(name);
+    LayerHealth h;
+    h.layer = name;
+    double lowest = 1;
+    auto part = [&](const char* id, double share, const std::string& why) {
+      h.parts.emplace_back(id, share);
+      if (share < lowest) {
+        lowest = share;
+        h.worst = why;
+      }
+    };
+    part("finite", l.nonfinite ? 0 : 1, "non-finite values in " + l.nonfinite_what);
+    const double idle = std::max(std::isnan(l.dead) ? 0 : l.dead, std::isnan(l.saturated) ? 0 : l.saturated);
+    if (!std::isnan(l.dead) || !std::isnan(l.saturated)) {
+      part("alive", 1 - idle, Percent(idle) + (l.dead >= l.saturated || std::isnan(l.saturated) ? " dead units" : " saturated units"));
+    }
+    if (!std::isnan(l.update_ratio)) {
+      const double share = l.update_ratio > 0 ? Decades(l.update_ratio, 1e-4, 3e-2) : 0;
+      part("learning", share,
+           l.update_ratio > 0 ? "update/weight ratio " + FormatNumber(l.update_ratio, 2) + " (healthy ~1e-3)"
+                              : "its weights do not move");
+    }
+    if (std::isfinite(l.grad_norm) && median_norm > 0 && norms.size() >= 2) {
+      const double relative = l.grad_norm / median_norm;
+      part("gradient", relative > 0 ? Decades(relative, 1e-2, INFINITY) : 0,
+           "gradient norm " + FormatNumber(relative, 2) + "x the layers' median");
+    }
+    if (l.finding != nullptr) {
+      const double share = l.finding->severity == Severity::kCritical  ? 0.2
+                           : l.finding->severity == Severity::kWarning ? 0.5
+                                                                       : 0.9;
+      part("findings", share, std::string(SeverityName(l.finding->severity)) + " " + l.finding->code + " at step " +
+                                  std::to_string(l.finding->step));
+    }
+    h.score = static_cast<int>(std::lround(100 * lowest));
+    if (h.score == 100) h.worst.clear();
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+}  // namespace trainscope::doctor
