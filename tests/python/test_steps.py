@@ -164,3 +164,22 @@ def test_many_forwards_a_step_log_the_inputs_once_and_the_work_each_step(tmp_pat
     work = view.scalars("data/input_elements")
     assert list(work["step"]) == [0, 2, 5]
     assert list(work["value"]) == [12.0, 28.0, 48.0]
+
+
+def test_a_jump_of_the_gradient_norm_measures_the_next_forward(tmp_path):
+    """Denser when a statistic moves: activations are measured every 20 steps, and also on
+    the step after the gradient norm jumps 10x its recent level (here a loss scaled 1000x
+    at step 33), so the layers are seen at the jump."""
+    model = mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-6)
+    run = ts.init(tmp_path, name="jump", doctor=False)
+    run.watch(model, optimizer, system_interval=0, checks=False)
+    for i in range(45):
+        x, y = batch(i)
+        loss = torch.nn.functional.cross_entropy(model(x), y) * (1000 if i == 33 else 1)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    run.finish()
+    steps = sorted({s["step"] for s in ts.open_run(tmp_path / "jump").tensor_stats("act/0")})
+    assert steps == [0, 20, 34, 40], steps

@@ -128,7 +128,8 @@ class Watcher:
         self._manual_zeroed = None  # no optimizer: this step's answer of _manual_grads_zeroed
         self._act_in_place = set()  # modules (and input tags) changed in place after capture: measured at once
         self._act_step = None       # the step this forward's activations are measured for (None: not)
-        self._act_force = False     # after non-finite gradients the next forward is measured in full
+        self._act_force = False     # after non-finite gradients, or a jump of the norm, the next forward is measured in full
+        self._norm_level = None     # the gradient norm's recent level (exponential average)
         self._module_order = []
         self._order_recorded = False
         self._labels_from_data = False  # run.data() batches carry the targets
@@ -976,8 +977,8 @@ class Watcher:
                     self._grad_ticket = ticket  # beside the optimizer step; waited when it returns
                 else:
                     totals = ticket.wait()  # an optimizer from elsewhere may write the gradients
-            if totals is not None and (totals[1] or totals[2]):
-                nonfinite = self._act_force = True
+            if totals is not None:
+                nonfinite = self._note_gradient_totals(*totals)
         if ids:
             self.rec.log_scalar_ids(ids, values, step)
         return self.guard and nonfinite
@@ -1007,9 +1008,22 @@ class Watcher:
         """Waits for the overlapped gradient pass (which logs the global norm)."""
         ticket, self._grad_ticket = self._grad_ticket, None
         if ticket is not None:
-            _, nan, inf = ticket.wait()
-            if nan or inf:
-                self._act_force = True  # non-finite gradients
+            self._note_gradient_totals(*ticket.wait())
+
+    def _note_gradient_totals(self, sum_squares, nan, inf):
+        """Denser when a statistic moves: after non-finite gradients, or a gradient norm 10x
+        its recent level (an exponential average), the next forward is measured in full, so
+        the doctor sees the layers at the jump rather than at the next sampled step (20
+        later by default). True when a gradient was not finite."""
+        level = self._norm_level
+        if nan or inf:
+            self._act_force = True
+            return True
+        norm = sum_squares ** 0.5
+        if level is not None and norm > 10 * level:
+            self._act_force = True
+        self._norm_level = norm if level is None else 0.9 * level + 0.1 * norm
+        return False
 
     def _note_params_without_grad(self):
         """meta params_without_grad: trainable parameters whose .grad was None at every
