@@ -33,7 +33,6 @@ struct Layer {
   std::string name;
   bool nonfinite = false;
   std::string nonfinite_what;
-  double dead = kNaN, saturated = kNaN;
   double update_ratio = kNaN;
   double update_ratio_numel = 0;  // the parameter it was taken from (the largest)
   double grad_norm = kNaN;
@@ -46,8 +45,6 @@ double Decades(double value, double low, double high) {
   const double decades = value < low ? std::log10(low / value) : std::log10(value / high);
   return std::clamp(1 - decades / 3, 0.0, 1.0);
 }
-
-std::string Percent(double share) { return FormatNumber(100 * share, 3) + " %"; }
 
 }  // namespace
 
@@ -73,13 +70,6 @@ std::vector<LayerHealth> LayerHealthOf(const RunData& run, const std::vector<Fin
     const TensorStats last = s.stats.back();
     if (HasPrefix(s.tag, "act/", &rest)) {
       Layer& l = layer(std::string(rest));
-      std::vector<double> dead, saturated;
-      for (const TensorStats& t : s.stats) {
-        if (!std::isnan(t.dead_fraction)) dead.push_back(t.dead_fraction);
-        if (!std::isnan(t.saturated_fraction)) saturated.push_back(t.saturated_fraction);
-      }
-      if (!dead.empty()) l.dead = RecentMedian(dead);
-      if (!saturated.empty()) l.saturated = RecentMedian(saturated);
       if (NonFinite(last)) {
         l.nonfinite = true;
         l.nonfinite_what = "its output";
@@ -161,19 +151,15 @@ std::vector<LayerHealth> LayerHealthOf(const RunData& run, const std::vector<Fin
       }
     };
     part("finite", l.nonfinite ? 0 : 1, "non-finite values in " + l.nonfinite_what);
-    const double idle = std::max(std::isnan(l.dead) ? 0 : l.dead, std::isnan(l.saturated) ? 0 : l.saturated);
-    if (!std::isnan(l.dead) || !std::isnan(l.saturated)) {
-      part("alive", 1 - idle, Percent(idle) + (l.dead >= l.saturated || std::isnan(l.saturated) ? " dead units" : " saturated units"));
-    }
     if (!std::isnan(l.update_ratio)) {
-      const double share = l.update_ratio > 0 ? Decades(l.update_ratio, 1e-4, 3e-2) : 0;
+      const double share = l.update_ratio > 0 ? Decades(l.update_ratio, 1e-5, 1e-1) : 0;
       part("learning", share,
            l.update_ratio > 0 ? "update/weight ratio " + FormatNumber(l.update_ratio, 2) + " (healthy ~1e-3)"
                               : "its weights do not move");
     }
     if (std::isfinite(l.grad_norm) && median_norm > 0 && norms.size() >= 2) {
       const double relative = l.grad_norm / median_norm;
-      part("gradient", relative > 0 ? Decades(relative, 1e-2, INFINITY) : 0,
+      part("gradient", relative > 0 ? Decades(relative, 1e-3, INFINITY) : 0,
            "gradient norm " + FormatNumber(relative, 2) + "x the layers' median");
     }
     if (l.finding != nullptr) {

@@ -3,16 +3,17 @@
 // is a recorded measurement or a finding, read as a share in [0, 1]:
 //
 //   finite    0 when the layer's latest gradient, weight or output holds NaN/Inf;
-//   alive     1 - the dead (ReLU) or saturated (sigmoid/tanh) fraction of its output,
-//             median of its last 5 records;
 //   learning  its update/weight ratio (median of the last 5, the largest parameter):
-//             1 within [1e-4, 3e-2] (healthy steps move a weight by ~1e-3 of its norm),
-//             a third less per decade outside; 0 when the weights do not move at all;
+//             1 within [1e-5, 1e-1], a third less per decade outside; 0 when the weights
+//             do not move at all;
 //   gradient  its gradient norm against the median of every layer's (latest records):
-//             1 at >= 1e-2 of it, a third less per decade below;
+//             1 at >= 1e-3 of it, a third less per decade below;
 //   findings  the worst finding located at the layer or one of its parameters:
 //             critical 0.2, warning 0.5, info 0.9.
 //
+// The measured bands are wide on purpose: a healthy layer scores 100, and what the
+// detectors judge with more evidence (dead or saturated units: a ReLU's output can be
+// mostly zeros in a healthy network) enters through their findings only.
 // Offline, from a whole run (diagnose, report). docs/doctor.md "Layer health".
 #pragma once
 
