@@ -55,10 +55,9 @@ void PrintHuman(const RunReport& d) {
   if (d.findings.empty()) fmt::print("  no findings\n");
   // One action on top: the first of the worst finding's (findings come worst first, a
   // root before its consequences), for a reader who reads one line.
-  if (!d.findings.empty() && d.findings.front().severity >= Severity::kWarning && !d.findings.front().actions.empty()) {
-    const Finding& f = d.findings.front();
-    fmt::print("  first: {} ({} at step {}{})\n", f.actions.front(), f.code, f.step,
-               f.location.empty() ? "" : " in " + f.location);
+  if (const Finding* f = doctor::FirstAction(d.findings)) {
+    fmt::print("  first: {} ({} at step {}{})\n", f->actions.front(), f->code, f->step,
+               f->location.empty() ? "" : " in " + f->location);
   }
   PrintLayers(d.layers);
   for (const Finding& f : d.findings) PrintFinding(f, "");

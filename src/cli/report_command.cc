@@ -402,10 +402,9 @@ std::string BuildReport(const LoadedRun& run, const doctor::Diagnosis& d) {
                       Escape(run.source), Escape(run.format), d.steps, d.findings.size());
 
   // One action, then each layer's health (doctor/layer_health.h), on top.
-  if (!d.findings.empty() && d.findings.front().severity >= Severity::kWarning && !d.findings.front().actions.empty()) {
-    const Finding& f = d.findings.front();
-    html += fmt::format("<p><b>First:</b> {} <small>({} at step {})</small></p>", Escape(f.actions.front()),
-                        Escape(f.code), f.step);
+  if (const Finding* f = doctor::FirstAction(d.findings)) {
+    html += fmt::format("<p><b>First:</b> {} <small>({} at step {})</small></p>", Escape(f->actions.front()),
+                        Escape(f->code), f->step);
   }
   std::vector<doctor::LayerHealth> layers = doctor::LayerHealthOf(run.data, d.findings);
   if (!layers.empty()) {

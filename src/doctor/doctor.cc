@@ -862,6 +862,20 @@ std::vector<NotChecked> Doctor::not_checked() const {
   return out;
 }
 
+const Finding* FirstAction(const std::vector<Finding>& findings) {
+  if (findings.empty() || findings.front().severity < Severity::kWarning) return nullptr;
+  const Severity worst = findings.front().severity;
+  const Finding* speed = nullptr;
+  for (const Finding& f : findings) {
+    if (f.severity != worst) break;
+    if (f.actions.empty()) continue;
+    const CodeInfo* info = KnowledgeBase::Builtin().Code(f.code);
+    if (info == nullptr || !info->speed) return &f;
+    if (speed == nullptr) speed = &f;
+  }
+  return speed;
+}
+
 // ---- offline ----
 
 Diagnosis Diagnose(const RunData& run, const DoctorOptions& options) {

@@ -182,6 +182,12 @@ struct Diagnosis {
   int64_t steps = 0;              // steps judged
 };
 
+// The finding whose first action goes on top of a report (diagnose's "first:" line, the
+// HTML report): among the worst severity present (warning or worse), the first finding
+// about what the model learns, else the first one about speed; nullptr when none has an
+// action. A page-faulting allocator does not hide an LR that is too high.
+const Finding* FirstAction(const std::vector<Finding>& findings);
+
 // Runs the doctor over a whole run (offline) and merges the findings recorded with it.
 Diagnosis Diagnose(const RunData& run, const DoctorOptions& options = {});
 

@@ -316,5 +316,28 @@ TEST(Doctor, LiveAlertCallbackFiresOncePerFinding) {
   EXPECT_EQ(calls, 1);
 }
 
+// Issue 27 (pytorch/examples GAT with the LR 100x): HOST_PAGE_FAULTS came first (step 11)
+// and its jemalloc advice went on top, above UPDATE_RATIO_HIGH's LR. At one severity, the
+// one action goes to what the model learns; speed only when nothing else has an action.
+TEST(FirstAction, WhatTheModelLearnsBeforeSpeedAtOneSeverity) {
+  auto finding = [](const char* code, Severity severity, int64_t step) {
+    Finding f;
+    f.code = code;
+    f.severity = severity;
+    f.step = step;
+    f.actions = {std::string("fix ") + code};
+    return f;
+  };
+  std::vector<Finding> findings = {finding("HOST_PAGE_FAULTS", Severity::kWarning, 11),
+                                   finding("UPDATE_RATIO_HIGH", Severity::kWarning, 50)};
+  ASSERT_NE(FirstAction(findings), nullptr);
+  EXPECT_EQ(FirstAction(findings)->code, "UPDATE_RATIO_HIGH");
+  findings.pop_back();
+  EXPECT_EQ(FirstAction(findings)->code, "HOST_PAGE_FAULTS");  // speed alone: still an action
+  findings.insert(findings.begin(), finding("THROUGHPUT_DROP", Severity::kCritical, 3));
+  EXPECT_EQ(FirstAction(findings)->code, "THROUGHPUT_DROP");  // a worse severity comes first
+  EXPECT_EQ(FirstAction({finding("LOSS_SPIKE", Severity::kInfo, 1)}), nullptr);
+}
+
 }  // namespace
 }  // namespace trainscope::doctor

@@ -81,6 +81,10 @@ Status KnowledgeBase::Parse(std::string_view text, std::string_view origin, Know
     if (s.ok()) s = StringList(c, "actions", where, &info.actions);
     if (s.ok()) s = StringList(c, "explains", where, &info.explains);
     if (!s.ok()) return s;
+    if (c.contains("speed")) {
+      if (!c["speed"].is_boolean()) return Status::Error(where + ".speed: expected true or false");
+      info.speed = c["speed"].get<bool>();
+    }
     for (const std::string& cause : info.causes) {
       if (!out.causes_.count(cause)) {
         return Status::Error(where + ".causes: unknown cause id '" + cause + "' (not under \"causes\")");

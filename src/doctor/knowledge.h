@@ -36,6 +36,9 @@ struct CodeInfo {
   // Codes this one's finding explains when both are found: those follow from it (the LR
   // collapsed -> the loss plateaus); listed after it whatever their order otherwise.
   std::vector<std::string> explains;
+  // About speed, not about what the model learns ("speed": true): one action on top goes
+  // to what the model learns first (FirstAction in doctor.h).
+  bool speed = false;
 };
 
 class KnowledgeBase {

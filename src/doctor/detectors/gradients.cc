@@ -336,10 +336,13 @@ void UpdateRatioDetector::OnStep(const StepFrame& frame, const DetectorContext& 
     step_ratios.push_back(r);
     if (frame.step < facts.first_step + options_.skip_steps) continue;
     auto& d = ratios_[p];
-    d.push_back(r);
-    if (d.size() > options_.window) d.pop_front();
-    if (d.size() == options_.window) {
-      const double med = MedianOf(d);
+    d.emplace_back(frame.step, r);
+    const auto window = static_cast<int64_t>(options_.window);
+    while (d.size() > options_.min_records && d[1].first <= frame.step - window + 1) d.pop_front();
+    if (d.size() >= options_.min_records && frame.step - d.front().first + 1 >= window) {
+      std::deque<double> values;
+      for (const auto& point : d) values.push_back(point.second);
+      const double med = MedianOf(values);
       if (med > worst_median) {
         worst_median = med;
         worst = p;
@@ -351,11 +354,11 @@ void UpdateRatioDetector::OnStep(const StepFrame& frame, const DetectorContext& 
     Finding f;
     f.code = "UPDATE_RATIO_HIGH";
     f.severity = Severity::kWarning;
-    f.step = frame.step - static_cast<int64_t>(options_.window) + 1;
+    f.step = ratios_[worst].front().first;
     f.last_step = frame.step;
     f.location = high_location_;
     f.summary = "each step changes " + worst + " by " + FormatNumber(worst_median, 3) +
-                " of its norm (median over " + std::to_string(options_.window) +
+                " of its norm (median over the last " + std::to_string(options_.window) +
                 " steps; ~1e-3 is healthy): the learning rate is too high for it";
     f.evidence_json = json{{"param", worst}, {"update_ratio_median", Num(worst_median)}, {"lr", Num(facts.lr)}}.dump();
     f.causes = {{"lr_too_high", 0.8}};

@@ -125,7 +125,11 @@ struct UpdateRatioOptions {
   // healthy (Karpathy's rule of thumb); Adam at common LRs sits at 1e-3..3e-2.
   // Above 0.1 each step rewrites a tenth of the weight: the LR is too high.
   double high = 0.1;
+  // The median of the records of the last `window` steps (at least `min_records` of
+  // them): steps, not records, so that a run whose weights are sampled every 10 steps is
+  // judged after 20 steps too, not after 200.
   size_t window = 20;
+  size_t min_records = 3;
   // The high check skips the run's first `skip_steps` steps: a fresh model's first updates
   // are large against its small initial weights (AdamW's first step moves every weight by
   // ~lr: 0.15 of nanoGPT's 0.02-std matrices; the word-LM example's decoder, initialised at
@@ -152,7 +156,7 @@ class UpdateRatioDetector : public Detector {
 
  private:
   UpdateRatioOptions options_;
-  std::unordered_map<std::string, std::deque<double>> ratios_;
+  std::unordered_map<std::string, std::deque<std::pair<int64_t, double>>> ratios_;  // (step, ratio)
   std::deque<double> global_;
   std::string high_location_;
   bool low_reported_ = false;

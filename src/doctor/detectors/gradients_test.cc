@@ -163,6 +163,26 @@ TEST(UpdateRatio, FirstStepsTransientIsNotJudged) {
   EXPECT_EQ(run(80)[0].code, "UPDATE_RATIO_HIGH");
 }
 
+// Issue 27 (pytorch/examples GAT with Adam at lr 0.5, 120 steps): weights sampled every 10
+// steps after the dense first 50 moved by ~0.4 of their norm a step, and a window of 20
+// records would have needed 200 steps. The window is 20 steps (at least 3 records).
+TEST(UpdateRatio, AWindowOfStepsNotRecords) {
+  auto run = [](double ratio) {
+    Feed feed({"update_ratio"});
+    for (int64_t s = 0; s < 120; ++s) {
+      if (s >= 50 && s % 10 != 0) continue;  // the watcher's default cadence after its dense start
+      feed.Stats("weight/gat1.W", s, WithRms(100, 1.0));
+      feed.Stats("update/gat1.W", s, WithRms(100, ratio, s));
+    }
+    return feed.Finish();
+  };
+  EXPECT_TRUE(run(0.05).empty());
+  const auto f = run(0.4);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].code, "UPDATE_RATIO_HIGH");
+  EXPECT_EQ(f[0].step, 50);  // the window's first record; 7 records in all, 20 never came
+}
+
 // An LSTM's biases are bias_ih_l0/bias_hh_l0: a large update there is not a weight's
 // (issue 15: UPDATE_RATIO_HIGH on rnn.bias_ih_l0).
 TEST(UpdateRatio, RecurrentBiasesAndNormScalesAreNotWeights) {

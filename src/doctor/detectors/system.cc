@@ -183,7 +183,7 @@ void MemoryLeakDetector::Check(const DetectorContext& ctx, bool final) {
                            recent_fit.slope >= options_.recent_slope_fraction * fit.slope && climbs_throughout;
     if (!update && (fit.trend_z < options_.trend_z || !big(growth) || !big(measured) || !sustained)) continue;
     if (!update && !final && !ctx.options.streaming) {
-      candidate_at_.emplace(tag, static_cast<int64_t>(xs.back()));
+      candidate_at_.emplace(tag, Candidate{static_cast<int64_t>(xs.front()), static_cast<int64_t>(xs.back())});
       continue;
     }
     reported_.insert(tag);
@@ -204,7 +204,8 @@ void MemoryLeakDetector::Check(const DetectorContext& ctx, bool final) {
     Finding f;
     f.code = "MEMORY_LEAK";
     f.severity = Severity::kWarning;
-    f.step = static_cast<int64_t>(xs.front());
+    auto candidate = candidate_at_.find(tag);
+    f.step = candidate != candidate_at_.end() ? candidate->second.since : static_cast<int64_t>(xs.front());
     f.last_step = static_cast<int64_t>(xs.back());
     f.location = tag;
     const double current = ys.back(), grown = measured;
@@ -219,7 +220,7 @@ void MemoryLeakDetector::Check(const DetectorContext& ctx, bool final) {
                {"recent_slope_bytes_per_step", Num(recent_fit.slope)}, {"recent_trend_z", Num(recent_fit.trend_z)},
                {"recent_since_step", static_cast<int64_t>(xs[xs.size() - recent])}};
     if (own_rss_ > 0) ev["trainscope_rss_excluded_bytes"] = Num(own_rss_);
-    if (auto c = candidate_at_.find(tag); c != candidate_at_.end()) ev["detected_at"] = c->second;
+    if (auto c = candidate_at_.find(tag); c != candidate_at_.end()) ev["detected_at"] = c->second.seen;
     if (!growing.empty()) ev["growing_type"] = {{"type", growing}, {"per_step", Num(growing_slope)}, {"trend_z", Num(growing_z)}};
     f.evidence_json = ev.dump();
     std::vector<Cause> causes;

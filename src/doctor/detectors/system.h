@@ -121,9 +121,13 @@ class MemoryLeakDetector : public Detector {
  private:
   void Check(const DetectorContext& ctx, bool final);
   MemoryLeakOptions options_;
-  // Offline: the step each series first met the rules; the run's end decides (memory that
-  // later falls back was the allocator's, not a leak) and the finding keeps this step.
-  std::map<std::string, int64_t> candidate_at_;
+  // Offline: where each series first met the rules (the climb's first judged step, and the
+  // step it was seen at); the run's end decides (memory that later falls back was the
+  // allocator's, not a leak) and the finding keeps these steps.
+  struct Candidate {
+    int64_t since, seen;
+  };
+  std::map<std::string, Candidate> candidate_at_;
   struct Series {
     std::vector<double> steps, values;
   };

@@ -233,6 +233,8 @@ TEST(MemoryLeak, OfflineMemoryThatFallsBackIsNotALeak) {
   const auto f = run(false);
   ASSERT_EQ(f.size(), 1u);
   EXPECT_LT(nlohmann::json::parse(f[0].evidence_json)["detected_at"].get<int64_t>(), 200);
+  EXPECT_EQ(f[0].step, 20);  // the climb's start as first judged (after the 20-point warm-up), not the end's
+
 }
 
 }  // namespace
