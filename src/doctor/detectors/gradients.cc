@@ -314,6 +314,12 @@ void GradNotZeroedDetector::OnStep(const StepFrame& frame, const DetectorContext
 
 void UpdateRatioDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   const RunFacts& facts = ctx.facts;
+  if (std::isfinite(facts.loss)) {
+    losses_.emplace_back(frame.step, facts.loss);
+    while (losses_.size() > 1 && losses_.front().first < frame.step - 4 * static_cast<int64_t>(options_.window)) {
+      losses_.pop_front();
+    }
+  }
   std::unordered_map<std::string_view, const TensorStats*> weights;
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
@@ -360,8 +366,25 @@ void UpdateRatioDetector::OnStep(const StepFrame& frame, const DetectorContext& 
     f.summary = "each step changes " + worst + " by " + FormatNumber(worst_median, 3) +
                 " of its norm (median over the last " + std::to_string(options_.window) +
                 " steps; ~1e-3 is healthy): the learning rate is too high for it";
-    f.evidence_json = json{{"param", worst}, {"update_ratio_median", Num(worst_median)}, {"lr", Num(facts.lr)}}.dump();
-    f.causes = {{"lr_too_high", 0.8}};
+    json evidence = {{"param", worst}, {"update_ratio_median", Num(worst_median)}, {"lr", Num(facts.lr)}};
+    std::vector<double> xs, ys;
+    for (const auto& [step, loss] : losses_) {  // the last 4 windows of steps
+      xs.push_back(static_cast<double>(step));
+      ys.push_back(loss);
+    }
+    if (xs.size() >= 10) {
+      const double z = RobustSlope(xs, ys).trend_z;
+      evidence["loss_trend_z"] = Num(z);
+      if (z <= options_.falling_z) {
+        f.severity = Severity::kInfo;
+        f.summary = "each step changes " + worst + " by " + FormatNumber(worst_median, 3) +
+                    " of its norm (median over the last " + std::to_string(options_.window) +
+                    " steps; ~1e-3 is usual), and the loss still falls (Mann-Kendall z " + FormatNumber(z, 2) +
+                    "): large steps that make progress";
+      }
+    }
+    f.evidence_json = evidence.dump();
+    f.causes = {{"lr_too_high", f.severity == Severity::kInfo ? 0.3 : 0.8}};
     ctx.Report(std::move(f));
   }
   if (step_ratios.empty()) return;

@@ -130,6 +130,12 @@ struct UpdateRatioOptions {
   // judged after 20 steps too, not after 200.
   size_t window = 20;
   size_t min_records = 3;
+  // Steps that large while the loss still falls clearly (Mann-Kendall z <= falling_z over
+  // the losses of the last 4 windows of steps, at least 10 of them) make progress: info,
+  // not a warning (the
+  // word-LM example's decoder moves by 0.3 of its norm a step at its default lr 20 and
+  // trains well).
+  double falling_z = -2;
   // The high check skips the run's first `skip_steps` steps: a fresh model's first updates
   // are large against its small initial weights (AdamW's first step moves every weight by
   // ~lr: 0.15 of nanoGPT's 0.02-std matrices; the word-LM example's decoder, initialised at
@@ -159,6 +165,7 @@ class UpdateRatioDetector : public Detector {
   std::unordered_map<std::string, std::deque<std::pair<int64_t, double>>> ratios_;  // (step, ratio)
   std::deque<double> global_;
   std::string high_location_;
+  std::deque<std::pair<int64_t, double>> losses_;  // (step, loss) of the recent steps
   bool low_reported_ = false;
 };
 

@@ -181,6 +181,28 @@ TEST(UpdateRatio, AWindowOfStepsNotRecords) {
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].code, "UPDATE_RATIO_HIGH");
   EXPECT_EQ(f[0].step, 50);  // the window's first record; 7 records in all, 20 never came
+  EXPECT_EQ(f[0].severity, Severity::kWarning);
+}
+
+// The word-LM example at its default lr 20: its decoder moves by 0.3 of its norm a step
+// while the loss falls steadily. Large steps that make progress are information.
+TEST(UpdateRatio, LargeStepsWhileTheLossFallsAreInformation) {
+  auto run = [](bool falling) {
+    Feed feed({"update_ratio"});
+    for (int64_t s = 0; s < 170; ++s) {
+      feed.Scalar("train/loss", s, falling ? 7.0 - 0.01 * s + 0.05 * std::sin(s) : 6.5 + 0.2 * std::sin(1.7 * s));
+      if (s >= 50 && s % 10 != 0) continue;
+      feed.Stats("weight/decoder.weight", s, WithRms(100, 1.0));
+      feed.Stats("update/decoder.weight", s, WithRms(100, 0.3, s));
+    }
+    return feed.Finish();
+  };
+  auto f = run(true);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].severity, Severity::kInfo);
+  f = run(false);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].severity, Severity::kWarning);
 }
 
 // An LSTM's biases are bias_ih_l0/bias_hh_l0: a large update there is not a weight's
