@@ -16,10 +16,10 @@ namespace {
 
 constexpr size_t kRecent = 5;  // records a part's median is taken over
 
-// "fc1.weight" -> "fc1"; a name without a dot is its own module.
+// "fc1.weight" -> "fc1" (RunFacts::ModuleOfParam); a name without a dot is its own layer.
 std::string ModuleOf(std::string_view param) {
-  const size_t dot = param.rfind('.');
-  return std::string(dot == std::string_view::npos ? param : param.substr(0, dot));
+  std::string module = RunFacts::ModuleOfParam(std::string(param));
+  return module.empty() ? std::string(param) : module;
 }
 
 double RecentMedian(std::vector<double> values) {

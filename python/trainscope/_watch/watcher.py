@@ -448,8 +448,10 @@ class Watcher:
             if not self._ops_done:
                 self._call_guarded("functional ops", self._start_ops)
         # The work of the step: the elements of each training forward's first tensor (an RL
-        # loop's forwards per episode, a batch's tokens), what THROUGHPUT_DROP divides by.
-        self._input_elements += _leading_numel(args)
+        # loop's forwards per episode, a batch's tokens), what THROUGHPUT_DROP divides by;
+        # the process's series, so the first model's only.
+        if self.primary:
+            self._input_elements += _leading_numel(args)
         first_forward = self._mode_step != self.clock.step
         if first_forward:  # the step's first forward with gradients
             self._mode_step = self.clock.step
@@ -1181,7 +1183,6 @@ class Watcher:
             self._check_groups()
         self._drain(wait=False)
         if not self.primary:  # the process's series are the first model's to write
-            self._input_elements = 0
             return
         if self.timer.pending:
             self.timer.collect(wait=False)

@@ -363,9 +363,9 @@ void UpdateRatioDetector::OnStep(const StepFrame& frame, const DetectorContext& 
     f.step = ratios_[worst].front().first;
     f.last_step = frame.step;
     f.location = high_location_;
-    f.summary = "each step changes " + worst + " by " + FormatNumber(worst_median, 3) +
-                " of its norm (median over the last " + std::to_string(options_.window) +
-                " steps; ~1e-3 is healthy): the learning rate is too high for it";
+    const std::string changes = "each step changes " + worst + " by " + FormatNumber(worst_median, 3) +
+                                " of its norm (median over the last " + std::to_string(options_.window) + " steps; ~1e-3 is ";
+    f.summary = changes + "healthy): the learning rate is too high for it";
     json evidence = {{"param", worst}, {"update_ratio_median", Num(worst_median)}, {"lr", Num(facts.lr)}};
     std::vector<double> xs, ys;
     for (const auto& [step, loss] : losses_) {  // the last 4 windows of steps
@@ -377,9 +377,7 @@ void UpdateRatioDetector::OnStep(const StepFrame& frame, const DetectorContext& 
       evidence["loss_trend_z"] = Num(z);
       if (z <= options_.falling_z) {
         f.severity = Severity::kInfo;
-        f.summary = "each step changes " + worst + " by " + FormatNumber(worst_median, 3) +
-                    " of its norm (median over the last " + std::to_string(options_.window) +
-                    " steps; ~1e-3 is usual), and the loss still falls (Mann-Kendall z " + FormatNumber(z, 2) +
+        f.summary = changes + "usual), and the loss still falls (Mann-Kendall z " + FormatNumber(z, 2) +
                     "): large steps that make progress";
       }
     }
