@@ -1,6 +1,8 @@
 #include "core/run_data.h"
 
 #include <algorithm>
+#include <limits>
+#include <numeric>
 #include <utility>
 
 namespace trainscope {
@@ -141,6 +143,86 @@ void RunData::Replay(SampleSink* sink) const {
     for (size_t i = 0; i < s.steps.size(); ++i) sink->OnVector(s.tag, s.steps[i], 0, s.values[i]);
   }
   for (const auto& span : spans) sink->OnSpan(span);
+  for (const auto& f : findings) sink->OnFinding(f);
+}
+
+namespace {
+
+// The order in which to read a series so that its steps ascend, points of one step kept in
+// the order logged: empty when they already ascend (the usual case, nothing to sort).
+std::vector<size_t> StepOrder(const std::vector<int64_t>& steps) {
+  if (std::is_sorted(steps.begin(), steps.end())) return {};
+  std::vector<size_t> order(steps.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return steps[a] < steps[b]; });
+  return order;
+}
+
+// A read position in one series: its points in step order.
+struct StepCursor {
+  const std::vector<int64_t>* steps;
+  std::vector<size_t> order;  // empty: identity
+  size_t next = 0;
+
+  bool done() const { return next == steps->size(); }
+  size_t index() const { return order.empty() ? next : order[next]; }
+  int64_t step() const { return (*steps)[index()]; }
+};
+
+template <class Series>
+std::vector<StepCursor> CursorsOf(const std::vector<Series>& all) {
+  std::vector<StepCursor> cursors;
+  cursors.reserve(all.size());
+  for (const Series& s : all) cursors.push_back({&s.steps, StepOrder(s.steps)});
+  return cursors;
+}
+
+}  // namespace
+
+void RunData::ReplayInStepOrder(SampleSink* sink, const std::function<void(int64_t step)>& step_done) const {
+  for (const auto& [key, value] : meta) sink->OnMeta(key, value);
+  std::vector<StepCursor> scalar_cursors = CursorsOf(scalars);
+  std::vector<StepCursor> stats_cursors = CursorsOf(tensor_stats);
+  std::vector<StepCursor> vector_cursors = CursorsOf(vectors);
+  std::vector<int64_t> span_steps;
+  span_steps.reserve(spans.size());
+  for (const Span& span : spans) span_steps.push_back(span.step);
+  StepCursor span_cursor{&span_steps, StepOrder(span_steps)};
+
+  constexpr int64_t kNoStep = std::numeric_limits<int64_t>::max();
+  auto earliest = [](const std::vector<StepCursor>& cursors, int64_t step) {
+    for (const StepCursor& c : cursors) {
+      if (!c.done()) step = std::min(step, c.step());
+    }
+    return step;
+  };
+  for (;;) {
+    int64_t step = earliest(scalar_cursors, kNoStep);
+    step = earliest(stats_cursors, step);
+    step = earliest(vector_cursors, step);
+    if (!span_cursor.done()) step = std::min(step, span_cursor.step());
+    if (step == kNoStep) break;
+    for (size_t k = 0; k < scalars.size(); ++k) {
+      const ScalarSeries& s = scalars[k];
+      for (StepCursor& c = scalar_cursors[k]; !c.done() && c.step() == step; ++c.next) {
+        sink->OnScalar(s.tag, step, s.wall_times[c.index()], s.values[c.index()]);
+      }
+    }
+    for (size_t k = 0; k < tensor_stats.size(); ++k) {
+      const TensorStatsSeries& s = tensor_stats[k];
+      for (StepCursor& c = stats_cursors[k]; !c.done() && c.step() == step; ++c.next) {
+        sink->OnTensorStats(s.tag, step, s.wall_times[c.index()], s.stats[c.index()]);
+      }
+    }
+    for (size_t k = 0; k < vectors.size(); ++k) {
+      const VectorSeries& s = vectors[k];
+      for (StepCursor& c = vector_cursors[k]; !c.done() && c.step() == step; ++c.next) {
+        sink->OnVector(s.tag, step, 0, s.values[c.index()]);
+      }
+    }
+    for (; !span_cursor.done() && span_cursor.step() == step; ++span_cursor.next) sink->OnSpan(spans[span_cursor.index()]);
+    step_done(step);
+  }
   for (const auto& f : findings) sink->OnFinding(f);
 }
 

@@ -134,6 +134,12 @@ class RunData : public SampleSink {
   int64_t MaxStep() const;
   // Replays the run, series by series, into another sink.
   void Replay(SampleSink* sink) const;
+  // Replays the run step by step: every sample of a step (scalars, then tensor stats,
+  // vectors and spans, each kind in series order, a series' points of one step in the order
+  // logged), then step_done(step). A sink that groups samples by step receives exactly what
+  // Replay gives it, and can finish each step before the next begins instead of holding the
+  // whole run. Meta comes first and recorded findings last, as in Replay.
+  void ReplayInStepOrder(SampleSink* sink, const std::function<void(int64_t step)>& step_done) const;
 
   std::vector<ScalarSeries> scalars;
   std::vector<TensorStatsSeries> tensor_stats;

@@ -96,6 +96,49 @@ TEST(RunData, InterleavedTagsLandInTheirSeries) {
   EXPECT_EQ(run.MaxStep(), 59);
 }
 
+// Records what a sink is given, and when a step is said to be done.
+struct Transcript : SampleSink {
+  void OnScalar(std::string_view tag, int64_t step, double, double value) override {
+    lines.push_back(std::string(tag) + "@" + std::to_string(step) + "=" + std::to_string(value));
+  }
+  void OnTensorStats(std::string_view tag, int64_t step, double, const TensorStats&) override {
+    lines.push_back("stats " + std::string(tag) + "@" + std::to_string(step));
+  }
+  void OnVector(std::string_view tag, int64_t step, double, const std::vector<float>&) override {
+    lines.push_back("vector " + std::string(tag) + "@" + std::to_string(step));
+  }
+  void OnSpan(const Span& span) override { lines.push_back("span " + span.phase + "@" + std::to_string(span.step)); }
+  void OnFinding(const Finding& f) override { lines.push_back("finding " + f.code); }
+  void OnMeta(std::string_view key, std::string_view) override { lines.push_back("meta " + std::string(key)); }
+  std::vector<std::string> lines;
+};
+
+TEST(RunData, ReplayInStepOrderGroupsEveryPointByStep) {
+  RunData run;
+  run.OnScalar("a", 2, 0, 20);
+  run.OnScalar("a", 1, 0, 10);  // logged backwards
+  run.OnScalar("b", 1, 0, 11);
+  run.OnScalar("a", 1, 0, 12);  // a second point at step 1, after the first
+  run.OnSpan({2, "data", 0, 0.1});
+  run.OnSpan({1, "data", 0, 0.1});
+  run.OnTensorStats("grad/w", 1, 0, TensorStats{});
+  run.OnVector("v", 3, 0, {1.0f});
+  run.OnMeta("format", "test");
+  run.OnFinding(Finding{.code = "X"});
+  Transcript t;
+  std::vector<int64_t> done;
+  run.ReplayInStepOrder(&t, [&](int64_t step) {
+    done.push_back(step);
+    t.lines.push_back("done " + std::to_string(step));
+  });
+  const std::vector<std::string> expected = {
+      "meta format",         "a@1=10.000000",  "a@1=12.000000", "b@1=11.000000", "stats grad/w@1", "span data@1",
+      "done 1",              "a@2=20.000000",  "span data@2",   "done 2",        "vector v@3",     "done 3",
+      "finding X"};
+  EXPECT_EQ(t.lines, expected);
+  EXPECT_EQ(done, (std::vector<int64_t>{1, 2, 3}));
+}
+
 TEST(RunData, ReplayDeliversEveryPoint) {
   RunData run;
   const std::vector<double> values = {1, -2, 0, 4e10};

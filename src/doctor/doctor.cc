@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <unordered_set>
 
 #include "doctor/facts.h"
 #include "doctor/knowledge.h"
@@ -169,6 +170,12 @@ std::vector<std::string> Doctor::detector_names() const {
   return names;
 }
 
+std::string_view Doctor::Intern(std::string_view tag) {
+  auto it = tag_names_.find(tag);
+  if (it == tag_names_.end()) it = tag_names_.emplace(tag).first;
+  return *it;
+}
+
 StepFrame& Doctor::FrameFor(int64_t step, double wall_time, bool* accepted) {
   static thread_local StepFrame discard;
   *accepted = !finished_ && step > judged_through_;
@@ -191,7 +198,7 @@ void Doctor::OnScalar(std::string_view tag, int64_t step, double wall_time, doub
   bool ok;
   StepFrame& f = FrameFor(step, wall_time, &ok);
   if (!ok) return;
-  f.scalars.emplace_back(std::string(tag), value);
+  f.scalars.emplace_back(Intern(tag), value);
   JudgeReadyFrames();
 }
 
@@ -334,7 +341,8 @@ void Doctor::UpdateFacts(const StepFrame& frame) {
   RunFacts& f = facts_;
   if (f.steps_seen == 0) f.first_step = frame.step;
   for (const auto& [tag, value] : frame.scalars) {
-    if (seen_scalars_.insert(tag).second) {
+    if (judged_tags_.insert(tag.data()).second) {  // interned: one address per tag
+      seen_scalars_.emplace(tag);
       f.roles.See(tag);
       if (f.rl_tag.empty() && IsReinforcementLearningTag(tag)) f.rl_tag = tag;
     }
@@ -608,13 +616,7 @@ bool Doctor::IsConsequence(const Finding& finding) {
 namespace {
 
 // The median of the last tenth (at least 5) of a series' finite points; NaN without any.
-double EndLevel(const std::map<int64_t, StepFrame>& frames, const std::string& tag) {
-  if (tag.empty()) return kNaN;
-  std::vector<double> values;
-  for (const auto& [step, frame] : frames) {
-    const double* v = frame.Scalar(tag);
-    if (v && std::isfinite(*v)) values.push_back(*v);
-  }
+double EndLevel(std::vector<double> values) {
   if (values.empty()) return kNaN;
   const size_t n = std::min(values.size(), std::max<size_t>(5, values.size() / 10));
   std::vector<double> tail(values.end() - static_cast<std::ptrdiff_t>(n), values.end());
@@ -624,19 +626,64 @@ double EndLevel(const std::map<int64_t, StepFrame>& frames, const std::string& t
 
 }  // namespace
 
+void Doctor::PrepareOffline(const RunData& run) {
+  // The tags in the order a step-by-step reading first meets them: by their first step,
+  // then in series order (as Finish's reading of the held steps would).
+  std::vector<std::pair<int64_t, const ScalarSeries*>> firsts;
+  for (const ScalarSeries& s : run.scalars) {
+    if (!s.steps.empty()) firsts.emplace_back(*std::min_element(s.steps.begin(), s.steps.end()), &s);
+  }
+  std::stable_sort(firsts.begin(), firsts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  RoleResolver roles = facts_.roles;
+  for (const auto& [first, series] : firsts) {
+    if (facts_.rl_tag.empty() && IsReinforcementLearningTag(series->tag)) facts_.rl_tag = series->tag;
+    roles.See(series->tag);
+  }
+  // The loss at each step: its last value logged at that step (StepFrame::Scalar).
+  std::vector<double> loss;
+  const std::string& loss_tag = roles.Get(Role::kLoss);
+  if (const ScalarSeries* s = loss_tag.empty() ? nullptr : run.FindScalar(loss_tag)) {
+    std::map<int64_t, double> last_at_step;
+    for (size_t i = 0; i < s->steps.size(); ++i) last_at_step[s->steps[i]] = s->values[i];
+    for (const auto& [step, value] : last_at_step) {
+      if (std::isfinite(value)) loss.push_back(value);
+    }
+  }
+  facts_.loss_end_level = EndLevel(std::move(loss));
+  prepared_ = true;
+}
+
+void Doctor::JudgeThrough(int64_t step) {
+  while (!open_.empty() && open_.begin()->first <= step) {
+    StepFrame frame = std::move(open_.begin()->second);
+    open_.erase(open_.begin());
+    Judge(frame);
+  }
+}
+
 void Doctor::Finish() {
   if (finished_) return;
-  if (!options_.streaming) {
+  if (!options_.streaming && !prepared_) {
     // Offline the whole run is known: whether it is reinforcement learning is decided before
     // its first step is judged (its return may be logged later than its loss).
+    // Each tag is looked at once: matching a tag against the role patterns costs far more
+    // than a set lookup, and a run has few tags and many points.
     RoleResolver roles = facts_.roles;
+    std::unordered_set<std::string_view> seen;
     for (const auto& [step, frame] : open_) {
       for (const auto& [tag, value] : frame.scalars) {
+        if (!seen.insert(tag).second) continue;
         if (facts_.rl_tag.empty() && IsReinforcementLearningTag(tag)) facts_.rl_tag = tag;
         roles.See(tag);
       }
     }
-    facts_.loss_end_level = EndLevel(open_, roles.Get(Role::kLoss));
+    std::vector<double> loss;
+    const std::string& loss_tag = roles.Get(Role::kLoss);
+    for (const auto& [step, frame] : open_) {
+      const double* v = loss_tag.empty() ? nullptr : frame.Scalar(loss_tag);
+      if (v && std::isfinite(*v)) loss.push_back(*v);
+    }
+    facts_.loss_end_level = EndLevel(std::move(loss));
   }
   while (!open_.empty()) {
     StepFrame frame = std::move(open_.begin()->second);
@@ -882,7 +929,8 @@ Diagnosis Diagnose(const RunData& run, const DoctorOptions& options) {
   DoctorOptions opts = options;
   opts.streaming = false;
   Doctor doctor(std::move(opts));
-  run.Replay(&doctor);
+  doctor.PrepareOffline(run);
+  run.ReplayInStepOrder(&doctor, [&doctor](int64_t step) { doctor.JudgeThrough(step); });
   doctor.Finish();
   Diagnosis d;
   d.findings = doctor.findings();

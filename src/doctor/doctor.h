@@ -23,6 +23,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "core/run_data.h"
@@ -125,6 +126,14 @@ class Doctor : public SampleSink {
   // arrive afterwards are ignored.
   void Finish();
 
+  // Offline, fed in step order (RunData::ReplayInStepOrder): takes from the whole run what
+  // Finish would otherwise gather from every held step before judging the first (the roles
+  // of all its tags, whether it is reinforcement learning, where the loss ends), so that
+  // each step can be judged as soon as it is complete (JudgeThrough) and only one is held.
+  void PrepareOffline(const RunData& run);
+  // Judges the open steps up to `step` (offline, after PrepareOffline).
+  void JudgeThrough(int64_t step);
+
   // Findings so far: the doctor's, then recorded ones not already found (same code and
   // location), worst first, then by step.
   std::vector<Finding> findings() const;
@@ -138,6 +147,8 @@ class Doctor : public SampleSink {
 
  private:
   StepFrame& FrameFor(int64_t step, double wall_time, bool* accepted);
+  // The tag as a view into tag_names_, which StepFrame::scalars point into.
+  std::string_view Intern(std::string_view tag);
   void JudgeReadyFrames(bool batch_end = false);
   void Judge(const StepFrame& frame);
   void UpdateFacts(const StepFrame& frame);
@@ -157,16 +168,19 @@ class Doctor : public SampleSink {
   FlightRecorder flight_;
   std::vector<std::unique_ptr<Detector>> detectors_;
   std::vector<DetectorSpec> specs_;  // of every registered detector, in registry order
+  std::unordered_set<std::string, TagHash, std::equal_to<>> tag_names_;  // every scalar tag seen; nodes do not move
+  std::unordered_set<const char*> judged_tags_;  // the interned scalar tags judged so far
   std::map<int64_t, StepFrame> open_;
   int64_t judging_step_ = 0;  // the step being judged (or the last one, in Finish)
   int64_t judged_through_ = std::numeric_limits<int64_t>::min();  // last step judged
   bool finished_ = false;
+  bool prepared_ = false;  // PrepareOffline was called
   uint64_t late_samples_ = 0;
   int64_t lag_ = 1;  // the open window now: lag_steps, widened by late samples
   std::vector<Finding> findings_;
   std::map<std::pair<std::string, std::string>, size_t> open_findings_;  // (code, location) -> index
   std::vector<Finding> recorded_;
-  std::set<std::string> seen_scalars_, seen_weights_, seen_grads_, seen_acts_;
+  std::set<std::string, std::less<>> seen_scalars_, seen_weights_, seen_grads_, seen_acts_;
   std::vector<std::string> weight_order_, grad_order_;
   std::set<std::string> first_weight_seen_;
   std::map<std::string, double> latest_dead_, latest_saturated_;  // per module, its latest record

@@ -10,7 +10,7 @@ namespace trainscope::doctor {
 
 void FlightRecorder::Add(const StepFrame& frame) {
   for (const auto& [tag, value] : frame.scalars) {
-    auto& q = scalars_[tag];
+    auto& q = At(scalars_, tag);
     q.emplace_back(frame.step, value);
     if (q.size() > steps_) q.pop_front();
   }

@@ -44,7 +44,7 @@ class FlightRecorder {
   };
   size_t steps_;
   size_t max_census_;
-  std::map<std::string, std::deque<std::pair<int64_t, double>>> scalars_;
+  std::map<std::string, std::deque<std::pair<int64_t, double>>, std::less<>> scalars_;
   std::map<std::string, std::deque<TensorPoint>> tensors_;
   std::deque<std::pair<int64_t, double>> grad_norm_;
 };

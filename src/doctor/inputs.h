@@ -52,7 +52,7 @@ struct DetectorSpec {
 // What an input row looks at: the run facts and the scalar series seen.
 struct InputView {
   const RunFacts& facts;
-  const std::set<std::string>& scalars;
+  const std::set<std::string, std::less<>>& scalars;
 };
 
 // One row per input: the check a not_checked entry names, whether the run lacks it, and why.

@@ -39,27 +39,24 @@ void DuplicateStepsDetector::OnStep(const StepFrame& frame, const DetectorContex
   if (frame.scalars.size() < 2) return;
   // Repeats of the same value (an HF trainer_state's train and eval entries both carry
   // `epoch`) lose nothing: only points that disagree with another at their step count.
-  struct Seen {
-    uint64_t n = 0;
-    double first = 0;
-    bool differs = false;
-  };
-  std::unordered_map<std::string_view, Seen> count;
   for (const auto& [tag, value] : frame.scalars) {
-    // System metrics are sampled by the clock (every few seconds), not once per step: a
-    // step longer than the interval, or the last sample at finish(), has several.
-    if (HasPrefix(tag, "sys/")) continue;
-    // Series trainscope writes itself (time/, mem/, grad/, opt/ ...): how it steps them is
-    // not the user's to fix.
-    if (IsTrainscopeSeries(tag)) continue;
-    Seen& seen = count[tag];
+    auto user = user_series_.find(tag);
+    if (user == user_series_.end()) {
+      // System metrics are sampled by the clock (every few seconds), not once per step: a
+      // step longer than the interval, or the last sample at finish(), has several. Series
+      // trainscope writes itself (time/, mem/, grad/, opt/ ...): how it steps them is not
+      // the user's to fix.
+      user = user_series_.emplace(tag, !HasPrefix(tag, "sys/") && !IsTrainscopeSeries(tag)).first;
+    }
+    if (!user->second) continue;
+    Seen& seen = seen_[tag];
     if (seen.n++ == 0) {
       seen.first = value;
     } else if (!(value == seen.first || (std::isnan(value) && std::isnan(seen.first)))) {
       seen.differs = true;
     }
   }
-  for (const auto& [tag, seen] : count) {
+  for (const auto& [tag, seen] : seen_) {
     if (!seen.differs) continue;
     const uint64_t n = seen.n;
     PerTag& t = tags_[std::string(tag)];
@@ -72,6 +69,7 @@ void DuplicateStepsDetector::OnStep(const StepFrame& frame, const DetectorContex
     }
     extra_points_ += n - 1;
   }
+  seen_.clear();  // its keys are views into this frame
 }
 
 void DuplicateStepsDetector::Finish(const DetectorContext& ctx) {

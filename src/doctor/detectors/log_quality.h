@@ -5,6 +5,8 @@
 #pragma once
 
 #include <map>
+#include <string_view>
+#include <unordered_map>
 
 #include "doctor/detector.h"
 
@@ -27,8 +29,15 @@ class DuplicateStepsDetector : public Detector {
     int64_t most_step = 0;
     int64_t first_step = 0;
   };
+  struct Seen {
+    uint64_t n = 0;
+    double first = 0;
+    bool differs = false;
+  };
   std::map<std::string, PerTag> tags_;
   uint64_t extra_points_ = 0;
+  std::unordered_map<std::string_view, Seen> seen_;  // the frame being judged; reused
+  TagMap<bool> user_series_;  // per tag: not sampled by the clock, not trainscope's own
 };
 
 // How the run ended, from what the log says: meta "exception" (a recorded run that

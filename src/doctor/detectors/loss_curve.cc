@@ -23,15 +23,17 @@ namespace {
 
 // The epoch-level aggregate a writer logs beside a per-step loss: Lightning's
 // train_loss_step / train_loss_epoch, Keras' batch_loss / epoch_loss.
-bool IsEpochAggregateOf(const std::string& tag, const std::string& loss) {
-  if (tag == loss) return false;
+// The names under which the epoch aggregate of `loss` is logged.
+std::vector<std::string> EpochAggregateNames(const std::string& loss) {
   std::string base = loss;
   for (const char* suffix : {"_step", "/step"}) {
     const size_t n = std::strlen(suffix);
     if (base.size() > n && base.compare(base.size() - n, n, suffix) == 0) base.resize(base.size() - n);
   }
-  return tag == base + "_epoch" || tag == base + "/epoch" || tag == "epoch_loss" || tag == "train_loss_epoch" ||
-         tag == "loss_epoch" || tag == "train/epoch_loss";
+  std::vector<std::string> names = {base + "_epoch", base + "/epoch", "epoch_loss", "train_loss_epoch", "loss_epoch",
+                                    "train/epoch_loss"};
+  std::erase(names, loss);
+  return names;
 }
 
 }  // namespace
@@ -40,8 +42,12 @@ void LossSpikeDetector::NoteEpochAggregate(const StepFrame& frame, const Detecto
   const std::string& loss_tag = ctx.facts.roles.Get(Role::kLoss);
   if (loss_tag.empty()) return;
   if (epoch_tag_.empty()) {
+    if (epoch_names_of_ != loss_tag) {  // built once per loss tag, not per step
+      epoch_names_of_ = loss_tag;
+      epoch_names_ = EpochAggregateNames(loss_tag);
+    }
     for (const auto& [tag, value] : frame.scalars) {
-      if (IsEpochAggregateOf(tag, loss_tag)) {
+      if (std::find(epoch_names_.begin(), epoch_names_.end(), tag) != epoch_names_.end()) {
         epoch_tag_ = tag;
         break;
       }
@@ -838,7 +844,7 @@ void LossMagnitudeDetector::OnStep(const StepFrame& frame, const DetectorContext
   const std::string& loss_tag = ctx.facts.roles.Get(Role::kLoss);
   for (const auto& [tag, value] : frame.scalars) {
     if (tag == loss_tag || !std::isfinite(value) || !IsTrainLossTerm(tag)) continue;
-    Term& term = terms_[tag];
+    Term& term = At(terms_, tag);
     if (term.first.size() < options_.initial_points) term.first.push_back(std::fabs(value));
     term.last = value;
   }

@@ -113,7 +113,8 @@ class LossSpikeDetector : public Detector {
   std::optional<Pending> pending_;
   std::vector<Spike> spikes_;
   std::string epoch_tag_;  // the loss's epoch aggregate, once found
-  bool epoch_tag_searched_ = false;
+  std::string epoch_names_of_;             // the loss tag epoch_names_ were made for
+  std::vector<std::string> epoch_names_;   // the names its epoch aggregate may have
   std::vector<std::pair<int64_t, double>> epoch_points_;
   int64_t last_lead_step_ = std::numeric_limits<int64_t>::min();
   std::string lead_what_;
@@ -343,7 +344,7 @@ class LossMagnitudeDetector : public Detector {
   int64_t first_step_ = 0;
   double max_ = -std::numeric_limits<double>::infinity(), last_ = kNaN;
   int64_t max_step_ = 0, last_step_ = 0;
-  std::map<std::string, Term> terms_;
+  std::map<std::string, Term, std::less<>> terms_;
   bool reported_ = false;
 };
 

@@ -129,11 +129,13 @@ void MemoryLeakDetector::OnStep(const StepFrame& frame, const DetectorContext& c
   for (const auto& [tag, v] : frame.scalars) {
     if (!std::isfinite(v)) continue;
     if (tag == "mem/rss" || tag == "mem/cuda_allocated") {
-      memory_[tag].steps.push_back(static_cast<double>(frame.step));
-      memory_[tag].values.push_back(tag == "mem/rss" ? v - own_rss_ : v);
+      Series& s = At(memory_, tag);
+      s.steps.push_back(static_cast<double>(frame.step));
+      s.values.push_back(tag == "mem/rss" ? v - own_rss_ : v);
     } else if (HasPrefix(tag, "census/")) {
-      census_[tag].steps.push_back(static_cast<double>(frame.step));
-      census_[tag].values.push_back(v);
+      Series& s = At(census_, tag);
+      s.steps.push_back(static_cast<double>(frame.step));
+      s.values.push_back(v);
     }
   }
   if (++frames_ % options_.eval_every == 0) Check(ctx, false);

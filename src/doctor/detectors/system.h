@@ -131,7 +131,7 @@ class MemoryLeakDetector : public Detector {
   struct Series {
     std::vector<double> steps, values;
   };
-  std::map<std::string, Series> memory_, census_;
+  std::map<std::string, Series, std::less<>> memory_, census_;
   std::set<std::string> reported_;
   size_t frames_ = 0;
   double own_rss_ = 0;  // the latest mem/trainscope* value (trainscope's own memory)

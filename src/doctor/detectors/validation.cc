@@ -151,6 +151,12 @@ bool IsMetricTag(std::string_view tag) {
   return false;
 }
 
+bool NonfiniteMetricDetector::IsMetric(std::string_view tag) {
+  auto it = is_metric_.find(tag);
+  if (it == is_metric_.end()) it = is_metric_.emplace(tag, IsMetricTag(tag)).first;
+  return it->second;
+}
+
 void NonfiniteMetricDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   const std::string& loss_tag = ctx.facts.roles.Get(Role::kLoss);
   if (!loss_tag.empty()) {
@@ -160,8 +166,8 @@ void NonfiniteMetricDetector::OnStep(const StepFrame& frame, const DetectorConte
   const std::string& val_tag = ctx.facts.roles.Get(Role::kValLoss);
   for (const auto& [tag, value] : frame.scalars) {
     if (tag == loss_tag) continue;  // the training loss: the non-finite detector's
-    if (tag != val_tag && !IsMetricTag(tag)) continue;
-    PerTag& t = tags_[tag];
+    if (tag != val_tag && !IsMetric(tag)) continue;
+    PerTag& t = At(tags_, tag);
     ++t.points;
     if (std::isfinite(value)) continue;
     if (t.nonfinite++ == 0) {

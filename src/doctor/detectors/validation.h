@@ -5,6 +5,7 @@
 
 #include <deque>
 #include <map>
+#include <unordered_map>
 #include <optional>
 
 #include "doctor/detector.h"
@@ -82,7 +83,10 @@ class NonfiniteMetricDetector : public Detector {
     uint64_t nonfinite = 0, points = 0;
     int64_t train_nonfinite_step = -1;  // the training loss was non-finite at or before first_step
   };
-  std::map<std::string, PerTag> tags_;
+  bool IsMetric(std::string_view tag);  // IsMetricTag, once per tag
+
+  std::map<std::string, PerTag, std::less<>> tags_;
+  TagMap<bool> is_metric_;
   int64_t train_nonfinite_step_ = -1;
 };
 
