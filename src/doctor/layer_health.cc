@@ -109,6 +109,14 @@ std::vector<LayerHealth> LayerHealthOf(const RunData& run, const std::vector<Fin
       }
     }
   }
+  // Small updates of a run that converged (UPDATE_RATIO_LOW's evidence) come from small
+  // gradients: they say nothing against a layer.
+  bool converged = false;
+  for (const Finding& f : findings) {
+    if (f.code != "UPDATE_RATIO_LOW") continue;
+    const nlohmann::json evidence = nlohmann::json::parse(f.evidence_json, nullptr, false);
+    converged |= evidence.is_object() && evidence.value("converged", false);
+  }
   for (const Finding& f : findings) {
     if (f.location.empty()) continue;
     auto it = layers.find(f.location);
@@ -151,7 +159,7 @@ std::vector<LayerHealth> LayerHealthOf(const RunData& run, const std::vector<Fin
       }
     };
     part("finite", l.nonfinite ? 0 : 1, "non-finite values in " + l.nonfinite_what);
-    if (!std::isnan(l.update_ratio)) {
+    if (!std::isnan(l.update_ratio) && !(converged && l.update_ratio > 0 && l.update_ratio < 1e-5)) {
       const double share = l.update_ratio > 0 ? Decades(l.update_ratio, 1e-5, 1e-1) : 0;
       part("learning", share,
            l.update_ratio > 0 ? "update/weight ratio " + FormatNumber(l.update_ratio, 2) + " (healthy ~1e-3)"

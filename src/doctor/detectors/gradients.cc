@@ -314,6 +314,11 @@ void GradNotZeroedDetector::OnStep(const StepFrame& frame, const DetectorContext
 
 void UpdateRatioDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   const RunFacts& facts = ctx.facts;
+  if (std::isfinite(facts.grad_norm) && facts.grad_norm > 0) {
+    if (early_grad_.size() < options_.early_grad_points) early_grad_.push_back(facts.grad_norm);
+    recent_grad_.push_back(facts.grad_norm);
+    if (recent_grad_.size() > options_.low_window) recent_grad_.pop_front();
+  }
   if (std::isfinite(facts.loss)) {
     losses_.emplace_back(frame.step, facts.loss);
     while (losses_.size() > 1 && losses_.front().first < frame.step - 4 * static_cast<int64_t>(options_.window)) {
@@ -400,11 +405,39 @@ void UpdateRatioDetector::OnStep(const StepFrame& frame, const DetectorContext& 
   f.last_step = frame.step;
   f.location = "";
   if (!low_reported_) {
-    f.summary = "updates are " + FormatNumber(med, 3) + " of the weights' norm (median over layers and " +
-                std::to_string(options_.low_window) + " steps; ~1e-3 is healthy): the weights barely move";
-    f.evidence_json = json{{"update_ratio_median", Num(med)}, {"lr", Num(facts.lr)}}.dump();
+    const std::string updates = "updates are " + FormatNumber(med, 3) + " of the weights' norm (median over layers and " +
+                                std::to_string(options_.low_window) + " steps; ~1e-3 is ";
+    f.summary = updates + "healthy): the weights barely move";
+    json evidence = {{"update_ratio_median", Num(med)}, {"lr", Num(facts.lr)}};
     f.causes = {{"lr_too_low", 0.8}};
+    std::vector<double> recent_loss;
+    for (const auto& [step, loss] : losses_) recent_loss.push_back(loss);
+    const double loss_now = recent_loss.empty() ? kNaN : Median(recent_loss);
+    const bool loss_fell = facts.loss_first > 0 && loss_now <= options_.converged_loss_fraction * facts.loss_first;
+    const bool grads_known = early_grad_.size() >= options_.early_grad_points && !recent_grad_.empty();
+    const double grad_early = grads_known ? Median(early_grad_) : kNaN;
+    const double grad_now = grads_known ? MedianOf(recent_grad_) : kNaN;
+    if (loss_fell && (!grads_known || grad_now <= options_.converged_grad_fraction * grad_early)) {
+      f.severity = Severity::kInfo;
+      f.summary = updates + "usual), after the loss fell from " + FormatNumber(facts.loss_first, 3) + " to " +
+                  FormatNumber(loss_now, 3) +
+                  (grads_known ? " and the gradients shrank " + FormatNumber(grad_early / grad_now, 2) + "x" : "") +
+                  ": the training has converged; small gradients, not a low learning rate";
+      evidence["converged"] = true;
+      evidence["loss_first"] = Num(facts.loss_first);
+      evidence["loss_recent"] = Num(loss_now);
+      if (grads_known) {
+        evidence["grad_norm_early"] = Num(grad_early);
+        evidence["grad_norm_recent"] = Num(grad_now);
+      }
+      f.causes.clear();
+      f.actions = {"Nothing to raise: the loss has converged. Judge the model on held-out data: a loss near its floor "
+                   "on the training data says nothing about generalisation"};
+    }
+    f.evidence_json = evidence.dump();
+    low_severity_ = f.severity;
   }
+  f.severity = low_severity_;  // later reports extend the first, as it was judged
   low_reported_ = true;
   ctx.Report(std::move(f));
 }

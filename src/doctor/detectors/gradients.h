@@ -149,6 +149,14 @@ struct UpdateRatioOptions {
   double low = 1e-5;
   size_t low_window = 50;
   double decayed_lr_fraction = 0.1;
+  // Steps that small after the loss fell to under converged_loss_fraction of its first
+  // value, with gradients shrunk to under converged_grad_fraction of their early level
+  // (the median of the first early_grad_points norms; not checked when no gradient norm is
+  // known), come from small gradients: the run converged (a fixed batch learned by heart,
+  // a task solved). Info, without the lr_too_low cause: "raise the LR" would be wrong advice.
+  double converged_loss_fraction = 0.1;
+  double converged_grad_fraction = 0.1;
+  size_t early_grad_points = 20;
 };
 
 class UpdateRatioDetector : public Detector {
@@ -166,7 +174,10 @@ class UpdateRatioDetector : public Detector {
   std::deque<double> global_;
   std::string high_location_;
   std::deque<std::pair<int64_t, double>> losses_;  // (step, loss) of the recent steps
+  std::vector<double> early_grad_;                 // the first early_grad_points gradient norms
+  std::deque<double> recent_grad_;                 // the last low_window gradient norms
   bool low_reported_ = false;
+  Severity low_severity_ = Severity::kWarning;
 };
 
 struct WeightSymmetryOptions {

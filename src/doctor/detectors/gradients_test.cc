@@ -145,6 +145,41 @@ TEST(UpdateRatio, Edges) {
   EXPECT_TRUE(UpdateRun(5e-6, 1e-4, 0.1).empty());  // a schedule decayed the LR: intended
 }
 
+// Updates that small because the gradients became small after the loss fell by most of
+// its start (a fixed batch learned by heart: issue 28's soak script, lr 0.05 on one batch,
+// loss 2.3 -> 1e-3) are a converged run, not a low learning rate. The same small updates
+// with a loss that does not fall are the learning rate's.
+TEST(UpdateRatio, SmallStepsOfAConvergedRunAreNotALowLearningRate) {
+  auto run = [](bool converges, bool grads) {
+    Feed feed({"update_ratio"});
+    for (int64_t s = 0; s < 200; ++s) {
+      const double fall = converges ? std::exp(-s / 20.0) : 1.0 - s * 1e-4;
+      feed.Scalar("train/loss", s, 2.3 * fall + 1e-3);
+      if (grads) feed.Scalar("train/grad_norm", s, 1.0 * fall + 1e-4);
+      feed.Scalar("opt/lr", s, 0.05);
+      feed.Stats("weight/fc.weight", s, WithRms(100, 1.0));
+      // SGD: the update follows the gradient, so a converging run's steps shrink with it.
+      feed.Stats("update/fc.weight", s, WithRms(100, converges ? 1e-3 * fall : 5e-6, s));
+    }
+    return feed.Finish();
+  };
+  for (bool grads : {true, false}) {
+    SCOPED_TRACE(grads);
+    const auto converged = run(true, grads);
+    ASSERT_EQ(converged.size(), 1u);
+    EXPECT_EQ(converged[0].code, "UPDATE_RATIO_LOW");
+    EXPECT_EQ(converged[0].severity, Severity::kInfo);
+    EXPECT_TRUE(converged[0].causes.empty());
+    EXPECT_NE(converged[0].summary.find("converged"), std::string::npos);
+    for (const std::string& a : converged[0].actions) EXPECT_EQ(a.find("Raise"), std::string::npos) << a;
+    const auto stuck = run(false, grads);
+    ASSERT_EQ(stuck.size(), 1u);
+    EXPECT_EQ(stuck[0].severity, Severity::kWarning);
+    ASSERT_FALSE(stuck[0].causes.empty());
+    EXPECT_EQ(stuck[0].causes[0].id, "lr_too_low");
+  }
+}
+
 // A fresh model's first updates are large against its small initial weights (the word-LM
 // example's decoder moves by 0.6-0.9 of its norm for its first 10 steps, then by 0.05):
 // not a finding; the same ratio past the first 50 steps is.
