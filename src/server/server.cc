@@ -11,6 +11,9 @@
 #include <map>
 #include <mutex>
 #include <regex>
+#include <condition_variable>
+#include <deque>
+#include <functional>
 #include <thread>
 
 #include <httplib.h>
@@ -24,6 +27,66 @@
 namespace trainscope::server {
 
 namespace {
+
+// cpp-httplib gives each connection a worker for as long as it is open, reading or not. A
+// fixed pool is held by as many slow clients as it has threads (80 connections trickling
+// their headers made a normal request wait 5 s: issue 28). This pool starts a worker
+// whenever a connection arrives and none is free, up to `ceiling`; workers stay for the
+// next connections. Slow clients then delay only themselves until the ceiling is reached.
+class ElasticThreadPool : public httplib::TaskQueue {
+ public:
+  explicit ElasticThreadPool(size_t ceiling) : ceiling_(ceiling) {}
+  ~ElasticThreadPool() override { shutdown(); }
+
+  void enqueue(std::function<void()> fn) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    jobs_.push_back(std::move(fn));
+    if (jobs_.size() > idle_ && workers_.size() < ceiling_) workers_.emplace_back([this] { Work(); });
+    ready_.notify_one();
+  }
+
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_ && workers_.empty()) return;
+      stopping_ = true;
+    }
+    ready_.notify_all();
+    std::vector<std::thread> workers;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      workers.swap(workers_);
+    }
+    for (std::thread& t : workers) t.join();
+  }
+
+ private:
+  void Work() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      ++idle_;
+      ready_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      --idle_;
+      if (jobs_.empty()) return;  // stopping, nothing left
+      std::function<void()> job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      job();
+      lock.lock();
+    }
+  }
+
+  const size_t ceiling_;
+  std::mutex mu_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> workers_;
+  size_t idle_ = 0;
+  bool stopping_ = false;
+};
+
+constexpr size_t kMaxRequestHeaders = 64;
 
 void JsonError(httplib::Response& res, int status, const std::string& message) {
   res.status = status;
@@ -135,7 +198,11 @@ Status DashboardServer::Create(const ServerOptions& options, std::unique_ptr<Das
     (void)setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof(yes));
   });
   const int threads = std::max(4, options.threads);
-  server->http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  server->http_->new_task_queue = [threads] { return new ElasticThreadPool(static_cast<size_t>(threads)); };
+  // A client that sends nothing for 5 s, between requests or within one, loses its
+  // connection (httplib's defaults, said here because the pool relies on them).
+  server->http_->set_read_timeout(5, 0);
+  server->http_->set_keep_alive_timeout(5);
   server->Routes();
   if (options.port == 0) {
     server->port_ = server->http_->bind_to_any_port(options.host);
@@ -186,6 +253,18 @@ void DashboardServer::Routes() {
     if (req.method != "GET" && req.method != "HEAD") {
       res.set_header("Allow", "GET, HEAD");
       JsonError(res, 405, "the dashboard is read-only: only GET and HEAD are answered");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // Strict framing: a request whose length is ambiguous (Content-Length twice, as request
+    // smuggling sends it) or that carries more headers than any browser sends is refused.
+    if (req.headers.count("Content-Length") > 1) {
+      res.set_header("Connection", "close");
+      JsonError(res, 400, "more than one Content-Length");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (req.headers.size() > kMaxRequestHeaders) {
+      res.set_header("Connection", "close");
+      JsonError(res, 431, "more than " + std::to_string(kMaxRequestHeaders) + " request headers");
       return httplib::Server::HandlerResponse::Handled;
     }
     // A GET with a body: httplib leaves the body unread (it would be parsed as the next

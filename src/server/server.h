@@ -39,7 +39,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 6007;  // 0: any free port (see port())
   std::string token;  // empty: no token (loopback hosts only)
-  int threads = 64;   // worker threads; each keep-alive connection or event stream holds one
+  int threads = 512;  // most worker threads, started as connections need them; each open connection or event stream holds one
   int max_streams = 32;  // concurrent event streams; more get 503
   std::chrono::milliseconds poll_interval{1000};
   std::chrono::milliseconds stream_keepalive{5000};

@@ -256,3 +256,55 @@ def test_a_get_with_a_body_is_refused_without_reading_it(logdir):
         assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
     finally:
         stop(proc)
+
+
+def _slow_clients(port, n):
+    """n connections that have sent a request line and trickle its headers."""
+    slow = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        slow.append(s)
+    return slow
+
+
+def test_slow_clients_do_not_hold_up_a_normal_request(logdir):
+    # 80 connections trickling their headers held every worker of the fixed 64-thread pool:
+    # the next request waited for one of them (issue 28). Each connection now gets a worker.
+    proc, port = serve(logdir)
+    slow = []
+    try:
+        slow = _slow_clients(port, 80)
+        waits = []
+        for _ in range(20):
+            for s in slow:
+                s.sendall(b"x")  # one more byte of its header: never idle long enough to be cut
+            start = time.perf_counter()
+            status, body = get(port, "/api/run?run=demo")
+            waits.append(time.perf_counter() - start)
+            assert status == 200, body
+        assert max(waits) < 1.0, waits  # 0.1 s p99 in bench/server/slow_clients.py; a held pool waits 5 s or more
+    finally:
+        for s in slow:
+            s.close()
+        stop(proc)
+
+
+def test_ambiguous_lengths_and_header_floods_are_refused(logdir):
+    proc, port = serve(logdir)
+    try:
+        def raw(request):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(request)
+                return s.recv(4096).decode("latin-1")
+        two_lengths = (b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n"
+                       b"Content-Length: 5\r\n\r\nhello")
+        assert raw(two_lengths).startswith("HTTP/1.1 400")
+        flood = b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"".join(
+            b"X-H%d: 1\r\n" % i for i in range(100)) + b"\r\n"
+        assert raw(flood).startswith("HTTP/1.1 431")
+        assert raw(b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -1\r\n\r\n")[9:12] in ("400", "413")
+        status, _ = get(port, "/api/runs")  # the server still answers
+        assert status == 200
+    finally:
+        stop(proc)
