@@ -83,6 +83,8 @@ class Recorder {
   // How often the writer ticks its ticking observers (the alert rules) on what is queued,
   // between commits.
   static constexpr double kRuleTick = 0.05;
+  // The shortest gap between commits, however long they take.
+  static constexpr double kMinFlushGap = 0.05;
   // Queued tensor statistics past which the writer commits at once (recorder.cc).
   static constexpr size_t kEarlyWriteStats = 4096;
 

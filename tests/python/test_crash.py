@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import trainscope as ts
 from conftest import child_env
@@ -77,3 +78,17 @@ def test_sigkill_at_random_moments_loses_at_most_the_last_flush(tmp_path):
         assert losses["value"][-1] == 1.0 / len(steps)
         # Every series of a flush is committed together.
         assert len(view.scalars("opt/lr")["step"]) == len(steps)
+
+
+def test_a_kill_of_a_heavy_logger_loses_at_most_a_second(tmp_path):
+    # 1,000 values a step under run.watch (issue 28's child): a commit takes a few hundred ms
+    # on a loaded machine, and with a fixed one-second gap between commits 2 of 16 kills lost
+    # 1.1-1.6 s. The gap now shrinks by the commits' time. bench/store/kill_loss.py runs 100.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "store"))
+    import kill_loss
+    rng = random.Random(28)
+    for k in range(4):
+        r = kill_loss.kill_once(child_env(), tmp_path / f"k{k}", "heavy", rng.uniform(1.5, 4.0))
+        assert r["integrity"] == "ok" and r["prefix"] and r["status"] == "crashed", r
+        assert r["last_stored"] >= 0, r
+        assert r["lost"] <= 1.0 + 0.25, r  # a second, and scheduling slack on a loaded 2-core machine
