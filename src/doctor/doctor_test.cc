@@ -141,6 +141,23 @@ TEST(Doctor, StepByStepDiagnosisEqualsHoldingTheWholeRun) {
   }
 }
 
+// Whole-series checks run every `every` points on short series and at a doubling stride on
+// long ones: a million points cost a few thousand checks, not 100,000, and a finding still
+// comes within about n/200 points.
+TEST(CheckDue, EveryFewPointsWhileShortThenAtAStrideThatGrows) {
+  size_t checks = 0, last = 0, widest_gap = 0;
+  for (size_t n = 1; n <= 1000000; ++n) {
+    if (n < 4000) EXPECT_EQ(CheckDue(n, 10), n % 10 == 0) << n;
+    if (!CheckDue(n, 10)) continue;
+    ++checks;
+    widest_gap = std::max(widest_gap, n - last);
+    EXPECT_LE(n - last, std::max<size_t>(10, n / 200 + 1)) << n;
+    last = n;
+  }
+  EXPECT_LT(checks, 3000u);
+  EXPECT_GE(widest_gap, 2000u);  // the stride did grow
+}
+
 TEST(Doctor, SamplesOfAStepArriveInterleavedWithTheNext) {
   Feed feed({"nonfinite"});
   feed.Scalar("train/loss", 0, 1.0);

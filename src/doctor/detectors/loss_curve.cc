@@ -476,7 +476,7 @@ void LossPlateauDetector::OnStep(const StepFrame& frame, const DetectorContext& 
   }
   // Every eval_every points: online an early warning; offline a candidate that the end of
   // the run confirms (Finish) or drops (the loss went on to improve).
-  if (!candidate_ && values_.size() >= options_.min_points && values_.size() % options_.eval_every == 0) {
+  if (!candidate_ && values_.size() >= options_.min_points && CheckDue(values_.size(), options_.eval_every)) {
     Check(ctx, false, options_.min_improvement);
   }
 }

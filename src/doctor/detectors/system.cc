@@ -138,7 +138,7 @@ void MemoryLeakDetector::OnStep(const StepFrame& frame, const DetectorContext& c
       s.values.push_back(v);
     }
   }
-  if (++frames_ % options_.eval_every == 0) Check(ctx, false);
+  if (CheckDue(++frames_, options_.eval_every)) Check(ctx, false);
 }
 
 void MemoryLeakDetector::Finish(const DetectorContext& ctx) { Check(ctx, true); }
