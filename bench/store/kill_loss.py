@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 
 CHILD = textwrap.dedent("""
@@ -61,12 +62,18 @@ def kill_once(env, logdir: pathlib.Path, mode: str, delay: float) -> dict:
     ready = proc.stdout.readline()
     if not ready.startswith("READY"):
         raise RuntimeError(proc.stderr.read())
+    # The child's lines are read as they come: a full pipe would stop its training.
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
     time.sleep(delay)
     killed = time.monotonic()
     proc.send_signal(signal.SIGKILL)
-    out, _ = proc.communicate(timeout=60)
+    proc.wait(timeout=60)
+    reader.join(timeout=60)
+    proc.stderr.close()
     printed = {}
-    for line in out.splitlines():
+    for line in lines:
         parts = line.split()
         if len(parts) == 2 and parts[0].isdigit():
             try:
