@@ -193,9 +193,11 @@ Status DashboardServer::Create(const ServerOptions& options, std::unique_ptr<Das
   server->http_ = std::make_unique<httplib::Server>();
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a second server on
   // the same port starts as well and the two answer in turn.
-  server->http_->set_socket_options([](socket_t sock) {
+  auto listening = std::make_shared<socket_t>(INVALID_SOCKET);
+  server->http_->set_socket_options([listening](socket_t sock) {
     int yes = 1;
     (void)setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof(yes));
+    *listening = sock;
   });
   const int threads = std::max(4, options.threads);
   server->http_->new_task_queue = [threads] { return new ElasticThreadPool(static_cast<size_t>(threads)); };
@@ -214,6 +216,10 @@ Status DashboardServer::Create(const ServerOptions& options, std::unique_ptr<Das
     }
     server->port_ = options.port;
   }
+  // Debian's compiled httplib listens with a backlog of 5: a burst of connections (80 slow
+  // clients, a page opening 6) overflowed it, and each dropped SYN cost its client a 1 s
+  // retry. Listening again on the bound socket raises the backlog (Linux keeps the socket).
+  if (*listening != INVALID_SOCKET) (void)::listen(*listening, SOMAXCONN);
   *out = std::move(server);
   return Status::Ok();
 }
