@@ -19,10 +19,11 @@ import argparse
 import json
 import os
 import pathlib
-import subprocess
 import sys
 import tempfile
 import time
+
+from store_path import run_measured  # bench/store, beside this script
 
 CHILD = r"""
 import json, sys, time
@@ -58,18 +59,6 @@ if monitored:
 samples.append([steps, anon_mb(), time.monotonic() - start])
 print(json.dumps(samples))
 """
-
-
-def peak_and_cpu(cmd, env=None):
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    out = proc.stdout.read()
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{cmd[:3]} failed: {err.decode(errors='replace')[-2000:]}")
-    return out.decode(), wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def svg(samples, reference, path):
@@ -110,14 +99,14 @@ def main():
     logdir = pathlib.Path(args.logdir or tempfile.mkdtemp(prefix="trainscope-soak-"))
     env = dict(os.environ, PYTHONPATH=str(build / "python"), OPENBLAS_NUM_THREADS="1")
 
-    ref_out, *_ = peak_and_cpu([sys.executable, "-c", CHILD, str(logdir), "20000", str(args.scalars),
+    ref_out, *_ = run_measured([sys.executable, "-c", CHILD, str(logdir), "20000", str(args.scalars),
                                 str(args.every), "0"], env)
     reference = max(r for _, r, _ in json.loads(ref_out))
-    out, wall, cpu, _ = peak_and_cpu([sys.executable, "-c", CHILD, str(logdir), str(args.steps),
+    out, wall, cpu, _ = run_measured([sys.executable, "-c", CHILD, str(logdir), str(args.steps),
                                       str(args.scalars), str(args.every), "1"], env)
     samples = json.loads(out)
     run_dir = logdir / "soak"
-    report, d_wall, d_cpu, d_rss = peak_and_cpu([str(build / "trainscope"), "diagnose", "--json", str(run_dir)])
+    report, d_wall, d_cpu, d_rss = run_measured([str(build / "trainscope"), "diagnose", "--json", str(run_dir)])
     codes = [f["code"] + "/" + f["severity"] for f in json.loads(report)["findings"]]
     points = args.steps * (args.scalars + 1)
     size = sum(p.stat().st_size for p in run_dir.iterdir() if p.is_file())

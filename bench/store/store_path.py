@@ -32,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 
@@ -60,17 +61,25 @@ def read_points(path: pathlib.Path):
                 yield k, step, float(v)
 
 
-def timed_child(cmd) -> tuple[float, float, float]:
-    """(wall s, CPU s, peak RSS MB) of one command; raises if it fails."""
+def run_measured(cmd, env=None) -> tuple[str, float, float, float]:
+    """(stdout, wall s, CPU s, peak RSS MB) of one command; raises if it fails. The pipes are
+    drained before the wait, so a child that writes a lot cannot block on them."""
     start = time.perf_counter()
-    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
+    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    errors = []
+    reader = threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True)
+    reader.start()
+    out = proc.stdout.read()
+    reader.join()
+    err = errors[0] if errors else b""
+    _, status, usage = os.wait4(proc.pid, 0)  # not proc.wait(): wait4 gives the child's usage
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
     wall = time.perf_counter() - start
-    err = proc.stderr.read().decode(errors="replace")
+    proc.stdout.close()
     proc.stderr.close()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{' '.join(map(str, cmd))} failed: {err}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} failed: {err.decode(errors='replace')[-2000:]}")
+    return out.decode(errors="replace"), wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def sqlite_insert_and_scan(csv: pathlib.Path, db: pathlib.Path) -> tuple[float, float, int]:
@@ -101,8 +110,8 @@ def measure(cli: pathlib.Path, csv: pathlib.Path, work: pathlib.Path) -> dict:
     """One import and one diagnose of `csv` by `cli`: CPU s, wall s, peak RSS MB."""
     store = work / "store"
     shutil.rmtree(store, ignore_errors=True)
-    w_wall, w_cpu, w_rss = timed_child([cli, "import", csv, "-o", store])
-    r_wall, r_cpu, r_rss = timed_child([cli, "diagnose", store])
+    _, w_wall, w_cpu, w_rss = run_measured([cli, "import", csv, "-o", store])
+    _, r_wall, r_cpu, r_rss = run_measured([cli, "diagnose", store])
     shutil.rmtree(store, ignore_errors=True)
     return {"write_cpu": w_cpu, "write_wall": w_wall, "write_rss": w_rss,
             "read_cpu": r_cpu, "read_wall": r_wall, "read_rss": r_rss}
