@@ -454,29 +454,42 @@ void LossPlateauDetector::OnStep(const StepFrame& frame, const DetectorContext& 
   }
   const double x = ctx.facts.loss;
   if (!std::isfinite(x)) return;
-  if (!values_.empty() && x == values_.back()) {
+  if (thin_.arrivals() > 0 && x == last_value_) {
     ++run_;
   } else {
     run_ = 1;
     run_start_ = frame.step;
   }
-  steps_.push_back(frame.step);
-  values_.push_back(x);
-  lrs_.push_back(ctx.facts.lr);
-  update_ratios_.push_back(ctx.facts.update_ratio);
+  last_value_ = x;
+  last_step_ = frame.step;
   const size_t w = options_.initial_points;
-  rolling_.push_back(values_.size() < w ? kNaN : Median(std::span<const double>(values_.data() + values_.size() - w, w)));
-  if (!(rolling_[best_] <= rolling_.back())) best_ = rolling_.size() - 1;  // NaN at first: replaced
+  if (first_values_.size() < w) first_values_.push_back(x);
+  last_values_.push_back(x);
+  if (last_values_.size() > w) last_values_.erase(last_values_.begin());
+  const double rolling = last_values_.size() < w ? kNaN : Median(last_values_);
+  if (!(best_rolling_ <= rolling)) {  // NaN at first: replaced
+    best_rolling_ = rolling;
+    best_step_ = frame.step;
+  }
+  if (thin_.Admit()) {
+    steps_.push_back(frame.step);
+    values_.push_back(x);
+    lrs_.push_back(ctx.facts.lr);
+    update_ratios_.push_back(ctx.facts.update_ratio);
+    rolling_.push_back(rolling);
+    thin_.Trim(steps_, values_, lrs_, update_ratios_, rolling_);
+  }
+  const size_t points = thin_.arrivals();
   // (A negative loss repeating is NEGATIVE_LOSS's to report.)
   // A stretch, not a coincidence: also >= 10 % of the points so far (a long log printed
   // with two decimals repeats a slowly moving value five times now and then).
-  if (!reported_ && run_ >= std::max(options_.frozen_points, values_.size() / 10) && x > 0 &&
-      x >= 0.05 * std::fabs(values_.front())) {
+  if (!reported_ && run_ >= std::max(options_.frozen_points, points / 10) && x > 0 &&
+      x >= 0.05 * std::fabs(first_values_.front())) {
     ReportFrozen(ctx);
   }
   // Every eval_every points: online an early warning; offline a candidate that the end of
   // the run confirms (Finish) or drops (the loss went on to improve).
-  if (!candidate_ && values_.size() >= options_.min_points && CheckDue(values_.size(), options_.eval_every)) {
+  if (!candidate_ && points >= options_.min_points && CheckDue(points, options_.eval_every)) {
     Check(ctx, false, options_.min_improvement);
   }
 }
@@ -492,7 +505,7 @@ void LossPlateauDetector::Finish(const DetectorContext& ctx) {
 void LossPlateauDetector::CheckProbabilityFloor(const DetectorContext& ctx) {
   const RunFacts& facts = ctx.facts;
   const size_t n = values_.size();
-  if (n < options_.min_points || !(accuracy_ >= 0 && accuracy_ <= 1)) return;
+  if (thin_.arrivals() < options_.min_points || !(accuracy_ >= 0 && accuracy_ <= 1)) return;
   // The class count declared or from the labels (not inferred from the loss level).
   int c = facts.num_classes;
   if (c <= 1 && label_min_ >= 0 && label_max_ >= 1 && label_max_ < 1e6 && label_max_ == std::floor(label_max_)) {
@@ -504,10 +517,7 @@ void LossPlateauDetector::CheckProbabilityFloor(const DetectorContext& ctx) {
   for (const auto& [module, type] : facts.module_types) softmax = softmax || type == "Softmax";
   if (!softmax) return;
   const double floor = std::log(1 + (c - 1) / std::exp(1.0));
-  double lowest = kNaN;  // the lowest rolling median: the best the loss ever did
-  for (double r : rolling_) {
-    if (std::isfinite(r) && !(r >= lowest)) lowest = r;
-  }
+  const double lowest = best_rolling_;  // the best the loss ever did
   const size_t recent_n = std::max<size_t>(20, static_cast<size_t>(options_.recent_fraction * n));
   const double now = Median(std::span<const double>(values_.data() + (n - recent_n), recent_n));
   // A real model this accurate has a loss far below the floor: -ln(0.9) = 0.1 at 90 %.
@@ -517,7 +527,7 @@ void LossPlateauDetector::CheckProbabilityFloor(const DetectorContext& ctx) {
   f.code = "ARCHITECTURE_WARNING";
   f.severity = Severity::kWarning;
   f.step = steps_.front();
-  f.last_step = steps_.back();
+  f.last_step = last_step_;
   f.location = facts.roles.Get(Role::kLoss);
   f.summary = "the loss sits on " + FormatNumber(now, 4) + " while the accuracy is " + FormatNumber(100 * accuracy_, 3) +
               " %: cross-entropy over probabilities cannot go below ln(1 + (" + std::to_string(c) + " - 1) / e) = " +
@@ -538,13 +548,13 @@ void LossPlateauDetector::ReportFrozen(const DetectorContext& ctx) {
   f.code = "LOSS_PLATEAU";
   f.severity = Severity::kWarning;
   f.step = run_start_;
-  f.last_step = steps_.back();
+  f.last_step = last_step_;
   f.location = ctx.facts.roles.Get(Role::kLoss);
-  f.summary = "loss is frozen: exactly " + FormatNumber(values_.back(), 6) + " at " + std::to_string(run_) +
-              " points in a row (steps " + std::to_string(run_start_) + " to " + std::to_string(steps_.back()) +
+  f.summary = "loss is frozen: exactly " + FormatNumber(last_value_, 6) + " at " + std::to_string(run_) +
+              " points in a row (steps " + std::to_string(run_start_) + " to " + std::to_string(last_step_) +
               "); a loss that does not change at all means the weights do not change";
-  f.evidence_json = json{{"value", Num(values_.back())}, {"repeats", run_}, {"from_step", run_start_},
-                         {"to_step", steps_.back()}, {"initial", Num(values_.front())}, {"frozen", true},
+  f.evidence_json = json{{"value", Num(last_value_)}, {"repeats", run_}, {"from_step", run_start_},
+                         {"to_step", last_step_}, {"initial", Num(first_values_.front())}, {"frozen", true},
                          {"at_chance", false}}.dump();
   std::vector<Cause> causes;
   RaiseCause(&causes, "skipped_updates", 0.5);
@@ -555,10 +565,11 @@ void LossPlateauDetector::ReportFrozen(const DetectorContext& ctx) {
 }
 
 void LossPlateauDetector::Check(const DetectorContext& ctx, bool final, double min_improvement) {
-  if (reported_ || values_.size() < options_.min_points) return;
-  const size_t n = values_.size();
-  const double initial = Median(std::span<const double>(values_.data(), options_.initial_points));
+  if (reported_ || thin_.arrivals() < options_.min_points) return;
+  const size_t n = values_.size(), points = thin_.arrivals();
+  const double initial = Median(first_values_);
   const size_t recent_n = std::max<size_t>(20, static_cast<size_t>(options_.recent_fraction * n));
+  const size_t recent_points = recent_n * thin_.stride();
   const double now = Median(std::span<const double>(values_.data() + (n - recent_n), recent_n));
   // Still warming up: the learning rate is rising over the recent window.
   const double lr_then = lrs_[n - recent_n], lr_now = lrs_.back();
@@ -609,7 +620,7 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final, double m
   if (!stuck && !at_chance) return;
   if (!final && !ctx.options.streaming) {
     candidate_ = true;  // offline: the end of the run decides
-    candidate_step_ = steps_.back();
+    candidate_step_ = last_step_;
     return;
   }
   const bool inferred = classes_from == "inferred from the loss level";
@@ -618,38 +629,39 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final, double m
   f.code = "LOSS_PLATEAU";
   f.severity = Severity::kWarning;
   f.step = steps_.front();
-  f.last_step = steps_.back();
+  f.last_step = last_step_;
   f.location = ctx.facts.roles.Get(Role::kLoss);
   const std::string chance_words =
       inferred ? "ln(" + std::to_string(c) + ") = " + FormatNumber(chance, 4) + ", chance level if this is a " + std::to_string(c) +
                      "-class classifier (no class count in the config)"
                : "ln(" + std::to_string(c) + ") = " + FormatNumber(chance, 4) + ", chance level for " + std::to_string(c) +
                      " classes (" + classes_from + "): the model predicts uniform probabilities";
-  const double best = rolling_[best_];
+  const double best = best_rolling_;
   const bool regressed = best <= options_.regressed_ratio * std::min(initial, now);
   if (regressed) {
     // Where it went back up: the first point after the best whose rolling median is past
     // half way from the best to the level now.
-    size_t i = best_;
+    size_t i = static_cast<size_t>(std::lower_bound(steps_.begin(), steps_.end(), best_step_) - steps_.begin());
     while (i + 1 < n && !(rolling_[i] >= best + 0.5 * (now - best))) ++i;
-    f.step = steps_[i];
+    f.step = steps_[std::min(i, n - 1)];
     f.summary = "loss went back up after the model had learned: it reached " + FormatNumber(best, 4) + " at step " +
-                std::to_string(steps_[best_]) + ", rose again from step " + std::to_string(f.step) + " and is " +
-                FormatNumber(now, 4) + " now (median of the last " + std::to_string(recent_n) + " points), " +
+                std::to_string(best_step_) + ", rose again from step " + std::to_string(f.step) + " and is " +
+                FormatNumber(now, 4) + " now (median of the last " + std::to_string(recent_points) + " points), " +
                 (at_chance ? "at " + chance_words : "back at its initial value " + FormatNumber(initial, 4));
   } else if (at_chance && !stuck) {
-    f.summary = "loss is stuck at chance level: " + FormatNumber(now, 4) + " (median of the last " + std::to_string(recent_n) +
-                " of " + std::to_string(n) + " points) ~ " + chance_words;
+    f.summary = "loss is stuck at chance level: " + FormatNumber(now, 4) + " (median of the last " + std::to_string(recent_points) +
+                " of " + std::to_string(points) + " points) ~ " + chance_words;
   } else {
-    f.summary = "loss is stuck at its initial value: " + FormatNumber(now, 4) + " now (median of the last " + std::to_string(recent_n) +
+    f.summary = "loss is stuck at its initial value: " + FormatNumber(now, 4) + " now (median of the last " + std::to_string(recent_points) +
                 " points) against " + FormatNumber(initial, 4) + " at the start (median of the first " +
                 std::to_string(options_.initial_points) + "; " + FormatNumber(100 * (initial - now) / initial, 4) + "% better after " +
-                std::to_string(n) + " points)" + (near_chance ? "; that is " + chance_words : "");
+                std::to_string(points) + " points)" + (near_chance ? "; that is " + chance_words : "");
   }
   at_chance = at_chance || (near_chance && stuck);
   // "initial" is the first value logged; the comparison uses the medians.
-  json ev = {{"initial", Num(values_.front())}, {"initial_level", Num(initial)}, {"now", Num(now)},
-             {"points", n}, {"at_chance", at_chance}, {"settled", settled}};
+  json ev = {{"initial", Num(first_values_.front())}, {"initial_level", Num(initial)}, {"now", Num(now)},
+             {"points", points}, {"at_chance", at_chance}, {"settled", settled}};
+  if (thin_.stride() > 1) ev["judged_every"] = thin_.stride();  // the run's points, evenly thinned
   if (candidate_) ev["detected_at"] = candidate_step_;
   if (c > 1) {
     ev["chance_level"] = Num(chance);
@@ -665,7 +677,7 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final, double m
     // the wrong fix here, so the actions are the causes'.
     ev["regressed"] = true;
     ev["best_level"] = Num(best);
-    ev["best_step"] = steps_[best_];
+    ev["best_step"] = best_step_;
     ev["rose_from_step"] = f.step;
     if (std::isfinite(lr)) ev["lr"] = Num(lr);
     RaiseCause(&causes, "lr_too_high", 0.5);

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "doctor/detector.h"
+#include "doctor/thinning.h"
 
 namespace trainscope::doctor {
 
@@ -234,13 +235,23 @@ class LossPlateauDetector : public Detector {
   // its loss sits on that floor (and a softmax is in the forward) gets ARCHITECTURE_WARNING.
   void CheckProbabilityFloor(const DetectorContext& ctx);
   double accuracy_ = kNaN;  // the latest accuracy (val_acc role, else acc)
-  std::vector<double> update_ratios_;  // per point: the global update/weight ratio (NaN when not measured)
   PlateauOptions options_;
+  // The whole run's loss, evenly thinned (thinning.h), one row per kept point: its step,
+  // value, learning rate, global update/weight ratio (NaN when not measured) and the median
+  // of the initial_points points up to it (NaN before).
+  Thinning thin_;
   std::vector<int64_t> steps_;
   std::vector<double> values_;
   std::vector<double> lrs_;
-  std::vector<double> rolling_;  // per point: the median of the last initial_points (NaN before)
-  size_t best_ = 0;              // the index of the lowest rolling median
+  std::vector<double> update_ratios_;
+  std::vector<double> rolling_;
+  // Over every point, kept or not: the first and the last initial_points values, the newest
+  // point, and the lowest rolling median with its step.
+  std::vector<double> first_values_, last_values_;
+  double last_value_ = kNaN;
+  int64_t last_step_ = 0;
+  double best_rolling_ = kNaN;
+  int64_t best_step_ = 0;
   bool reported_ = false;
   bool candidate_ = false;  // offline: a plateau was seen during the run
   int64_t candidate_step_ = 0;

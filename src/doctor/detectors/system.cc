@@ -128,15 +128,13 @@ void MemoryLeakDetector::OnStep(const StepFrame& frame, const DetectorContext& c
   }
   for (const auto& [tag, v] : frame.scalars) {
     if (!std::isfinite(v)) continue;
-    if (tag == "mem/rss" || tag == "mem/cuda_allocated") {
-      Series& s = At(memory_, tag);
-      s.steps.push_back(static_cast<double>(frame.step));
-      s.values.push_back(tag == "mem/rss" ? v - own_rss_ : v);
-    } else if (HasPrefix(tag, "census/")) {
-      Series& s = At(census_, tag);
-      s.steps.push_back(static_cast<double>(frame.step));
-      s.values.push_back(v);
-    }
+    Series* s = nullptr;
+    if (tag == "mem/rss" || tag == "mem/cuda_allocated") s = &At(memory_, tag);
+    else if (HasPrefix(tag, "census/")) s = &At(census_, tag);
+    if (!s || !s->thin.Admit()) continue;
+    s->steps.push_back(static_cast<double>(frame.step));
+    s->values.push_back(tag == "mem/rss" ? v - own_rss_ : v);
+    s->thin.Trim(s->steps, s->values);
   }
   if (CheckDue(++frames_, options_.eval_every)) Check(ctx, false);
 }

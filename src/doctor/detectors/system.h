@@ -9,6 +9,7 @@
 #include <set>
 
 #include "doctor/detector.h"
+#include "doctor/thinning.h"
 
 namespace trainscope::doctor {
 
@@ -129,7 +130,11 @@ class MemoryLeakDetector : public Detector {
   };
   std::map<std::string, Candidate> candidate_at_;
   struct Series {
+    // Evenly thinned over the run (thinning.h) to 2,048 points: a memory series is judged
+    // on its shape (the fit itself reads at most 400 of them), and a run has dozens of
+    // census series.
     std::vector<double> steps, values;
+    Thinning thin{2048};
   };
   std::map<std::string, Series, std::less<>> memory_, census_;
   std::set<std::string> reported_;

@@ -241,13 +241,29 @@ void ChanceLevelDetector::OnStep(const StepFrame& frame, const DetectorContext& 
   const std::string& val_tag = ctx.facts.roles.Get(Role::kValLoss);
   if (const double* v = val_tag.empty() ? nullptr : frame.Scalar(val_tag); v && std::isfinite(*v)) {
     val_tag_ = val_tag;
-    val_.emplace_back(frame.step, *v);
+    if (val_thin_.Admit()) {
+      val_steps_.push_back(static_cast<double>(frame.step));
+      val_values_.push_back(*v);
+      val_thin_.Trim(val_steps_, val_values_);
+    }
+    val_last_.push_back(*v);
+    if (val_last_.size() > options_.min_evals) val_last_.erase(val_last_.begin());
+    val_last_step_ = frame.step;
   }
   std::string acc_tag = ctx.facts.roles.Get(Role::kValAcc);
   if (acc_tag.empty()) acc_tag = ctx.facts.roles.Get(Role::kAcc);
   if (const double* v = acc_tag.empty() ? nullptr : frame.Scalar(acc_tag); v && std::isfinite(*v)) {
     acc_tag_ = acc_tag;
-    acc_.emplace_back(frame.step, *v);
+    // The trailing run of (within 1e-9 of) the newest value.
+    if (acc_evals_ > 0 && std::fabs(*v - acc_last_) <= 1e-9 * std::max(1.0, std::fabs(*v))) {
+      ++acc_run_;
+    } else {
+      acc_run_ = 1;
+      acc_run_start_ = frame.step;
+    }
+    ++acc_evals_;
+    acc_last_ = *v;
+    acc_last_step_ = frame.step;
   }
 }
 
@@ -257,10 +273,9 @@ void ChanceLevelDetector::Finish(const DetectorContext& ctx) {
 }
 
 void ChanceLevelDetector::JudgeValLoss(const DetectorContext& ctx) {
-  const size_t n = val_.size();
+  const size_t n = val_thin_.arrivals();
   if (n < options_.min_evals) return;
-  std::vector<double> values;
-  for (const auto& p : val_) values.push_back(p.second);
+  const std::vector<double>& values = val_values_;
   const double median = Median(values);
   int c = ctx.facts.num_classes;
   std::string from = c > 1 ? "config" : "";
@@ -281,25 +296,23 @@ void ChanceLevelDetector::JudgeValLoss(const DetectorContext& ctx) {
   if (c <= 1) return;
   const double chance = std::log(static_cast<double>(c));
   if (std::fabs(median - chance) > options_.tolerance * chance) return;
-  for (size_t i = n - options_.min_evals; i < n; ++i) {
-    if (std::fabs(values[i] - chance) > options_.tolerance * chance) return;
+  for (double v : val_last_) {
+    if (std::fabs(v - chance) > options_.tolerance * chance) return;
   }
-  std::vector<double> xs;
-  for (const auto& p : val_) xs.push_back(static_cast<double>(p.first));
-  const double z = RobustSlope(xs, values).trend_z;
+  const double z = RobustSlope(val_steps_, values).trend_z;
   if (z <= -2) return;  // still going down
   Finding f;
   f.code = "LOSS_PLATEAU";
   f.severity = Severity::kWarning;
-  f.step = val_.front().first;
-  f.last_step = val_.back().first;
+  f.step = static_cast<int64_t>(val_steps_.front());
+  f.last_step = val_last_step_;
   f.location = val_tag_;
   const bool inferred = from == "inferred from the loss level";
   f.summary = "validation loss is stuck at chance level: median " + FormatNumber(median, 4) + " ~ ln(" + std::to_string(c) +
               ") = " + FormatNumber(chance, 4) + " over " + std::to_string(n) + " evaluations" +
               (inferred ? ", chance level if this is a " + std::to_string(c) + "-class classifier (no class count in the config)"
                         : " (" + std::to_string(c) + " classes, " + from + "): on held-out data the model predicts uniform probabilities");
-  f.evidence_json = json{{"initial", Num(values.front())}, {"now", Num(values.back())}, {"median", Num(median)},
+  f.evidence_json = json{{"initial", Num(values.front())}, {"now", Num(val_last_.back())}, {"median", Num(median)},
                          {"evaluations", n}, {"at_chance", true}, {"chance_level", Num(chance)}, {"classes", c},
                          {"classes_from", from}, {"trend_z", Num(z)}}.dump();
   f.causes = {{"label_noise", 0.4}, {"lr_too_low", 0.3}, {"bad_init", 0.2}};
@@ -307,28 +320,23 @@ void ChanceLevelDetector::JudgeValLoss(const DetectorContext& ctx) {
 }
 
 void ChanceLevelDetector::JudgeAccuracy(const DetectorContext& ctx) {
-  const size_t n = acc_.size();
+  const size_t n = acc_evals_, run = acc_run_;
   if (n < options_.constant_evals) return;
-  const double last = acc_.back().second;
-  size_t run = 0;
-  for (size_t i = n; i-- > 0;) {
-    if (std::fabs(acc_[i].second - last) > 1e-9 * std::max(1.0, std::fabs(last))) break;
-    ++run;
-  }
+  const double last = acc_last_;
   if (run < options_.constant_evals || run * 2 < n) return;
   const double share = last > 1 ? last / 100 : last;  // percent or fraction
   if (share >= 0.99) return;  // constant at (almost) perfect: nothing to learn
   Finding f;
   f.code = "METRIC_STALL";
   f.severity = Severity::kWarning;
-  f.step = acc_[n - run].first;
-  f.last_step = acc_.back().first;
+  f.step = acc_run_start_;
+  f.last_step = acc_last_step_;
   f.location = acc_tag_;
   f.summary = acc_tag_ + " is exactly " + FormatNumber(last, 6) + " at each of the last " + std::to_string(run) +
               " evaluations: the model gives every example the same class, and " + FormatNumber(last, 6) +
               " is that class's share (the majority rate when it is the most frequent)";
   f.evidence_json = json{{"value", Num(last)}, {"constant_evaluations", run}, {"evaluations", n},
-                         {"from_step", acc_[n - run].first}, {"constant", true}}.dump();
+                         {"from_step", acc_run_start_}, {"constant", true}}.dump();
   f.causes = {{"class_imbalance", 0.4}, {"lr_too_low", 0.3}, {"label_noise", 0.3}};
   ctx.Report(std::move(f));
 }
@@ -342,19 +350,20 @@ void MetricStallDetector::OnStep(const StepFrame& frame, const DetectorContext& 
   if (tag.empty()) tag = ctx.facts.roles.Get(Role::kAcc);
   const double* m = tag.empty() ? nullptr : frame.Scalar(tag);
   if (!m || !std::isfinite(*m)) return;
-  points_.push_back({frame.step, *m, train_recent_.empty() ? kNaN : TrainLevel(train_recent_)});
+  now_ = {frame.step, *m, train_recent_.empty() ? kNaN : TrainLevel(train_recent_)};
+  if (evaluations_ == 0 || now_.metric > best_.metric + options_.min_delta) {
+    best_ = now_;
+    best_index_ = evaluations_;
+  }
+  ++evaluations_;
 }
 
 void MetricStallDetector::Finish(const DetectorContext& ctx) {
-  if (points_.size() < options_.evals) return;
-  size_t best = 0;
-  for (size_t i = 1; i < points_.size(); ++i) {
-    if (points_[i].metric > points_[best].metric + options_.min_delta) best = i;
-  }
-  const size_t since = points_.size() - 1 - best;
-  if (since < options_.evals || since * 2 < points_.size()) return;
-  const Point& b = points_[best];
-  const Point& now = points_.back();
+  if (evaluations_ < options_.evals) return;
+  const size_t since = evaluations_ - 1 - best_index_;
+  if (since < options_.evals || since * 2 < evaluations_) return;
+  const Point& b = best_;
+  const Point& now = now_;
   if (!(std::isfinite(b.train) && std::isfinite(now.train) && now.train < (1 - options_.train_drop) * b.train)) return;
   std::string tag = ctx.facts.roles.Get(Role::kValAcc);
   if (tag.empty()) tag = ctx.facts.roles.Get(Role::kAcc);

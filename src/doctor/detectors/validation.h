@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "doctor/detector.h"
+#include "doctor/thinning.h"
 
 namespace trainscope::doctor {
 
@@ -120,7 +121,14 @@ class ChanceLevelDetector : public Detector {
   void JudgeValLoss(const DetectorContext& ctx);
   void JudgeAccuracy(const DetectorContext& ctx);
   ChanceLevelOptions options_;
-  std::vector<std::pair<int64_t, double>> val_, acc_;
+  // The validation loss over the run, evenly thinned (thinning.h), and its last min_evals
+  // values; the accuracy's trailing run of one value (its length, first step, value).
+  Thinning val_thin_;
+  std::vector<double> val_steps_, val_values_, val_last_;
+  int64_t val_last_step_ = 0;
+  size_t acc_evals_ = 0, acc_run_ = 0;
+  int64_t acc_run_start_ = 0, acc_last_step_ = 0;
+  double acc_last_ = kNaN;
   std::string val_tag_, acc_tag_;
   double label_min_ = kNaN, label_max_ = -1;
 };
@@ -151,7 +159,10 @@ class MetricStallDetector : public Detector {
     int64_t step;
     double metric, train;
   };
-  std::vector<Point> points_;
+  // The best evaluation (the first to beat the one before it by min_delta) and its index,
+  // the latest, and how many there were.
+  Point best_{}, now_{};
+  size_t best_index_ = 0, evaluations_ = 0;
   std::deque<double> train_recent_;
 };
 
