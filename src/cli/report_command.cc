@@ -400,6 +400,10 @@ std::string BuildReport(const LoadedRun& run, const doctor::Diagnosis& d) {
           "</style></head><body>";
   html += fmt::format("<h1>trainscope report</h1><p><code>{}</code> ({}, {} steps judged) &mdash; {} finding(s)</p>",
                       Escape(run.source), Escape(run.format), d.steps, d.findings.size());
+  if (!run.damage.empty()) {
+    html += "<p class=\"damage\" style=\"border-left:4px solid #c62828;padding:4px 10px;background:#fdecea\">"
+            "<b>Damaged store:</b> " + Escape(run.damage) + "; this report is of what could be read.</p>";
+  }
 
   // One action, then each layer's health (doctor/layer_health.h), on top.
   if (const Finding* f = doctor::FirstAction(d.findings)) {

@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/rank_groups.h"
+#include "store/run_io.h"
 #include "store/run_store.h"
 
 namespace trainscope::cli {
@@ -77,7 +78,10 @@ int ListRunsCommand(const std::string& logdir) {
     std::vector<SeriesInfo> series;
     if (s.ok()) s = store->ReadMeta(&meta);
     if (s.ok()) s = store->ListSeries(&series);
-    if (s.ok()) s = store->MaxStep(&row.steps);
+    if (s.ok() && !store->MaxStep(&row.steps).ok()) {
+      // A damaged page under the step index: the series' own ranges (the check below says damaged).
+      for (const SeriesInfo& info : series) row.steps = std::max(row.steps, info.points ? info.last_step : 0);
+    }
     if (!s.ok()) {
       row.error = s.message();
       return row;
@@ -88,6 +92,14 @@ int ListRunsCommand(const std::string& logdir) {
     row.start = meta.start_time;
     row.end = meta.end_time > 0 ? meta.end_time : meta.heartbeat;
     row.note = DescribeGaps(meta);
+    // A whole read, as diagnose's, so that a damaged store is not listed as whole.
+    DamageLog damage;
+    if (Status checked = CheckRun(run.dir, &damage); !checked.ok()) {
+      row.note += (row.note.empty() ? "" : "; ") + std::string("not read through: ") + checked.message();
+    } else if (damage.count()) {
+      row.note += (row.note.empty() ? "" : "; ") + std::string("damaged: ") + std::to_string(damage.count()) +
+                  " records skipped";
+    }
     return row;
   };
   auto print = [](const std::string& name, const Row& row) {
@@ -154,8 +166,14 @@ int ShowRunCommand(const std::string& path) {
     fmt::print(stderr, "trainscope show: {}\n", s.message());
     return 2;
   }
+  // The listing reads summaries only; a whole read finds what diagnose would skip.
+  DamageLog damage;
+  const Status checked = CheckRun(path, &damage);
+  const std::vector<std::string> damaged_series = damage.Series();
   fmt::print("run {}  status {}  host {}  started {}\n", meta.name, store->EffectiveStatus(meta), meta.host,
              FormatTime(meta.start_time));
+  if (!checked.ok()) fmt::print("not read through: {}\n", checked.message());
+  if (damage.count()) fmt::print("damaged: {}; the points below are what could be read\n", damage.Summary());
   if (!meta.git_commit.empty()) fmt::print("git {}\n", meta.git_commit);
   if (!meta.command_line.empty()) fmt::print("command {}\n", meta.command_line);
   fmt::print("config {}\n", meta.config_json);
@@ -172,8 +190,9 @@ int ShowRunCommand(const std::string& path) {
     const std::string last = info.kind == SeriesKind::kScalar        ? FormatValue(info.last_value)
                              : info.kind == SeriesKind::kTensorStats ? "|x|=" + FormatValue(info.last_value)
                                                                      : "-";
-    fmt::print("{:<48} {:<12} {:>9} {:>10} {:>10} {:>14}\n", info.tag, SeriesKindName(info.kind), info.points,
-               info.first_step, info.last_step, last);
+    const bool damaged = std::binary_search(damaged_series.begin(), damaged_series.end(), info.tag);
+    fmt::print("{:<48} {:<12} {:>9} {:>10} {:>10} {:>14}{}\n", info.tag, SeriesKindName(info.kind), info.points,
+               info.first_step, info.last_step, last, damaged ? "  damaged" : "");
   }
   if (!findings.empty()) fmt::print("\n{} findings recorded (trainscope diagnose {} for the report)\n", findings.size(), path);
   return 0;

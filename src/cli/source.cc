@@ -24,7 +24,10 @@ Status LoadStore(const std::string& path, LoadedRun* run) {
   run->format = "trainscope";
   s = ReadRun(*store, &run->data);
   // A damaged store is read around its damage: say what was skipped.
-  if (s.ok() && store->damage().count()) fmt::print(stderr, "warning: {}: {}\n", path, store->damage().Summary());
+  if (s.ok() && store->damage().count()) {
+    run->damage = store->damage().Summary();
+    fmt::print(stderr, "warning: {}: {}\n", path, run->damage);
+  }
   return s;
 }
 

@@ -12,6 +12,7 @@ namespace trainscope::cli {
 struct LoadedRun {
   std::string source;  // the path the run came from
   std::string format;  // "trainscope", or the format of the imported file
+  std::string damage;  // what a damaged store's read skipped (DamageLog::Summary), empty if none
   RunData data;
 };
 

@@ -26,6 +26,7 @@
 #include "core/json_number.h"
 #include "core/step_buckets.h"
 #include "store/json_forms.h"
+#include "store/run_io.h"
 #include "store/run_store.h"
 
 namespace trainscope::server {
@@ -336,11 +337,50 @@ ApiReply Api::Handle(const std::string& endpoint, const QueryParams& params) {
   if (resolved.http_status != 200) return Error(resolved.http_status, RedactPaths(resolved.error, registry_->root()));
   const std::string& db = resolved.db_path;
   ApiReply reply = handler(this, db, params);
+  // Every answer about a damaged run says so ("damage": what a whole read skips), so that no
+  // view shows its series as whole.
+  if (reply.status == 200 && !reply.body.empty() && reply.body.back() == '}') {
+    if (std::string damage = Damage(db); damage != "null") {
+      reply.body.pop_back();
+      reply.body += ",\"damage\":" + damage + "}";
+    }
+  }
   // A failed read may come from a connection left in a bad state (a store rewritten under
   // it): forget it so the next request reopens.
   if (reply.status >= 500) ForgetStores(db);
   if (reply.status >= 400) reply.body = RedactPaths(std::move(reply.body), registry_->root());
   return reply;
+}
+
+std::string Api::Damage(const std::string& db_path) {
+  const std::string signature = StoreSignature(db_path);
+  {
+    std::lock_guard<std::mutex> lock(summaries_mu_);
+    auto it = damage_.find(db_path);
+    if (it != damage_.end() && it->second.signature == signature) return it->second.json;
+  }
+  {
+    // A run being written is not read through on each request (its files change every
+    // second); it is once it has ended.
+    StoreLease store;
+    RunMeta meta;
+    if (StoreFor(db_path, &store).ok() && store->ReadMeta(&meta).ok() && store->EffectiveStatus(meta) == "running") {
+      return "null";
+    }
+  }
+  DamageLog log;
+  json damage = nullptr;
+  if (Status s = CheckRun(db_path, &log); !s.ok()) {
+    damage = {{"records", log.count()}, {"series", log.Series()},
+              {"summary", RedactPaths("not read through: " + s.message(), registry_->root())}};
+  } else if (log.count()) {
+    damage = {{"records", log.count()}, {"series", log.Series()}, {"summary", RedactPaths(log.Summary(), registry_->root())}};
+  }
+  std::string text = Dump(damage);
+  std::lock_guard<std::mutex> lock(summaries_mu_);
+  if (damage_.size() > 1024) damage_.clear();
+  damage_[db_path] = {signature, text};
+  return text;
 }
 
 ApiReply Api::Runs() {
@@ -398,8 +438,16 @@ ApiReply Api::Runs() {
     const std::string status = store->EffectiveStatus(meta);
     if (!meta.exit_reason.empty()) entry["exit_reason"] = meta.exit_reason;
     if (auto e = meta.extra.find("exception"); e != meta.extra.end()) entry["exception"] = e->second;
+    // A run being written is not read through on each poll; any other is, once per version
+    // of its files: a damaged store is not listed as whole.
+    const json damage = json::parse(Damage(resolved.db_path));
+    std::string health = Health(findings, status);
+    if (!damage.is_null()) {
+      entry["damage"] = damage;
+      if (health == "ok") health = "damaged";
+    }
     entry.update({{"status", status},
-                  {"health", Health(findings, status)},
+                  {"health", health},
                   {"findings", counts},
                   {"start_time", meta.start_time},
                   {"end_time", meta.end_time},

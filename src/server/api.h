@@ -73,6 +73,10 @@ class Api {
   // The layer x format fit table (only when the numerics part is built).
   ApiReply Numerics(const std::string& db_path, const QueryParams& params);
 
+  // What a whole read of the store skips, as JSON ({"records", "series", "summary"}; "null"
+  // when nothing, and for a run still being written): kept until the store's files change.
+  std::string Damage(const std::string& db_path);
+
   RunRegistry* registry_;
   // Per-run summary for the runs list, recomputed only when the store's files changed.
   struct Summary {
@@ -82,6 +86,7 @@ class Api {
   std::mutex summaries_mu_;
   std::unordered_map<std::string, Summary> summaries_;    // by run name
   std::unordered_map<std::string, Summary> run_details_;  // by store path, finished runs only
+  std::unordered_map<std::string, Summary> damage_;       // by store path
 };
 
 // A string that changes whenever the store at db_path (or its WAL) is written: sizes and

@@ -4,6 +4,23 @@
 
 namespace trainscope {
 
+namespace {
+
+class DiscardSink : public SampleSink {
+ public:
+  void OnScalar(std::string_view, int64_t, double, double) override {}
+};
+
+}  // namespace
+
+Status CheckRun(const std::string& path, DamageLog* damage) {
+  std::unique_ptr<RunStore> store;
+  Status s = RunStore::OpenReadOnly(path, &store, damage);
+  if (!s.ok()) return s;
+  DiscardSink discard;
+  return ReadRun(*store, &discard);
+}
+
 Status ReadRun(RunStore& store, SampleSink* sink) {
   RunMeta meta;
   Status s = store.ReadMeta(&meta);

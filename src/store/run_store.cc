@@ -214,6 +214,16 @@ std::string DamageLog::Summary(size_t at_most) const {
   return text + ")";
 }
 
+std::vector<std::string> DamageLog::Series() const {
+  std::vector<std::string> series;
+  for (const DamagedRecord& r : records_) {
+    if (!r.series.empty()) series.push_back(r.series);
+  }
+  std::sort(series.begin(), series.end());
+  series.erase(std::unique(series.begin(), series.end()), series.end());
+  return series;
+}
+
 const char* SeriesKindName(SeriesKind kind) {
   switch (kind) {
     case SeriesKind::kScalar: return "scalar";

@@ -128,6 +128,9 @@ class DamageLog : public DamageReporter {
   const std::vector<DamagedRecord>& records() const { return records_; }
   // "3 damaged records skipped (series 'a': scalar_chunk row 7: ...; ...)", empty if none.
   std::string Summary(size_t at_most = 3) const;
+  // The series the kept records belong to, sorted, each once (damage outside any one series,
+  // in the file or the series table, names none).
+  std::vector<std::string> Series() const;
 
  private:
   int64_t count_ = 0;

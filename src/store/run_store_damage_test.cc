@@ -217,6 +217,29 @@ TEST_F(StoreDamageTest, FlippedBytesAndCutPagesAreReportedAndTheRestReadsBackExa
   EXPECT_EQ(data.FindScalar("a")->steps.size(), 3000u);
   EXPECT_EQ(data.FindScalar("b")->steps.size(), 4096u);
   EXPECT_GT(log.count(), 5);
+
+  // What show, runs, report and the server ask: one whole read, its own count, the series named.
+  DamageLog check;
+  ASSERT_TRUE(CheckRun(run, &check).ok());
+  EXPECT_GE(check.count(), 5) << check.Summary(20);  // the five above, and a summary that could not count c
+  EXPECT_EQ(check.Series(), (std::vector<std::string>{"b", "c", "d", "grad/w"}));
+  // And a whole store reads through without any.
+  const std::string whole = (dir_ / "whole").string();
+  {
+    RunMeta meta;
+    std::unique_ptr<RunStore> store;
+    ASSERT_TRUE(RunStore::Create(whole, meta, &store).ok());
+    int64_t id = 0;
+    ASSERT_TRUE(store->EnsureSeries("a", SeriesKind::kScalar, &id).ok());
+    WriteBatch batch;
+    AddChunk(&batch, id, 1, 0, 100);
+    ASSERT_TRUE(store->Write(batch).ok());
+    ASSERT_TRUE(store->Close("finished", "").ok());
+  }
+  DamageLog none;
+  ASSERT_TRUE(CheckRun(whole, &none).ok());
+  EXPECT_EQ(none.count(), 0);
+  EXPECT_TRUE(none.Series().empty());
 }
 
 // A writer that wrote on after EnsureSeries failed once handed the store an id it never

@@ -9,7 +9,7 @@
 // <build>/test-artifacts/dashboard/; TRAINSCOPE_DOCS_SCREENSHOTS=1 also writes the ones
 // docs/dashboard.md shows to docs/img/. Run through tests/e2e/run.sh.
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, existsSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, existsSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -564,6 +564,30 @@ try {
 
   await check('no errors in the browser console', async () => {
     assert.deepEqual(consoleErrors, []);
+  });
+
+  // Last, so that its reads cannot touch the checks above: a store cut to 40 % of its pages
+  // is called damaged in the runs list and in its overview's header (issue 28).
+  await check('a damaged store is called damaged in the runs list and the run header', async () => {
+    const whole = join(work, 'whole');
+    run(generator, ['demo', work, 'whole', '--steps', '300']);
+    run(python, ['-c', `import sqlite3; c = sqlite3.connect(${JSON.stringify(join(whole, 'trainscope.db'))}); `
+      + `c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()`]);
+    const bytes = readFileSync(join(whole, 'trainscope.db'));
+    const pages = Math.floor(bytes.length / 16384);
+    mkdirSync(join(logdir, 'cut-copy'));
+    writeFileSync(join(logdir, 'cut-copy', 'trainscope.db'), bytes.subarray(0, Math.floor(pages * 0.4) * 16384));
+    await page.goto(`${base}#runs=cut-copy&tab=overview`);
+    const banner = page.locator('#damage');
+    await banner.waitFor({ timeout: 10000 });
+    const text = await banner.textContent();
+    assert.match(text, /Damaged store: \d+ damaged records? skipped/);
+    const { body } = await apiJson('/api/runs');
+    const entry = body.runs.find((r) => r.name === 'cut-copy');
+    assert.ok(entry && entry.damage && entry.damage.records > 0, JSON.stringify(entry));
+    assert.ok(text.includes(`${entry.damage.records} damaged record`), text);
+    await page.locator('tr[data-run="cut-copy"] .badge.damaged').waitFor({ timeout: 10000 });
+    await shot('11-damaged-store');
   });
 } finally {
   await context.close();

@@ -66,7 +66,7 @@ export interface LiveEvent {
 export interface RunSummary {
   name: string;
   status: string;
-  health: 'critical' | 'warning' | 'ok' | 'unknown';
+  health: 'critical' | 'warning' | 'ok' | 'damaged' | 'unknown';
   findings?: { critical: number; warning: number; info: number };
   start_time?: number;
   end_time?: number;
@@ -76,6 +76,7 @@ export interface RunSummary {
   config?: Record<string, unknown>;
   final?: Record<string, number | string | null>;
   error?: string;
+  damage?: Damage;
 }
 
 export interface SeriesInfo {
@@ -87,10 +88,19 @@ export interface SeriesInfo {
   last_value: Num;
 }
 
+// What a whole read of a damaged store skipped (the server adds it to every answer about
+// that run; absent for a whole store).
+export interface Damage {
+  records: number;
+  series: string[];
+  summary: string;
+}
+
 export interface RunDetail {
   meta: { name: string; start_time: number; status: string; config: unknown };
   max_step: number;
   series: SeriesInfo[];
+  damage?: Damage;
 }
 
 export interface Buckets {

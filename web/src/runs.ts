@@ -69,7 +69,7 @@ export function runsTable(runs: RunSummary[], state: State, h: RunsTableHandlers
   const shown = runs.filter((r) => !re || re.test(r.name) || re.test(JSON.stringify(r.config || {})));
   const columns: { key: string; label: string; value: (r: RunSummary) => unknown }[] = [
     { key: 'name', label: 'run', value: (r) => r.name },
-    { key: 'health', label: 'health', value: (r) => ({ critical: 3, warning: 2, ok: 1 } as Record<string, number>)[r.health] || 0 },
+    { key: 'health', label: 'health', value: (r) => ({ critical: 4, damaged: 3, warning: 2, ok: 1 } as Record<string, number>)[r.health] || 0 },
     { key: 'status', label: 'status', value: (r) => r.status },
     { key: 'step', label: 'steps', value: (r) => r.max_step ?? 0 },
     { key: 'start', label: 'started', value: (r) => r.start_time ?? 0 },

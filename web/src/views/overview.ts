@@ -133,6 +133,8 @@ export async function overviewView(gen: number, box: HTMLElement): Promise<void>
          + (duration !== undefined ? ` · ran ${duration >= 5400 ? fmt(duration / 3600) + ' h' : duration >= 120 ? fmt(duration / 60) + ' min'
            : fmt(duration) + ' s'}` : '') + (meta.exit_reason ? ` · exit: ${meta.exit_reason}` : ''))),
     el('div', { class: 'headline' }, headline(groups, status, d.max_step)),
+    d.damage ? el('div', { class: 'damage', id: 'damage' }, `Damaged store: ${d.damage.summary}. `
+      + 'The charts show what could be read.') : null,
     finalLine(summary?.final || {}),
     meta.exception ? el('pre', { class: 'exception' }, String(meta.exception)) : null));
 
