@@ -3,6 +3,7 @@
 #include "store/json_forms.h"
 
 #include <sqlite3.h>
+#include <zlib.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -35,21 +36,24 @@ constexpr const char* kSchema = R"sql(
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE series(id INTEGER PRIMARY KEY, tag TEXT NOT NULL UNIQUE, kind INTEGER NOT NULL);
 -- Up to 2048 points of one scalar series: data = int64 steps[n], float64 values[n],
--- float32 wall-time offsets from base_time[n], little-endian.
+-- float32 wall-time offsets from base_time[n], little-endian. crc: RowCrc of count, base_time
+-- and data. Every crc column is NULL, or missing, in stores written before checksums.
 CREATE TABLE scalar_chunk(
   id INTEGER PRIMARY KEY, series_id INTEGER NOT NULL, count INTEGER NOT NULL,
   min_step INTEGER NOT NULL, max_step INTEGER NOT NULL,
-  last_step INTEGER NOT NULL, last_value REAL, base_time REAL NOT NULL, data BLOB NOT NULL);
+  last_step INTEGER NOT NULL, last_value REAL, base_time REAL NOT NULL, data BLOB NOT NULL, crc INTEGER);
 CREATE INDEX scalar_chunk_by_series ON scalar_chunk(series_id);
+-- histogram: uint8 first bin, then uint64 counts up to the last non-zero bin. crc: RowCrc of
+-- step, wall_time, the statistics and the histogram.
 CREATE TABLE tensor_stats(
   series_id INTEGER NOT NULL, step INTEGER NOT NULL, wall_time REAL NOT NULL,
   numel INTEGER, nan INTEGER, inf INTEGER, zeros INTEGER,
   min REAL, max REAL, sum REAL, sum_squares REAL, abs_max REAL,
-  dead_fraction REAL, saturated_fraction REAL,
-  histogram BLOB);  -- uint8 first bin, then uint64 counts up to the last non-zero bin
+  dead_fraction REAL, saturated_fraction REAL, histogram BLOB, crc INTEGER);
 CREATE INDEX tensor_stats_by_series ON tensor_stats(series_id, step);
+-- data: float32 values. crc: RowCrc of step, wall_time and data.
 CREATE TABLE vector(series_id INTEGER NOT NULL, step INTEGER NOT NULL, wall_time REAL NOT NULL,
-  data BLOB NOT NULL);  -- float32 values
+  data BLOB NOT NULL, crc INTEGER);
 CREATE INDEX vector_by_series ON vector(series_id, step);
 CREATE TABLE span(step INTEGER NOT NULL, phase TEXT NOT NULL, start REAL NOT NULL, duration REAL NOT NULL);
 CREATE INDEX span_by_step ON span(step);
@@ -180,6 +184,17 @@ Status StatusFromSqlite(int rc, std::string message) {
   }
 }
 
+// The checksum of a tensor_stats row's step, wall time and statistics, as they read back
+// (the histogram's bytes are added by the caller).
+RowCrc StatsCrc(int64_t step, double wall_time, const TensorStats& t) {
+  RowCrc crc;
+  crc.Int(step).Real(wall_time);
+  crc.Int(static_cast<int64_t>(t.numel)).Int(static_cast<int64_t>(t.nan)).Int(static_cast<int64_t>(t.inf));
+  crc.Int(static_cast<int64_t>(t.zeros)).Real(t.min).Real(t.max).Real(t.sum).Real(t.sum_squares);
+  crc.Real(t.abs_max).Real(t.dead_fraction).Real(t.saturated_fraction);
+  return crc;
+}
+
 double ColumnDouble(sqlite3_stmt* stmt, int column) {
   // SQLite stores NaN as NULL; read it back as NaN.
   if (sqlite3_column_type(stmt, column) == SQLITE_NULL) return std::numeric_limits<double>::quiet_NaN();
@@ -212,6 +227,27 @@ std::string DamageLog::Summary(size_t at_most) const {
   for (size_t i = 0; i < records_.size() && i < at_most; ++i) text += (i ? "; " : "") + DescribeDamage(records_[i]);
   if (static_cast<size_t>(count_) > at_most) text += "; ...";
   return text + ")";
+}
+
+RowCrc& RowCrc::Int(int64_t v) { return Bytes(&v, sizeof(v)); }
+
+RowCrc& RowCrc::Real(double v) {
+  // As the value reads back: SQLite stores NaN as NULL (read as NaN) and -0.0 as 0.
+  if (std::isnan(v)) v = std::numeric_limits<double>::quiet_NaN();
+  if (v == 0) v = 0;
+  return Bytes(&v, sizeof(v));
+}
+
+RowCrc& RowCrc::Bytes(const void* data, size_t bytes) {
+  // zlib takes a uInt length: stored values are far smaller, but stay correct past 4 GB.
+  const auto* p = static_cast<const Bytef*>(data);
+  while (bytes > 0) {
+    const auto n = static_cast<uInt>(std::min<size_t>(bytes, 1u << 30));
+    crc_ = crc32(crc_, p, n);
+    p += n;
+    bytes -= n;
+  }
+  return *this;
 }
 
 std::vector<std::string> DamageLog::Series() const {
@@ -517,6 +553,17 @@ Status RunStore::CheckSchema() {
     return Status::Corruption(db_path_ + ": not a trainscope store: schema version " + std::to_string(version) +
                               ", expected " + std::to_string(kSchemaVersion));
   }
+  // Whether rows carry their checksums (stores written before them do not).
+  {
+    Statement crc;
+    rc = sqlite3_prepare_v2(db_,
+                            "SELECT (SELECT count(*) FROM pragma_table_info('scalar_chunk') WHERE name='crc') + "
+                            "(SELECT count(*) FROM pragma_table_info('tensor_stats') WHERE name='crc') + "
+                            "(SELECT count(*) FROM pragma_table_info('vector') WHERE name='crc')",
+                            -1, crc.out(), nullptr);
+    if (rc == SQLITE_OK) rc = sqlite3_step(crc.get());
+    row_crc_ = rc == SQLITE_ROW && sqlite3_column_int(crc.get(), 0) == 3;
+  }
   // The tables are there (the schema is on page 1); damage inside them is met, reported
   // and skipped by the reads.
   Statement check;
@@ -595,21 +642,26 @@ Status RunStore::InsertChunkRow(int64_t series_id, const OpenChunk& c, size_t be
   std::memcpy(p + n * (sizeof(int64_t) + sizeof(double)), c.offsets.data() + begin, n * sizeof(float));
   const auto [min_it, max_it] = std::minmax_element(c.steps.begin() + begin, c.steps.end());
   if (!insert_chunk_) {
-    Status s = Prepare("INSERT INTO scalar_chunk(series_id, count, min_step, max_step, last_step, "
-                       "last_value, base_time, data) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    // A store from before the checksum is appended to without one (NULL): its readers may be
+    // older builds too.
+    Status s = Prepare(row_crc_ ? "INSERT INTO scalar_chunk(series_id, count, min_step, max_step, last_step, "
+                                    "last_value, base_time, data, crc) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+                                  : "INSERT INTO scalar_chunk(series_id, count, min_step, max_step, last_step, "
+                                    "last_value, base_time, data) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                        &insert_chunk_);
     if (!s.ok()) return s;
   }
-  const int bind_rc = Binder(insert_chunk_)
-                          .Int(series_id)
-                          .Int(static_cast<int64_t>(n))
-                          .Int(*min_it)
-                          .Int(*max_it)
-                          .Int(c.steps.back())
-                          .Real(c.values.back())
-                          .Real(c.base_time)
-                          .Blob(blob.data(), blob.size())
-                          .rc();
+  Binder binder(insert_chunk_);
+  binder.Int(series_id)
+      .Int(static_cast<int64_t>(n))
+      .Int(*min_it)
+      .Int(*max_it)
+      .Int(c.steps.back())
+      .Real(c.values.back())
+      .Real(c.base_time)
+      .Blob(blob.data(), blob.size());
+  if (row_crc_) binder.Int(RowCrc().Int(static_cast<int64_t>(n)).Real(c.base_time).Bytes(blob.data(), blob.size()).value());
+  const int bind_rc = binder.rc();
   Status s = StepDone(insert_chunk_, bind_rc, "write scalar chunk");
   if (!s.ok()) return s;
   *rowid = sqlite3_last_insert_rowid(db_);
@@ -746,7 +798,10 @@ Status RunStore::Write(const WriteBatch& batch) {
   for (const auto& r : batch.tensor_stats) {
     if (!s.ok()) break;
     if (!insert_stats_) {
-      s = Prepare("INSERT INTO tensor_stats VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+      s = Prepare(row_crc_ ? "INSERT INTO tensor_stats VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+                             "?14, ?15, ?16)"
+                           : "INSERT INTO tensor_stats VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+                             "?14, ?15)",
                   &insert_stats_);
       if (!s.ok()) break;
     }
@@ -773,20 +828,25 @@ Status RunStore::Write(const WriteBatch& batch) {
     } else {
       bind.Null();
     }
+    if (row_crc_) {
+      RowCrc crc = StatsCrc(r.step, r.wall_time, t);
+      if (t.has_histogram) crc.Bytes(histogram.data(), histogram.size());
+      bind.Int(crc.value());
+    }
     s = StepDone(insert_stats_, bind.rc(), "write tensor stats");
   }
   for (const auto& v : batch.vectors) {
     if (!s.ok()) break;
     if (!insert_vector_) {
-      s = Prepare("INSERT INTO vector VALUES(?1, ?2, ?3, ?4)", &insert_vector_);
+      s = Prepare(row_crc_ ? "INSERT INTO vector VALUES(?1, ?2, ?3, ?4, ?5)" : "INSERT INTO vector VALUES(?1, ?2, ?3, ?4)",
+                  &insert_vector_);
       if (!s.ok()) break;
     }
-    const int bind_rc = Binder(insert_vector_)
-                            .Int(v.series_id)
-                            .Int(v.step)
-                            .Real(v.wall_time)
-                            .Blob(v.values.data(), v.values.size() * sizeof(float))
-                            .rc();
+    const size_t bytes = v.values.size() * sizeof(float);
+    Binder bind(insert_vector_);
+    bind.Int(v.series_id).Int(v.step).Real(v.wall_time).Blob(v.values.data(), bytes);
+    if (row_crc_) bind.Int(RowCrc().Int(v.step).Real(v.wall_time).Bytes(v.values.data(), bytes).value());
+    const int bind_rc = bind.rc();
     s = StepDone(insert_vector_, bind_rc, "write vector");
   }
   for (const auto& span : batch.spans) {
@@ -1040,7 +1100,9 @@ constexpr int64_t kChunkPointBytes = sizeof(int64_t) + sizeof(double) + sizeof(f
 
 // Scalar chunks in append (rowid) order; the range test on min/max step is in the scan, the
 // listings come from the series index alone (it holds the rowid), so they read no table page.
-const char* const kChunkColumns = "id, id, count, base_time, data, min_step, max_step";
+// Stores from before the checksum have no crc column: NULL stands in.
+const char* const kChunkColumns = "id, id, count, base_time, data, min_step, max_step, crc";
+const char* const kChunkColumnsWithoutCrc = "id, id, count, base_time, data, min_step, max_step, NULL";
 
 }  // namespace
 
@@ -1113,6 +1175,17 @@ Status RunStore::FindSeries(std::string_view tag, SeriesInfo* info) {
 
 namespace {
 
+// What is wrong with a row whose stored checksum (column `column`; NULL in stores from
+// before it) is not that of the values read: empty when it matches.
+std::string CrcMismatch(sqlite3_stmt* r, int column, const RowCrc& computed) {
+  if (sqlite3_column_type(r, column) == SQLITE_NULL) return {};
+  const auto stored = static_cast<uint32_t>(sqlite3_column_int64(r, column));
+  if (stored == computed.value()) return {};
+  char text[64];
+  std::snprintf(text, sizeof(text), "checksum mismatch (CRC-32 %08x, stored %08x)", computed.value(), stored);
+  return std::string(text) + ": the row's values changed after they were written";
+}
+
 // Checks one scalar_chunk row of kChunkColumns and hands its arrays to
 // visit(steps, values, offsets, n, base_time). Returns what is wrong with a damaged row.
 template <class Visit>
@@ -1126,6 +1199,10 @@ std::string VisitChunk(sqlite3_stmt* r, Visit& visit) {
            std::to_string(kChunkPointBytes) + " per point and at most " + std::to_string(RunStore::kChunkPoints) +
            " points";
   }
+  if (std::string wrong = CrcMismatch(r, 7, RowCrc().Int(n).Real(base_time).Bytes(data, static_cast<size_t>(bytes)));
+      !wrong.empty()) {
+    return wrong;
+  }
   if (n > 0) visit(data, data + n * sizeof(int64_t), data + n * (sizeof(int64_t) + sizeof(double)), n, base_time);
   return {};
 }
@@ -1138,14 +1215,20 @@ std::string WrongKind(const std::string& db_path, std::string_view tag, SeriesKi
 
 template <class Visit>
 Status RunStore::ForEachChunk(const SeriesInfo& info, int64_t lo, int64_t hi, Visit&& visit) {
-  static const std::string scan = std::string("SELECT ") + kChunkColumns +
-                                  " FROM scalar_chunk WHERE series_id=?1 AND max_step>=?2 AND min_step<=?3 ORDER BY id";
-  static const std::string one = std::string("SELECT ") + kChunkColumns +
-                                 " FROM scalar_chunk WHERE id=?4 AND series_id=?1 AND max_step>=?2 AND min_step<=?3";
-  static const ReadPlan kChunks{"scalar_chunk", scan.c_str(),
-                                "SELECT id, id FROM scalar_chunk INDEXED BY scalar_chunk_by_series WHERE series_id=?1",
-                                "SELECT id, id FROM scalar_chunk NOT INDEXED WHERE series_id=?1", one.c_str()};
-  return ReadRows(kChunks, info.tag, info.id, lo, hi,
+  struct Plan {
+    explicit Plan(const char* columns)
+        : scan(std::string("SELECT ") + columns +
+               " FROM scalar_chunk WHERE series_id=?1 AND max_step>=?2 AND min_step<=?3 ORDER BY id"),
+          one(std::string("SELECT ") + columns +
+              " FROM scalar_chunk WHERE id=?4 AND series_id=?1 AND max_step>=?2 AND min_step<=?3"),
+          plan{"scalar_chunk", scan.c_str(),
+               "SELECT id, id FROM scalar_chunk INDEXED BY scalar_chunk_by_series WHERE series_id=?1",
+               "SELECT id, id FROM scalar_chunk NOT INDEXED WHERE series_id=?1", one.c_str()} {}
+    std::string scan, one;
+    ReadPlan plan;
+  };
+  static const Plan kWithCrc(kChunkColumns), kWithoutCrc(kChunkColumnsWithoutCrc);
+  return ReadRows(row_crc_ ? kWithCrc.plan : kWithoutCrc.plan, info.tag, info.id, lo, hi,
                   [&](sqlite3_stmt* r, int64_t) { return VisitChunk(r, visit); });
 }
 
@@ -1246,16 +1329,23 @@ Status RunStore::ReadTensorStats(std::string_view tag, int64_t step_min, int64_t
   SeriesInfo info;
   Status s = FindSeries(tag, &info);
   if (!s.ok()) return s;
-#define TS_STATS_COLUMNS                                                                                  \
-  "rowid, step, step, wall_time, numel, nan, inf, zeros, min, max, sum, sum_squares, abs_max, dead_fraction, " \
-  "saturated_fraction, histogram FROM tensor_stats "
-  static const ReadPlan kStats{
-      "tensor_stats",
-      "SELECT " TS_STATS_COLUMNS "WHERE series_id=?1 AND step BETWEEN ?2 AND ?3 ORDER BY step, rowid",
-      "SELECT rowid, step FROM tensor_stats INDEXED BY tensor_stats_by_series WHERE series_id=?1 AND step BETWEEN ?2 AND ?3",
-      "SELECT rowid, step FROM tensor_stats NOT INDEXED WHERE series_id=?1 AND step BETWEEN ?2 AND ?3",
-      "SELECT " TS_STATS_COLUMNS "WHERE rowid=?4 AND series_id=?1 AND step BETWEEN ?2 AND ?3"};
-#undef TS_STATS_COLUMNS
+  struct Plan {
+    explicit Plan(const char* crc)
+        : columns(std::string("rowid, step, step, wall_time, numel, nan, inf, zeros, min, max, sum, sum_squares, "
+                              "abs_max, dead_fraction, saturated_fraction, histogram, ") +
+                  crc + " FROM tensor_stats "),
+          scan("SELECT " + columns + "WHERE series_id=?1 AND step BETWEEN ?2 AND ?3 ORDER BY step, rowid"),
+          one("SELECT " + columns + "WHERE rowid=?4 AND series_id=?1 AND step BETWEEN ?2 AND ?3"),
+          plan{"tensor_stats", scan.c_str(),
+               "SELECT rowid, step FROM tensor_stats INDEXED BY tensor_stats_by_series WHERE series_id=?1 AND step "
+               "BETWEEN ?2 AND ?3",
+               "SELECT rowid, step FROM tensor_stats NOT INDEXED WHERE series_id=?1 AND step BETWEEN ?2 AND ?3",
+               one.c_str()} {}
+    std::string columns, scan, one;
+    ReadPlan plan;
+  };
+  static const Plan kWithCrc("crc"), kWithoutCrc("NULL");
+  const ReadPlan& kStats = row_crc_ ? kWithCrc.plan : kWithoutCrc.plan;
   return ReadRows(kStats, info.tag, info.id, step_min, step_max, [&](sqlite3_stmt* r, int64_t rowid) -> std::string {
     TensorStatsPoint p;
     p.step = sqlite3_column_int64(r, 2);
@@ -1271,6 +1361,11 @@ Status RunStore::ReadTensorStats(std::string_view tag, int64_t step_min, int64_t
     p.stats.abs_max = ColumnDouble(r, 12);
     p.stats.dead_fraction = ColumnDouble(r, 13);
     p.stats.saturated_fraction = ColumnDouble(r, 14);
+    RowCrc crc = StatsCrc(p.step, ColumnDouble(r, 3), p.stats);
+    if (sqlite3_column_type(r, 15) == SQLITE_BLOB) {
+      crc.Bytes(sqlite3_column_blob(r, 15), static_cast<size_t>(sqlite3_column_bytes(r, 15)));
+    }
+    if (std::string wrong = CrcMismatch(r, 16, crc); !wrong.empty()) return wrong;
     if (sqlite3_column_type(r, 15) == SQLITE_BLOB) {
       // The statistics stand without their histogram: keep the row, report the histogram.
       std::string problem = DecodeHistogram(static_cast<const unsigned char*>(sqlite3_column_blob(r, 15)),
@@ -1287,18 +1382,33 @@ Status RunStore::ReadVectors(std::string_view tag, int64_t step_min, int64_t ste
   SeriesInfo info;
   Status s = FindSeries(tag, &info);
   if (!s.ok()) return s;
-  static const ReadPlan kVectors{
-      "vector",
-      "SELECT rowid, step, step, wall_time, data FROM vector WHERE series_id=?1 AND step BETWEEN ?2 AND ?3 "
-      "ORDER BY step, rowid",
-      "SELECT rowid, step FROM vector INDEXED BY vector_by_series WHERE series_id=?1 AND step BETWEEN ?2 AND ?3",
-      "SELECT rowid, step FROM vector NOT INDEXED WHERE series_id=?1 AND step BETWEEN ?2 AND ?3",
-      "SELECT rowid, step, step, wall_time, data FROM vector WHERE rowid=?4 AND series_id=?1 AND step BETWEEN ?2 AND ?3"};
-  return ReadRows(kVectors, info.tag, info.id, step_min, step_max, [&](sqlite3_stmt* r, int64_t) -> std::string {
+  struct Plan {
+    explicit Plan(const char* crc)
+        : scan(std::string("SELECT rowid, step, step, wall_time, data, ") + crc +
+               " FROM vector WHERE series_id=?1 AND step BETWEEN ?2 AND ?3 ORDER BY step, rowid"),
+          one(std::string("SELECT rowid, step, step, wall_time, data, ") + crc +
+              " FROM vector WHERE rowid=?4 AND series_id=?1 AND step BETWEEN ?2 AND ?3"),
+          plan{"vector", scan.c_str(),
+               "SELECT rowid, step FROM vector INDEXED BY vector_by_series WHERE series_id=?1 AND step BETWEEN ?2 AND ?3",
+               "SELECT rowid, step FROM vector NOT INDEXED WHERE series_id=?1 AND step BETWEEN ?2 AND ?3",
+               one.c_str()} {}
+    std::string scan, one;
+    ReadPlan plan;
+  };
+  static const Plan kWithCrc("crc"), kWithoutCrc("NULL");
+  return ReadRows(row_crc_ ? kWithCrc.plan : kWithoutCrc.plan, info.tag, info.id, step_min, step_max,
+                  [&](sqlite3_stmt* r, int64_t) -> std::string {
     const int bytes = sqlite3_column_bytes(r, 4);
     const void* data = sqlite3_column_blob(r, 4);
     if (bytes % static_cast<int>(sizeof(float)) != 0 || (bytes > 0 && !data)) {
       return "vector of " + std::to_string(bytes) + " bytes, expected a whole number of float32 values";
+    }
+    if (std::string wrong = CrcMismatch(r, 5, RowCrc()
+                                                  .Int(sqlite3_column_int64(r, 2))
+                                                  .Real(ColumnDouble(r, 3))
+                                                  .Bytes(data, static_cast<size_t>(bytes)));
+        !wrong.empty()) {
+      return wrong;
     }
     VectorPoint p;
     p.step = sqlite3_column_int64(r, 2);

@@ -41,6 +41,19 @@ inline constexpr char kStoreFileName[] = "trainscope.db";
 
 enum class SeriesKind : int { kScalar = 0, kTensorStats = 1, kSpan = 2, kVector = 3 };
 const char* SeriesKindName(SeriesKind kind);
+// The checksum stored with each scalar chunk, tensor_stats row and vector row: CRC-32 (zlib's)
+// of the row's values in order, as they read back (integers and doubles as 8 little-endian
+// bytes, NaN and -0.0 as SQLite returns them), so that a value changed in the file is caught.
+class RowCrc {
+ public:
+  RowCrc& Int(int64_t v);
+  RowCrc& Real(double v);
+  RowCrc& Bytes(const void* data, size_t bytes);
+  uint32_t value() const { return static_cast<uint32_t>(crc_); }
+
+ private:
+  unsigned long crc_ = 0;
+};
 
 struct SeriesInfo {
   int64_t id = 0;
@@ -282,6 +295,7 @@ class RunStore {
   std::unordered_map<std::string, std::pair<int64_t, SeriesKind>> series_cache_;
   std::vector<sqlite3_stmt*> statements_;  // finalized on close
   sqlite3_stmt* insert_chunk_ = nullptr;
+  bool row_crc_ = false;  // scalar_chunk, tensor_stats and vector have their crc columns (CheckSchema)
   sqlite3_stmt* delete_chunk_ = nullptr;
   sqlite3_stmt* insert_stats_ = nullptr;
   sqlite3_stmt* insert_span_ = nullptr;
