@@ -369,12 +369,11 @@ std::string Api::Damage(const std::string& db_path) {
     }
   }
   DamageLog log;
+  const Status read = CheckRun(db_path, &log);
   json damage = nullptr;
-  if (Status s = CheckRun(db_path, &log); !s.ok()) {
-    damage = {{"records", log.count()}, {"series", log.Series()},
-              {"summary", RedactPaths("not read through: " + s.message(), registry_->root())}};
-  } else if (log.count()) {
-    damage = {{"records", log.count()}, {"series", log.Series()}, {"summary", RedactPaths(log.Summary(), registry_->root())}};
+  if (!read.ok() || log.count()) {
+    const std::string summary = read.ok() ? log.Summary() : "not read through: " + read.message();
+    damage = {{"records", log.count()}, {"series", log.Series()}, {"summary", RedactPaths(summary, registry_->root())}};
   }
   std::string text = Dump(damage);
   std::lock_guard<std::mutex> lock(summaries_mu_);
