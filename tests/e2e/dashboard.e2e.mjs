@@ -582,7 +582,7 @@ try {
     await banner.waitFor({ timeout: 10000 });
     const text = await banner.textContent();
     assert.match(text, /Damaged store: \d+ damaged records? skipped/);
-    const { body } = await apiJson('/api/runs');
+    const { body } = await apiJson('api/runs');
     const entry = body.runs.find((r) => r.name === 'cut-copy');
     assert.ok(entry && entry.damage && entry.damage.records > 0, JSON.stringify(entry));
     assert.ok(text.includes(`${entry.damage.records} damaged record`), text);

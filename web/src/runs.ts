@@ -111,7 +111,11 @@ export function runsTable(runs: RunSummary[], state: State, h: RunsTableHandlers
       h.onSelect([r.name]);
     });
     const tr = el('tr', { 'data-run': r.name, class: selected.has(r.name) ? 'selected' : '' },
-                  el('td', {}, box), el('td', {}, name), el('td', {}, badge), el('td', {}, r.status),
+                  el('td', {}, box), el('td', {}, name),
+                  // A damaged store says so beside a worse health too.
+                  el('td', {}, badge, r.damage && r.health !== 'damaged'
+                    ? el('span', { class: 'badge damaged', title: r.damage.summary }, 'damaged') : null),
+                  el('td', {}, r.status),
                   el('td', { class: 'num' }, fmt(r.max_step)), el('td', {}, fmtTime(r.start_time)));
     const flat = flatten(r.config || {});
     for (const k of config) tr.append(el('td', { class: 'num' }, fmt(flat[k])));
