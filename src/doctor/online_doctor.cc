@@ -38,8 +38,11 @@ void OnlineDoctor::OnCommit(Commit& commit) {
   Work work;
   for (size_t i = commit.first_new_tag; i < commit.tags.size(); ++i) work.new_tags.push_back(commit.tags[i]);
   work.meta = commit.meta;
+  const size_t bytes = BatchBytes(commit.batch);
   std::lock_guard lock(mu_);
-  if (queue_.size() < kBacklog) {
+  if (queue_.size() < kBacklog && (queued_bytes_ == 0 || queued_bytes_ + bytes <= kBacklogBytes)) {
+    work.bytes = bytes;
+    queued_bytes_ += bytes;
     work.batch = std::move(commit.batch);
     work.batch.findings.clear();  // the doctor's own and the client's: not re-judged
     commit.batch = WriteBatch{};  // the writer takes a judged one next time
@@ -62,6 +65,7 @@ void OnlineDoctor::Loop() {
     if (queue_.empty()) break;  // stopping, and everything was judged
     Work work = std::move(queue_.front());
     queue_.pop_front();
+    queued_bytes_ -= work.bytes;
     lock.unlock();
     Feed(work);
     if (work.batch.scalars.capacity() > 0) host_->RecycleBatch(std::move(work.batch));

@@ -2,7 +2,8 @@
 // observer (recorder/observer.h). It runs on a thread of its own, at lower priority, fed
 // after each commit, so judging never delays a write nor the training. It takes each
 // committed batch over instead of a copy (a TensorStats is ~1.1 KB) and gives it back
-// emptied for the recorder's queue. Its backlog is bounded (kBacklog batches): past that,
+// emptied for the recorder's queue. Its backlog is bounded (kBacklog batches and
+// kBacklogBytes of samples, whichever comes first; one batch is always taken): past that,
 // samples are skipped and counted (`trainscope diagnose` judges every stored sample later);
 // metadata and tags still go through.
 //
@@ -31,6 +32,10 @@ namespace trainscope::doctor {
 class OnlineDoctor : public RecorderObserver {
  public:
   static constexpr size_t kBacklog = 8;
+  // A heavy logger's batch is tens of MB (a second of 240 scalars and 5 tensor statistics a
+  // step at 2,000 steps/s is ~25 MB): eight of them held 200 MB more of the training's memory
+  // whenever the doctor fell behind, and MEMORY_LEAK then reported it (bench/store/soak.py).
+  static constexpr size_t kBacklogBytes = size_t{32} << 20;
 
   // on_finding and judge_at_batch_end are set by the observer.
   explicit OnlineDoctor(DoctorOptions options = {});
@@ -49,6 +54,7 @@ class OnlineDoctor : public RecorderObserver {
     std::vector<std::string> new_tags;
     std::vector<std::pair<std::string, std::string>> meta;
     WriteBatch batch;  // series ids are recorder ids
+    size_t bytes = 0;  // BatchBytes(batch) when taken
   };
   void Loop();
   void Feed(Work& work);
@@ -61,6 +67,7 @@ class OnlineDoctor : public RecorderObserver {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Work> queue_;  // guarded by mu_
+  size_t queued_bytes_ = 0; // guarded by mu_: the batches in queue_
   bool stop_ = false;       // guarded by mu_
   uint64_t skipped_ = 0;    // guarded by mu_
   std::thread thread_;

@@ -704,6 +704,11 @@ void Recorder::Host::RecycleBatch(WriteBatch batch) {
   batch.vectors.clear();
   batch.spans.clear();
   batch.findings.clear();
+  // A spare keeps its vectors' capacity (no reallocation next flush), but not one a burst grew
+  // past kMaxSpareBytes: that memory goes back.
+  const size_t capacity = batch.scalars.capacity() * sizeof(WriteBatch::ScalarPoint) +
+                          batch.tensor_stats.capacity() * sizeof(WriteBatch::StatsPoint);
+  if (capacity > kMaxSpareBytes) return;
   Recorder& r = *recorder_;
   std::lock_guard lock(r.spare_mu_);
   if (r.spare_batches_.size() < 2 && batch.scalars.capacity() > 0) r.spare_batches_.push_back(std::move(batch));

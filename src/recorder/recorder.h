@@ -245,6 +245,7 @@ class Recorder {
   // Batches given back by observers that took them over, emptied with their capacity.
   std::mutex spare_mu_;
   std::vector<WriteBatch> spare_batches_;  // guarded by spare_mu_
+  static constexpr size_t kMaxSpareBytes = size_t{16} << 20;  // a spare's capacity kept, at most
   mutable std::mutex alert_mu_;
   std::vector<RuleAlert> alerts_;  // guarded by alert_mu_
   std::atomic<bool> alerts_pending_{false};

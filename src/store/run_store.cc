@@ -229,6 +229,13 @@ std::string DamageLog::Summary(size_t at_most) const {
   return text + ")";
 }
 
+size_t BatchBytes(const WriteBatch& batch) {
+  size_t bytes = batch.scalars.size() * sizeof(WriteBatch::ScalarPoint) +
+                 batch.tensor_stats.size() * sizeof(WriteBatch::StatsPoint) + batch.spans.size() * sizeof(Span);
+  for (const auto& v : batch.vectors) bytes += sizeof(v) + v.values.size() * sizeof(float);
+  return bytes;
+}
+
 RowCrc& RowCrc::Int(int64_t v) { return Bytes(&v, sizeof(v)); }
 
 RowCrc& RowCrc::Real(double v) {

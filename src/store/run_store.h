@@ -180,6 +180,10 @@ struct WriteBatch {
   }
 };
 
+// The memory a batch's samples take (elements, not the vectors' spare capacity; findings
+// are few and not counted).
+size_t BatchBytes(const WriteBatch& batch);
+
 class RunStore {
  public:
   static constexpr int kChunkPoints = 2048;
