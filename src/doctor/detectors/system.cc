@@ -126,6 +126,10 @@ void MemoryLeakDetector::OnStep(const StepFrame& frame, const DetectorContext& c
   for (const auto& [tag, v] : frame.scalars) {
     if (HasPrefix(tag, "mem/trainscope") && std::isfinite(v)) own_rss_ = v;
   }
+  if (frame.wall_time > 0) {
+    if (std::isnan(first_wall_)) first_wall_ = frame.wall_time;
+    last_wall_ = frame.wall_time;
+  }
   for (const auto& [tag, v] : frame.scalars) {
     if (!std::isfinite(v)) continue;
     Series* s = nullptr;
@@ -186,6 +190,8 @@ void MemoryLeakDetector::Check(const DetectorContext& ctx, bool final) {
       candidate_at_.emplace(tag, Candidate{static_cast<int64_t>(xs.front()), static_cast<int64_t>(xs.back())});
       continue;
     }
+    // Online, not in the run's first minute (when the wall time is known).
+    if (!update && !final && !(last_wall_ - first_wall_ >= options_.online_min_seconds) && first_wall_ > 0) continue;
     reported_.insert(tag);
     // Which object type grows with it.
     std::string growing;

@@ -92,6 +92,29 @@ TEST(MemoryLeak, FindingGivesTheCurrentExtent) {
   EXPECT_LT(ev["detected_at"].get<int64_t>(), 299);  // found earlier; amended since
 }
 
+// Online, RSS climbing over a run's first seconds (arenas, caches, the monitor's batches
+// filling) and flat after is no leak; a climb that lasts is, once a minute has passed.
+// (The million-step soak was told MEMORY_LEAK at step 1,324, under a second in.)
+TEST(MemoryLeak, OnlineARampInTheFirstMinuteIsNotALeak) {
+  auto run = [](double ramp_seconds, double ramp_bytes, double steps_per_second, int64_t steps) {
+    Feed feed({"memory_leak"});
+    std::mt19937 rng(2);
+    std::normal_distribution<double> n(0, 1e6);
+    for (int64_t s = 0; s < steps; ++s) {
+      const double t = 1000.0 + static_cast<double>(s) / steps_per_second;
+      const double climbed = std::min(t - 1000.0, ramp_seconds) / ramp_seconds;  // 0 .. 1
+      feed.doctor().OnScalar("mem/rss", s, t, 300e6 + ramp_bytes * climbed + n(rng));
+    }
+    return feed.Finish();
+  };
+  EXPECT_TRUE(run(20, 80e6, 100, 6000).empty());  // +80 MB over 20 s, then 40 s flat
+  const auto leak = run(600, 200e6, 10, 3000);  // +100 MB by 300 s, still climbing
+  ASSERT_EQ(leak.size(), 1u);
+  EXPECT_EQ(leak[0].code, "MEMORY_LEAK");
+  const auto ev = nlohmann::json::parse(leak[0].evidence_json);
+  EXPECT_GE(ev["detected_at"].get<int64_t>(), 600);  // not before a minute (10 steps/s)
+}
+
 TEST(MemoryLeak, WarmUpAndNoiseAreNotALeak) {
   EXPECT_TRUE(MemRun(0, false).empty());
   EXPECT_TRUE(MemRun(2e4, false).empty());  // 5 MB over the run: under the 50 MB floor
