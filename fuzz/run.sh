@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the fuzz targets (the ingest readers and the run store's read path) with clang
-# (ASan + UBSan + libFuzzer) and runs each for a few seconds from the seed corpus in
+# Builds the fuzz targets (the ingest readers, the run store's read path and the server's
+# request path) with clang (ASan + UBSan + libFuzzer) and runs each for a few seconds from
+# the seed corpus in
 # fuzz/corpus/<target>/. Any crash, leak or undefined behaviour fails the run; the
 # reproducer is left in $FUZZ_BUILD/crashes/.
 #
@@ -16,7 +17,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${FUZZ_BUILD:-$root/build-fuzz}
 seconds=${FUZZ_SECONDS:-5}
 corpus=${FUZZ_CORPUS:-$build/corpus}
-targets=(tfevents json csv text_log detect store trace wandb mlflow)
+targets=(tfevents json csv text_log detect store trace wandb mlflow server)
 
 if ! command -v clang++ > /dev/null; then
   echo "fuzz/run.sh: clang++ not found (scripts/packages.d/ingest.txt lists clang and libclang-rt-14-dev)" >&2

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 
 #include <cstdio>
 #include <fstream>
@@ -138,7 +139,52 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+// A connection held in memory: the request's bytes to read, the response's bytes written.
+// Stops taking bytes after kMaxWrites writes or kMaxBytes bytes, as a client that hangs up
+// would, so that an event stream ends.
+class MemoryStream : public httplib::Stream {
+ public:
+  explicit MemoryStream(std::string_view request) : request_(request) {}
+  bool is_readable() const override { return read_ < request_.size(); }
+  bool is_writable() const override { return writes_ < kMaxWrites && written_.size() < kMaxBytes; }
+  ssize_t read(char* ptr, size_t size) override {
+    const size_t n = std::min(size, request_.size() - read_);
+    std::memcpy(ptr, request_.data() + read_, n);
+    read_ += n;
+    return static_cast<ssize_t>(n);
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    if (!is_writable()) return -1;
+    ++writes_;
+    written_.append(ptr, size);
+    return static_cast<ssize_t>(size);
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { ip = "127.0.0.1", port = 40000; }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { ip = "127.0.0.1", port = 6007; }
+  socket_t socket() const override { return INVALID_SOCKET; }
+  std::string& written() { return written_; }
+
+ private:
+  static constexpr size_t kMaxBytes = 1 << 20, kMaxWrites = 32;
+  std::string_view request_;
+  size_t read_ = 0, writes_ = 0;
+  std::string written_;
+};
+
 }  // namespace
+
+// httplib's server, which also answers a request held in memory (DashboardServer::Answer).
+class HttpServer : public httplib::Server {
+ public:
+  std::string Answer(std::string_view request) {
+    MemoryStream stream(request);
+    bool closed = false;
+    process_request(stream, /*close_connection=*/true, closed, [](httplib::Request&) {});
+    return std::move(stream.written());
+  }
+};
+
+std::string DashboardServer::Answer(std::string_view request) { return http_->Answer(request); }
 
 bool IsLoopbackHost(const std::string& host) {
   if (host == "localhost" || host == "::1") return true;
@@ -190,7 +236,7 @@ Status DashboardServer::Create(const ServerOptions& options, std::unique_ptr<Das
   if (!s.ok()) return s;
   server->api_ = std::make_unique<Api>(server->registry_.get());
   server->feed_ = std::make_unique<LiveFeed>(server->registry_.get(), options.poll_interval);
-  server->http_ = std::make_unique<httplib::Server>();
+  server->http_ = std::make_unique<HttpServer>();
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a second server on
   // the same port starts as well and the two answer in turn.
   auto listening = std::make_shared<socket_t>(INVALID_SOCKET);

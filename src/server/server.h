@@ -18,15 +18,13 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace trainscope::server {
 
+class HttpServer;
 class Api;
 class LiveFeed;
 class RunRegistry;
@@ -60,6 +58,10 @@ class DashboardServer {
   Status Run();
   // Thread-safe; may be called from a signal-handling thread.
   void Stop();
+  // Answers one request given as the bytes a client sends, without a socket, through the
+  // same parser and handlers as a connection: the bytes of the response. For the request
+  // fuzz target (fuzz/fuzz_server.cc).
+  std::string Answer(std::string_view request);
 
  private:
   explicit DashboardServer(ServerOptions options);
@@ -71,7 +73,7 @@ class DashboardServer {
   std::unique_ptr<RunRegistry> registry_;
   std::unique_ptr<Api> api_;
   std::unique_ptr<LiveFeed> feed_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<HttpServer> http_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> run_started_{false};
   std::atomic<bool> run_finished_{false};

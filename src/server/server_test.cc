@@ -72,6 +72,29 @@ void MakeRun(const std::string& logdir, const std::string& name, int steps = 200
   ASSERT_TRUE(store->Close("finished", "").ok());
 }
 
+// DashboardServer::Answer (the request fuzz target's way in): the same parser and handlers
+// as a connection, no socket.
+TEST(ServerAnswerTest, AnswersRequestsHeldInMemory) {
+  const std::string logdir = TempDir();
+  MakeRun(logdir, "a", 20);
+  ServerOptions options;
+  options.logdir = logdir;
+  options.port = 0;
+  std::unique_ptr<DashboardServer> server;
+  ASSERT_TRUE(DashboardServer::Create(options, &server).ok());
+  const std::string runs = server->Answer("GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  ASSERT_EQ(runs.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << runs;
+  const json body = json::parse(runs.substr(runs.find("\r\n\r\n") + 4));
+  ASSERT_EQ(body["runs"].size(), 1u);
+  EXPECT_EQ(body["runs"][0]["name"], "a");
+  // The checks of a connection hold: another origin's Host, a method that writes, bytes
+  // that are no request.
+  EXPECT_EQ(server->Answer("GET /api/runs HTTP/1.1\r\nHost: evil.example\r\n\r\n").rfind("HTTP/1.1 403", 0), 0u);
+  EXPECT_EQ(server->Answer("POST /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").rfind("HTTP/1.1 405", 0), 0u);
+  EXPECT_EQ(server->Answer("\x01\x02 nonsense\r\n\r\n").rfind("HTTP/1.1 400", 0), 0u);
+  fs::remove_all(logdir);
+}
+
 // Issue 15: a crashed run kept health "ok" and showed no exception text.
 TEST(ApiTest, ACrashedRunIsCriticalWithItsException) {
   const std::string root = TempDir();
