@@ -1,7 +1,8 @@
 // Fuzzes the run store's read path with the bytes of a run file. The bytes go to a real
 // file (the store reads files, through SQLite's own pager), which is opened read-only and
-// read whole: metadata, every series, decimated scalars, spans and findings. A damaged
-// file must read as far as it can, with its damage reported, and never crash.
+// read whole: metadata, every series, decimated scalars, spans and findings, and window by
+// window as diagnose reads it. A damaged file must read as far as it can, with its damage
+// reported, and never crash.
 #include <unistd.h>
 
 #include <cstddef>
@@ -50,6 +51,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           (void)store->ReadDecimated(info.tag, 1000, info.first_step, info.last_step, &buckets);
         }
       }
+      // The window-by-window reader diagnose uses on stored runs, in small windows.
+      store->UnmapReads();
+      trainscope::RunData windowed;
+      (void)trainscope::ReplayStepsInWindows(*store, &windowed, [](int64_t) {}, 16);
       int64_t step = 0;
       (void)store->MaxStep(&step);
       if (damage.count() != store->damage().count()) __builtin_trap();  // every report reaches both

@@ -51,7 +51,7 @@ void PrintLayers(const std::vector<doctor::LayerHealth>& layers) {
 }
 
 void PrintHuman(const RunReport& d) {
-  fmt::print("{} ({}, {} steps)\n", d.run->source, d.run->format, d.run->data.MaxStep());
+  fmt::print("{} ({}, {} steps)\n", d.run->source, d.run->format, d.steps);
   if (d.findings.empty()) fmt::print("  no findings\n");
   // One action on top: the first of the worst finding's (findings come worst first, a
   // root before its consequences), for a reader who reads one line.
@@ -69,13 +69,13 @@ void PrintHuman(const RunReport& d) {
 
 void PrintDistributed(const DistributedReport& dd) {
   int64_t steps = 0;
-  for (const RunReport* d : dd.per_rank) steps = std::max(steps, d->run->data.MaxStep());
+  for (const RunReport* d : dd.per_rank) steps = std::max(steps, d->steps);
   fmt::print("{} (trainscope, {} ranks, {} steps)\n", dd.dir, dd.ranks.size(), steps);
   for (size_t k = 0; k < dd.per_rank.size(); ++k) {
     const RunData& data = dd.per_rank[k]->run->data;
     const std::string reason = MetaText(data, "exit_reason");
     fmt::print("  rank {}: {}{}, {} steps\n", dd.ranks[k], MetaText(data, "status"),
-               reason.empty() ? "" : " (" + reason + ")", data.MaxStep());
+               reason.empty() ? "" : " (" + reason + ")", dd.per_rank[k]->steps);
   }
   if (dd.findings.empty()) fmt::print("  no findings\n");
   for (const RankedFinding& f : dd.findings) {

@@ -4,6 +4,8 @@
 
 #include "doctor/ranks.h"
 #include "store/json_forms.h"
+#include "store/run_io.h"
+#include "store/run_store.h"
 #ifdef TRAINSCOPE_WITH_PERF
 #include <unistd.h>
 
@@ -66,16 +68,89 @@ std::string MetaText(const RunData& data, const char* key) {
   return it == data.meta.end() ? "" : it->second;
 }
 
-Status DiagnosePath(const std::string& path, PathReport* out) {
-  Status s = LoadSources(path, &out->runs, &out->is_logdir);
-  if (!s.ok()) return s;
-  out->reports.clear();
-  for (const LoadedRun& run : out->runs) {
-    doctor::Diagnosis d = doctor::Diagnose(run.data);
-    for (Finding& f : PerfFindings(run.data)) d.findings.push_back(std::move(f));
-    std::vector<doctor::LayerHealth> layers = doctor::LayerHealthOf(run.data, d.findings);
-    out->reports.push_back({&run, std::move(d.findings), std::move(d.not_checked), std::move(layers)});
+namespace {
+
+// Passes every sample of a step to each sink.
+class FanOut : public SampleSink {
+ public:
+  explicit FanOut(std::vector<SampleSink*> sinks) : sinks_(std::move(sinks)) {}
+  void OnScalar(std::string_view tag, int64_t step, double wall_time, double value) override {
+    for (SampleSink* s : sinks_) s->OnScalar(tag, step, wall_time, value);
   }
+  void OnTensorStats(std::string_view tag, int64_t step, double wall_time, const TensorStats& stats) override {
+    for (SampleSink* s : sinks_) s->OnTensorStats(tag, step, wall_time, stats);
+  }
+  void OnVector(std::string_view tag, int64_t step, double wall_time, const std::vector<float>& values) override {
+    for (SampleSink* s : sinks_) s->OnVector(tag, step, wall_time, values);
+  }
+  void OnSpan(const Span& span) override {
+    for (SampleSink* s : sinks_) s->OnSpan(span);
+  }
+
+ private:
+  std::vector<SampleSink*> sinks_;
+};
+
+// The largest step of a scalar or tensor series (RunData::MaxStep).
+class MaxStepSink : public SampleSink {
+ public:
+  void OnScalar(std::string_view, int64_t step, double, double) override { max = std::max(max, step); }
+  void OnTensorStats(std::string_view, int64_t step, double, const TensorStats&) override { max = std::max(max, step); }
+  int64_t max = 0;
+};
+
+// A run judged from memory: the doctor, the performance analysis, layer health.
+RunReport DiagnoseLoaded(const LoadedRun& run) {
+  doctor::Diagnosis d = doctor::Diagnose(run.data);
+  for (Finding& f : PerfFindings(run.data)) d.findings.push_back(std::move(f));
+  std::vector<doctor::LayerHealth> layers = doctor::LayerHealthOf(run.data, d.findings);
+  return {&run, std::move(d.findings), std::move(d.not_checked), std::move(layers), run.data.MaxStep()};
+}
+
+// A stored run judged as it is read, one window of steps at a time: memory independent of
+// its length (docs/architecture.md). The same answer as DiagnoseLoaded; false when the
+// store turned out damaged, which the whole read reports as such.
+bool DiagnoseInWindows(const LoadedRun& run, RunReport* report, Status* status) {
+  std::unique_ptr<RunStore> store;
+  *status = RunStore::OpenReadOnly(run.source, &store);
+  if (!status->ok()) return true;
+  store->UnmapReads();
+  std::vector<SeriesInfo> series;
+  *status = store->ListSeries(&series);
+  if (!status->ok()) return true;
+  doctor::StepwiseRun stepwise{run.data.meta, run.data.findings, {}, {}, {}};
+  std::vector<std::string> tensor_series;
+  for (const SeriesInfo& info : series) {
+    if (info.kind == SeriesKind::kScalar && info.points > 0) stepwise.scalars.push_back({info.tag, info.first_step});
+    if (info.kind == SeriesKind::kTensorStats) tensor_series.push_back(info.tag);
+  }
+  stepwise.points_of = [&](const std::string& tag, std::vector<int64_t>* steps, std::vector<double>* values) {
+    std::vector<Point> points;
+    if (!store->ReadScalars(tag, INT64_MIN, INT64_MAX, &points).ok()) return;
+    for (const Point& p : points) steps->push_back(p.step), values->push_back(p.value);
+  };
+  doctor::LayerHealthBuilder layers;
+  MaxStepSink max_step;
+  stepwise.replay_steps = [&](SampleSink* doctor, const std::function<void(int64_t)>& step_done) {
+    FanOut all({doctor, &layers, &max_step});
+    *status = ReplayStepsInWindows(*store, &all, [&](int64_t step) {
+      step_done(step);
+      layers.EndStep();
+    });
+  };
+  doctor::Diagnosis d = doctor::Diagnose(stepwise);
+  if (!status->ok()) return true;
+  if (store->damage().count()) return false;
+  std::vector<doctor::LayerHealth> health = layers.Finish(tensor_series, run.data.meta, d.findings);
+  *report = {&run, std::move(d.findings), std::move(d.not_checked), std::move(health), max_step.max};
+  return true;
+}
+
+}  // namespace
+
+Status DiagnosePath(const std::string& path, PathReport* out) {
+  Status s = LoadSources(path, &out->runs, &out->is_logdir, /*series_in_store=*/true);
+  if (!s.ok()) return s;
   // The ranks of a data-parallel run (rank-<r>/ under one run directory) go together.
   out->groups.clear();
   if (out->is_logdir) {
@@ -84,6 +159,28 @@ Status DiagnosePath(const std::string& path, PathReport* out) {
     out->groups = GroupByRun(dirs);
   } else {
     out->groups.push_back({out->runs.front().source, {0}, {}});
+  }
+  // Ranks are compared whole, and the performance analysis reads the run whole: those runs
+  // are loaded; any other stored run is judged as it is read.
+  for (const RunGroup& group : out->groups) {
+    for (size_t member : group.members) {
+      LoadedRun& run = out->runs[member];
+      if (!group.distributed() && !run.data.meta.count("perf/flops_per_step")) continue;
+      s = LoadSeries(&run);
+      if (!s.ok()) return s;
+    }
+  }
+  out->reports.clear();
+  for (LoadedRun& run : out->runs) {
+    RunReport report;
+    if (run.series_in_store && DiagnoseInWindows(run, &report, &s)) {
+      if (!s.ok()) return s;
+      out->reports.push_back(std::move(report));
+      continue;
+    }
+    s = LoadSeries(&run);  // a damaged store: read whole, which says what it skipped
+    if (!s.ok()) return s;
+    out->reports.push_back(DiagnoseLoaded(run));
   }
   out->distributed.assign(out->groups.size(), {});
   for (size_t g = 0; g < out->groups.size(); ++g) {
@@ -103,7 +200,7 @@ json RunReportJson(const RunReport& d) {
   }
   json out = {{"source", d.run->source},
               {"format", d.run->format},
-              {"steps", d.run->data.MaxStep()},
+              {"steps", d.steps},
               {"findings", findings},
               {"not_checked", not_checked}};
   if (!d.layers.empty()) {
@@ -124,10 +221,10 @@ json DistributedReportJson(const DistributedReport& dd) {
   std::vector<int> missing;
   for (size_t k = 0; k < dd.per_rank.size(); ++k) {
     const LoadedRun& run = *dd.per_rank[k]->run;
-    steps = std::max(steps, run.data.MaxStep());
+    steps = std::max(steps, dd.per_rank[k]->steps);
     world_size = std::max(world_size, MetaInt(run.data, "world_size", 0));
     json r = {{"rank", dd.ranks[k]}, {"source", run.source}, {"status", MetaText(run.data, "status")},
-              {"steps", run.data.MaxStep()}};
+              {"steps", dd.per_rank[k]->steps}};
     if (!MetaText(run.data, "exit_reason").empty()) r["exit_reason"] = MetaText(run.data, "exit_reason");
     ranks.push_back(r);
   }

@@ -22,6 +22,7 @@ struct RunReport {
   std::vector<Finding> findings;
   std::vector<doctor::NotChecked> not_checked;
   std::vector<doctor::LayerHealth> layers;  // doctor/layer_health.h; empty without per-layer statistics
+  int64_t steps = 0;                        // the largest step of a scalar or tensor series
 };
 
 // A finding of a data-parallel run: which rank it is about.

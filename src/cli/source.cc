@@ -16,12 +16,20 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Status LoadStore(const std::string& path, LoadedRun* run) {
+// series_in_store: the run's metadata and recorded findings only (LoadedRun::series_in_store).
+Status LoadStore(const std::string& path, LoadedRun* run, bool series_in_store) {
+  run->source = path;
+  run->format = "trainscope";
+  run->series_in_store = series_in_store;
   std::unique_ptr<RunStore> store;
   Status s = RunStore::OpenReadOnly(path, &store);
   if (!s.ok()) return s;
-  run->source = path;
-  run->format = "trainscope";
+  if (series_in_store) {
+    s = ReadRunMeta(*store, &run->data);
+    if (!s.ok() || store->damage().count() == 0) return s;
+    run->data = RunData();  // damage already: read whole, which says what it skipped
+    return LoadStore(path, run, false);
+  }
   s = ReadRun(*store, &run->data);
   // A damaged store is read around its damage: say what was skipped.
   if (s.ok() && store->damage().count()) {
@@ -82,7 +90,7 @@ Status LoadImportedDir(const std::string& path, std::vector<LoadedRun>* runs, bo
 
 }  // namespace
 
-Status LoadSources(const std::string& path, std::vector<LoadedRun>* runs, bool* is_logdir) {
+Status LoadSources(const std::string& path, std::vector<LoadedRun>* runs, bool* is_logdir, bool series_in_store) {
   runs->clear();
   *is_logdir = false;
   std::error_code ec;
@@ -90,7 +98,7 @@ Status LoadSources(const std::string& path, std::vector<LoadedRun>* runs, bool* 
   if (fs::is_directory(path, ec)) {
     if (fs::exists(fs::path(path) / kStoreFileName, ec)) {
       runs->emplace_back();
-      return LoadStore(path, &runs->back());
+      return LoadStore(path, &runs->back(), series_in_store);
     }
     std::vector<RunEntry> entries;
     Status s = ListRuns(path, &entries);
@@ -105,7 +113,7 @@ Status LoadSources(const std::string& path, std::vector<LoadedRun>* runs, bool* 
     *is_logdir = true;
     for (const RunEntry& entry : entries) {
       runs->emplace_back();
-      s = LoadStore(entry.dir, &runs->back());
+      s = LoadStore(entry.dir, &runs->back(), series_in_store);
       if (!s.ok()) return s;
     }
     return Status::Ok();
@@ -114,7 +122,7 @@ Status LoadSources(const std::string& path, std::vector<LoadedRun>* runs, bool* 
   if (Status regular = CheckRegularFile(path); !regular.ok()) return regular;
   if (StartsWithSqliteHeader(path)) {
     runs->emplace_back();
-    return LoadStore(path, &runs->back());
+    return LoadStore(path, &runs->back(), series_in_store);
   }
 #ifdef TRAINSCOPE_WITH_INGEST
   std::vector<ingest::ImportSource> sources;
@@ -125,6 +133,14 @@ Status LoadSources(const std::string& path, std::vector<LoadedRun>* runs, bool* 
   return LoadImported(sources.front(), &runs->back());
 #endif
   return Status::Error(path + ": unrecognised format (expected a trainscope run directory or store)");
+}
+
+Status LoadSeries(LoadedRun* run) {
+  if (!run->series_in_store) return Status::Ok();
+  LoadedRun whole;
+  Status s = LoadStore(run->source, &whole, false);
+  if (s.ok()) *run = std::move(whole);
+  return s;
 }
 
 }  // namespace trainscope::cli

@@ -181,6 +181,11 @@ std::vector<StepCursor> CursorsOf(const std::vector<Series>& all) {
 
 void RunData::ReplayInStepOrder(SampleSink* sink, const std::function<void(int64_t step)>& step_done) const {
   for (const auto& [key, value] : meta) sink->OnMeta(key, value);
+  ReplaySteps(sink, step_done);
+  for (const auto& f : findings) sink->OnFinding(f);
+}
+
+void RunData::ReplaySteps(SampleSink* sink, const std::function<void(int64_t step)>& step_done) const {
   std::vector<StepCursor> scalar_cursors = CursorsOf(scalars);
   std::vector<StepCursor> stats_cursors = CursorsOf(tensor_stats);
   std::vector<StepCursor> vector_cursors = CursorsOf(vectors);
@@ -223,7 +228,6 @@ void RunData::ReplayInStepOrder(SampleSink* sink, const std::function<void(int64
     for (; !span_cursor.done() && span_cursor.step() == step; ++span_cursor.next) sink->OnSpan(spans[span_cursor.index()]);
     step_done(step);
   }
-  for (const auto& f : findings) sink->OnFinding(f);
 }
 
 }  // namespace trainscope

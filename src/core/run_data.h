@@ -140,6 +140,9 @@ class RunData : public SampleSink {
   // Replay gives it, and can finish each step before the next begins instead of holding the
   // whole run. Meta comes first and recorded findings last, as in Replay.
   void ReplayInStepOrder(SampleSink* sink, const std::function<void(int64_t step)>& step_done) const;
+  // The steps alone, as ReplayInStepOrder gives them (no meta, no findings): for a reader
+  // that replays a long run one window of steps at a time (store/run_io.h).
+  void ReplaySteps(SampleSink* sink, const std::function<void(int64_t step)>& step_done) const;
 
   std::vector<ScalarSeries> scalars;
   std::vector<TensorStatsSeries> tensor_stats;

@@ -57,20 +57,29 @@ double Median(std::span<const double> values) {
 void RollingMedianMad::Add(double x) {
   values_.push_back(x);
   if (values_.size() > window_) values_.pop_front();
+  median_known_ = mad_known_ = false;
 }
 
 double RollingMedianMad::Median() const {
-  std::vector<double> copy(values_.begin(), values_.end());
-  return trainscope::Median(copy);
+  if (!median_known_) {
+    std::vector<double> copy(values_.begin(), values_.end());
+    median_ = trainscope::Median(copy);
+    median_known_ = true;
+  }
+  return median_;
 }
 
 double RollingMedianMad::Mad() const {
   if (values_.empty()) return kNaN;
-  const double median = Median();
-  std::vector<double> deviations;
-  deviations.reserve(values_.size());
-  for (double v : values_) deviations.push_back(std::fabs(v - median));
-  return trainscope::Median(deviations);
+  if (!mad_known_) {
+    const double median = Median();
+    std::vector<double> deviations;
+    deviations.reserve(values_.size());
+    for (double v : values_) deviations.push_back(std::fabs(v - median));
+    mad_ = trainscope::Median(deviations);
+    mad_known_ = true;
+  }
+  return mad_;
 }
 
 double RollingMedianMad::RobustZ(double x) const {

@@ -58,6 +58,10 @@ class RollingMedianMad {
  private:
   size_t window_;
   std::deque<double> values_;
+  // Median and MAD of values_ as they are now: a detector asks for both, and for a robust z,
+  // at every step.
+  mutable double median_ = 0, mad_ = 0;
+  mutable bool median_known_ = false, mad_known_ = false;
 };
 
 // Median of the values (copies; NaN when empty).

@@ -341,12 +341,12 @@ void Doctor::UpdateFacts(const StepFrame& frame) {
   RunFacts& f = facts_;
   if (f.steps_seen == 0) f.first_step = frame.step;
   for (const auto& [tag, value] : frame.scalars) {
-    if (judged_tags_.insert(tag.data()).second) {  // interned: one address per tag
-      seen_scalars_.emplace(tag);
-      f.roles.See(tag);
-      if (f.rl_tag.empty() && IsReinforcementLearningTag(tag)) f.rl_tag = tag;
-    }
-    std::string_view rest;
+    // What a tag says about the run is read the first time it is judged: interned, one
+    // address per tag.
+    if (!judged_tags_.insert(tag.data()).second) continue;
+    seen_scalars_.emplace(tag);
+    f.roles.See(tag);
+    if (f.rl_tag.empty() && IsReinforcementLearningTag(tag)) f.rl_tag = tag;
     if (HasPrefix(tag, "train/") && tag.size() >= 11 && tag.compare(tag.size() - 11, 11, "grad_zeroed") == 0) {
       f.has_grad_zeroed = true;  // train/grad_zeroed, or train/<model>/grad_zeroed
     }
@@ -626,25 +626,25 @@ double EndLevel(std::vector<double> values) {
 
 }  // namespace
 
-void Doctor::PrepareOffline(const RunData& run) {
+void Doctor::PrepareOffline(const std::vector<ScalarStart>& scalars, const SeriesPoints& points_of) {
   // The tags in the order a step-by-step reading first meets them: by their first step,
   // then in series order (as Finish's reading of the held steps would).
-  std::vector<std::pair<int64_t, const ScalarSeries*>> firsts;
-  for (const ScalarSeries& s : run.scalars) {
-    if (!s.steps.empty()) firsts.emplace_back(*std::min_element(s.steps.begin(), s.steps.end()), &s);
-  }
-  std::stable_sort(firsts.begin(), firsts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<ScalarStart> firsts = scalars;
+  std::stable_sort(firsts.begin(), firsts.end(), [](const auto& a, const auto& b) { return a.first_step < b.first_step; });
   RoleResolver roles = facts_.roles;
-  for (const auto& [first, series] : firsts) {
-    if (facts_.rl_tag.empty() && IsReinforcementLearningTag(series->tag)) facts_.rl_tag = series->tag;
-    roles.See(series->tag);
+  for (const ScalarStart& series : firsts) {
+    if (facts_.rl_tag.empty() && IsReinforcementLearningTag(series.tag)) facts_.rl_tag = series.tag;
+    roles.See(series.tag);
   }
   // The loss at each step: its last value logged at that step (StepFrame::Scalar).
   std::vector<double> loss;
   const std::string& loss_tag = roles.Get(Role::kLoss);
-  if (const ScalarSeries* s = loss_tag.empty() ? nullptr : run.FindScalar(loss_tag)) {
+  if (!loss_tag.empty()) {
+    std::vector<int64_t> steps;
+    std::vector<double> values;
+    points_of(loss_tag, &steps, &values);
     std::map<int64_t, double> last_at_step;
-    for (size_t i = 0; i < s->steps.size(); ++i) last_at_step[s->steps[i]] = s->values[i];
+    for (size_t i = 0; i < steps.size() && i < values.size(); ++i) last_at_step[steps[i]] = values[i];
     for (const auto& [step, value] : last_at_step) {
       if (std::isfinite(value)) loss.push_back(value);
     }
@@ -925,18 +925,34 @@ const Finding* FirstAction(const std::vector<Finding>& findings) {
 
 // ---- offline ----
 
-Diagnosis Diagnose(const RunData& run, const DoctorOptions& options) {
+Diagnosis Diagnose(const StepwiseRun& run, const DoctorOptions& options) {
   DoctorOptions opts = options;
   opts.streaming = false;
   Doctor doctor(std::move(opts));
-  doctor.PrepareOffline(run);
-  run.ReplayInStepOrder(&doctor, [&doctor](int64_t step) { doctor.JudgeThrough(step); });
+  doctor.PrepareOffline(run.scalars, run.points_of);
+  for (const auto& [key, value] : run.meta) doctor.OnMeta(key, value);
+  run.replay_steps(&doctor, [&doctor](int64_t step) { doctor.JudgeThrough(step); });
+  for (const Finding& f : run.findings) doctor.OnFinding(f);
   doctor.Finish();
   Diagnosis d;
   d.findings = doctor.findings();
   d.not_checked = doctor.not_checked();
   d.steps = doctor.steps_judged();
   return d;
+}
+
+Diagnosis Diagnose(const RunData& run, const DoctorOptions& options) {
+  StepwiseRun stepwise{run.meta, run.findings, {}, {}, {}};
+  for (const ScalarSeries& s : run.scalars) {
+    if (!s.steps.empty()) stepwise.scalars.push_back({s.tag, *std::min_element(s.steps.begin(), s.steps.end())});
+  }
+  stepwise.points_of = [&run](const std::string& tag, std::vector<int64_t>* steps, std::vector<double>* values) {
+    if (const ScalarSeries* s = run.FindScalar(tag)) *steps = s->steps, *values = s->values;
+  };
+  stepwise.replay_steps = [&run](SampleSink* sink, const std::function<void(int64_t)>& step_done) {
+    run.ReplaySteps(sink, step_done);
+  };
+  return Diagnose(stepwise, options);
 }
 
 json DiagnosisToJson(const Diagnosis& d, const std::string& source, const std::string& format, int64_t steps) {

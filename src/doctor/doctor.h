@@ -126,11 +126,19 @@ class Doctor : public SampleSink {
   // arrive afterwards are ignored.
   void Finish();
 
-  // Offline, fed in step order (RunData::ReplayInStepOrder): takes from the whole run what
-  // Finish would otherwise gather from every held step before judging the first (the roles
-  // of all its tags, whether it is reinforcement learning, where the loss ends), so that
-  // each step can be judged as soon as it is complete (JudgeThrough) and only one is held.
-  void PrepareOffline(const RunData& run);
+  // Offline, fed in step order (Diagnose): takes from the whole run what Finish would
+  // otherwise gather from every held step before judging the first (the roles of all its
+  // tags, whether it is reinforcement learning, where the loss ends), so that each step can
+  // be judged as soon as it is complete (JudgeThrough) and only one is held. `scalars`: the
+  // run's scalar series in series order, each with its smallest step; `points_of` reads one
+  // series' points (steps and values in series order), asked for the loss only.
+  struct ScalarStart {
+    std::string_view tag;
+    int64_t first_step;
+  };
+  using SeriesPoints =
+      std::function<void(const std::string& tag, std::vector<int64_t>* steps, std::vector<double>* values)>;
+  void PrepareOffline(const std::vector<ScalarStart>& scalars, const SeriesPoints& points_of);
   // Judges the open steps up to `step` (offline, after PrepareOffline).
   void JudgeThrough(int64_t step);
 
@@ -202,7 +210,20 @@ struct Diagnosis {
 // action. A page-faulting allocator does not hide an LR that is too high.
 const Finding* FirstAction(const std::vector<Finding>& findings);
 
+// A run as the offline doctor reads it, step by step, from wherever it is kept: a RunData
+// in memory, or a store read one window of steps at a time (cli/run_diagnosis.cc).
+struct StepwiseRun {
+  const std::map<std::string, std::string>& meta;
+  const std::vector<Finding>& findings;          // recorded with the run
+  std::vector<Doctor::ScalarStart> scalars;      // Doctor::PrepareOffline
+  Doctor::SeriesPoints points_of;                // Doctor::PrepareOffline
+  // Gives `sink` every step's samples in step order, then step_done(step), as
+  // RunData::ReplaySteps does.
+  std::function<void(SampleSink* sink, const std::function<void(int64_t step)>& step_done)> replay_steps;
+};
+
 // Runs the doctor over a whole run (offline) and merges the findings recorded with it.
+Diagnosis Diagnose(const StepwiseRun& run, const DoctorOptions& options = {});
 Diagnosis Diagnose(const RunData& run, const DoctorOptions& options = {});
 
 // Sorts findings worst first, then by step; ties by evidence, never by name: the finding

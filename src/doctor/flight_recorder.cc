@@ -10,7 +10,10 @@ namespace trainscope::doctor {
 
 void FlightRecorder::Add(const StepFrame& frame) {
   for (const auto& [tag, value] : frame.scalars) {
-    auto& q = At(scalars_, tag);
+    // A frame's tags are the doctor's interned names (StepFrame): one address per tag.
+    auto [hit, added] = scalar_by_address_.try_emplace(tag.data());
+    if (added) hit->second = &At(scalars_, tag);
+    auto& q = *hit->second;
     q.emplace_back(frame.step, value);
     if (q.size() > steps_) q.pop_front();
   }

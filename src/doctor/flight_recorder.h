@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "doctor/step_frame.h"
@@ -18,6 +19,7 @@ namespace trainscope::doctor {
 class FlightRecorder {
  public:
   explicit FlightRecorder(size_t steps, size_t max_census = 8) : steps_(steps), max_census_(max_census) {}
+  // The frame's scalar tags must be interned names that outlive the recorder (the Doctor's).
   void Add(const StepFrame& frame);
 
   // {"scalars": {tag: [[step, value], ...]}, "tensors": {tag: [[step, l2, abs_max,
@@ -45,6 +47,8 @@ class FlightRecorder {
   size_t steps_;
   size_t max_census_;
   std::map<std::string, std::deque<std::pair<int64_t, double>>, std::less<>> scalars_;
+  // scalars_'s entries by the address of a frame's tag (map nodes do not move).
+  std::unordered_map<const char*, std::deque<std::pair<int64_t, double>>*> scalar_by_address_;
   std::map<std::string, std::deque<TensorPoint>> tensors_;
   std::deque<std::pair<int64_t, double>> grad_norm_;
 };

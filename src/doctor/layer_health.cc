@@ -22,14 +22,11 @@ std::string ModuleOf(std::string_view param) {
   return module.empty() ? std::string(param) : module;
 }
 
-double RecentMedian(std::vector<double> values) {
-  if (values.size() > kRecent) values.erase(values.begin(), values.end() - kRecent);
-  return Median(std::span<const double>(values));
-}
-
 bool NonFinite(const TensorStats& s) { return s.nan + s.inf > 0; }
 
-struct Layer {
+}  // namespace
+
+struct LayerHealthBuilder::Layer {
   std::string name;
   bool nonfinite = false;
   std::string nonfinite_what;
@@ -38,6 +35,8 @@ struct Layer {
   double grad_norm = kNaN;
   const Finding* finding = nullptr;  // the worst located here
 };
+
+namespace {
 
 // A share that falls by a third per decade that `value` lies below `low` (or above `high`).
 double Decades(double value, double low, double high) {
@@ -48,7 +47,35 @@ double Decades(double value, double low, double high) {
 
 }  // namespace
 
-std::vector<LayerHealth> LayerHealthOf(const RunData& run, const std::vector<Finding>& findings) {
+void LayerHealthBuilder::OnTensorStats(std::string_view tag, int64_t step, double wall_time, const TensorStats& stats) {
+  Series& s = At(series_, tag);
+  s.seen = true;
+  s.nonfinite = NonFinite(stats);
+  s.l2 = stats.l2_norm();
+  s.numel = static_cast<double>(stats.numel);
+  std::string_view param;
+  if (HasPrefix(tag, "weight/", &param)) {
+    At(weight_norm_now_, param) = s.l2;
+  } else if (HasPrefix(tag, "update/", &param)) {
+    updates_now_.push_back({&s, std::string(param), s.l2});
+  }
+}
+
+void LayerHealthBuilder::EndStep() {
+  // Update and weight records of the same step: ||w_t - w_{t-1}|| / ||w_t||.
+  for (const auto& [series, param, update_norm] : updates_now_) {
+    auto w = weight_norm_now_.find(param);
+    if (w == weight_norm_now_.end() || !(w->second > 0) || !std::isfinite(update_norm)) continue;
+    series->ratios.push_back(update_norm / w->second);
+    if (series->ratios.size() > kRecent) series->ratios.pop_front();
+  }
+  updates_now_.clear();
+  weight_norm_now_.clear();
+}
+
+std::vector<LayerHealth> LayerHealthBuilder::Finish(const std::vector<std::string>& series_order,
+                                                    const std::map<std::string, std::string>& meta,
+                                                    const std::vector<Finding>& findings) const {
   std::map<std::string, Layer> layers;
   std::vector<std::string> seen_order;
   auto layer = [&](const std::string& name) -> Layer& {
@@ -59,53 +86,37 @@ std::vector<LayerHealth> LayerHealthOf(const RunData& run, const std::vector<Fin
     }
     return it->second;
   };
-  std::map<std::string, const TensorStatsSeries*> weights;
-  for (const TensorStatsSeries& s : run.tensor_stats) {
+  for (const std::string& tag : series_order) {
+    auto it = series_.find(tag);
+    if (it == series_.end() || !it->second.seen) continue;
+    const Series& last = it->second;
     std::string_view rest;
-    if (HasPrefix(s.tag, "weight/", &rest)) weights[std::string(rest)] = &s;
-  }
-  for (const TensorStatsSeries& s : run.tensor_stats) {
-    if (s.stats.empty()) continue;
-    std::string_view rest;
-    const TensorStats last = s.stats.back();
-    if (HasPrefix(s.tag, "act/", &rest)) {
+    if (HasPrefix(tag, "act/", &rest)) {
       Layer& l = layer(std::string(rest));
-      if (NonFinite(last)) {
+      if (last.nonfinite) {
         l.nonfinite = true;
         l.nonfinite_what = "its output";
       }
-    } else if (HasPrefix(s.tag, "grad/", &rest)) {
+    } else if (HasPrefix(tag, "grad/", &rest)) {
       Layer& l = layer(ModuleOf(rest));
-      const double norm = last.l2_norm();
-      if (std::isfinite(norm)) l.grad_norm = std::isnan(l.grad_norm) ? norm : std::hypot(l.grad_norm, norm);
-      if (NonFinite(last)) {
+      if (std::isfinite(last.l2)) l.grad_norm = std::isnan(l.grad_norm) ? last.l2 : std::hypot(l.grad_norm, last.l2);
+      if (last.nonfinite) {
         l.nonfinite = true;
         l.nonfinite_what = "its gradient";
       }
-    } else if (HasPrefix(s.tag, "weight/", &rest)) {
-      if (NonFinite(last)) {
+    } else if (HasPrefix(tag, "weight/", &rest)) {
+      if (last.nonfinite) {
         Layer& l = layer(ModuleOf(rest));
         l.nonfinite = true;
         l.nonfinite_what = "its weights";
       }
-    } else if (HasPrefix(s.tag, "update/", &rest)) {
-      auto w = weights.find(std::string(rest));
-      if (w == weights.end()) continue;
-      // Update and weight records of the same steps: ||w_t - w_{t-1}|| / ||w_t||.
-      std::map<int64_t, double> weight_norm;
-      for (size_t i = 0; i < w->second->steps.size(); ++i) weight_norm[w->second->steps[i]] = w->second->stats[i].l2_norm();
-      std::vector<double> ratios;
-      for (size_t i = 0; i < s.steps.size(); ++i) {
-        auto it = weight_norm.find(s.steps[i]);
-        const double u = s.stats[i].l2_norm();
-        if (it != weight_norm.end() && it->second > 0 && std::isfinite(u)) ratios.push_back(u / it->second);
-      }
-      if (ratios.empty()) continue;
+    } else if (HasPrefix(tag, "update/", &rest)) {
+      if (last.ratios.empty()) continue;
       Layer& l = layer(ModuleOf(rest));
-      const double numel = static_cast<double>(last.numel);
-      if (numel > l.update_ratio_numel) {
-        l.update_ratio = RecentMedian(ratios);
-        l.update_ratio_numel = numel;
+      if (last.numel > l.update_ratio_numel) {
+        std::vector<double> recent(last.ratios.begin(), last.ratios.end());
+        l.update_ratio = Median(std::span<const double>(recent));
+        l.update_ratio_numel = last.numel;
       }
     }
   }
@@ -133,7 +144,7 @@ std::vector<LayerHealth> LayerHealthOf(const RunData& run, const std::vector<Fin
 
   // Forward order where the watcher recorded it; layers it does not list keep first-seen order.
   std::vector<std::string> order;
-  if (auto m = run.meta.find("module_order"); m != run.meta.end()) {
+  if (auto m = meta.find("module_order"); m != meta.end()) {
     const nlohmann::json j = nlohmann::json::parse(m->second, nullptr, false);
     if (j.is_array()) {
       for (const auto& v : j) {
@@ -182,6 +193,14 @@ std::vector<LayerHealth> LayerHealthOf(const RunData& run, const std::vector<Fin
     out.push_back(std::move(h));
   }
   return out;
+}
+
+std::vector<LayerHealth> LayerHealthOf(const RunData& run, const std::vector<Finding>& findings) {
+  LayerHealthBuilder builder;
+  run.ReplaySteps(&builder, [&builder](int64_t) { builder.EndStep(); });
+  std::vector<std::string> order;
+  for (const TensorStatsSeries& s : run.tensor_stats) order.push_back(s.tag);
+  return builder.Finish(order, run.meta, findings);
 }
 
 }  // namespace trainscope::doctor

@@ -1,5 +1,6 @@
 #include "store/run_io.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace trainscope {
@@ -21,7 +22,7 @@ Status CheckRun(const std::string& path, DamageLog* damage) {
   return ReadRun(*store, &discard);
 }
 
-Status ReadRun(RunStore& store, SampleSink* sink) {
+Status ReadRunMeta(RunStore& store, SampleSink* sink) {
   RunMeta meta;
   Status s = store.ReadMeta(&meta);
   if (!s.ok()) return s;
@@ -34,36 +35,140 @@ Status ReadRun(RunStore& store, SampleSink* sink) {
   sink->OnMeta("git_commit", meta.git_commit);
   sink->OnMeta("exit_reason", meta.exit_reason);
   for (const auto& [key, value] : meta.extra) sink->OnMeta(key, value);
-  std::vector<SeriesInfo> series;
-  s = store.ListSeries(&series);
-  if (!s.ok()) return s;
-  for (const SeriesInfo& info : series) {
-    if (info.kind == SeriesKind::kScalar) {
-      std::vector<Point> points;
-      s = store.ReadScalars(info.tag, INT64_MIN, INT64_MAX, &points);
-      if (!s.ok()) return s;
-      for (const Point& p : points) sink->OnScalar(info.tag, p.step, p.wall_time, p.value);
-    } else if (info.kind == SeriesKind::kTensorStats) {
-      std::vector<TensorStatsPoint> points;
-      s = store.ReadTensorStats(info.tag, INT64_MIN, INT64_MAX, &points);
-      if (!s.ok()) return s;
-      for (const auto& p : points) sink->OnTensorStats(info.tag, p.step, p.wall_time, p.stats);
-    } else if (info.kind == SeriesKind::kVector) {
-      std::vector<VectorPoint> points;
-      s = store.ReadVectors(info.tag, INT64_MIN, INT64_MAX, &points);
-      if (!s.ok()) return s;
-      for (const auto& p : points) sink->OnVector(info.tag, p.step, p.wall_time, p.values);
-    }
-  }
-  std::vector<Span> spans;
-  s = store.ReadSpans(INT64_MIN, INT64_MAX, &spans);
-  if (!s.ok()) return s;
-  for (const Span& span : spans) sink->OnSpan(span);
   std::vector<Finding> findings;
   s = store.ReadFindings(&findings);
   if (!s.ok()) return s;
   for (const Finding& f : findings) sink->OnFinding(f);
   return Status::Ok();
+}
+
+namespace {
+
+// The points of `series` (from ListSeries) and the spans with step in [lo, hi], into `sink`.
+// `chunks`, when given: each scalar series' chunks (RunStore::ListChunks), by series index.
+Status ReadSteps(RunStore& store, const std::vector<SeriesInfo>& series, int64_t lo, int64_t hi, SampleSink* sink,
+                 const std::vector<std::vector<RunStore::ChunkSpan>>* chunks = nullptr) {
+  Status s;
+  std::vector<int64_t> ids;
+  for (size_t k = 0; k < series.size(); ++k) {
+    const SeriesInfo& info = series[k];
+    if (info.kind == SeriesKind::kScalar) {
+      std::vector<Point> points;
+      if (chunks) {
+        ids.clear();
+        for (const RunStore::ChunkSpan& c : (*chunks)[k]) {
+          if (c.max_step >= lo && c.min_step <= hi) ids.push_back(c.id);
+        }
+        s = store.ReadChunks(info, ids, lo, hi, &points);
+      } else {
+        s = store.ReadScalars(info, lo, hi, &points);
+      }
+      if (!s.ok()) return s;
+      for (const Point& p : points) sink->OnScalar(info.tag, p.step, p.wall_time, p.value);
+    } else if (info.kind == SeriesKind::kTensorStats) {
+      std::vector<TensorStatsPoint> points;
+      s = store.ReadTensorStats(info, lo, hi, &points);
+      if (!s.ok()) return s;
+      for (const auto& p : points) sink->OnTensorStats(info.tag, p.step, p.wall_time, p.stats);
+    } else if (info.kind == SeriesKind::kVector) {
+      std::vector<VectorPoint> points;
+      s = store.ReadVectors(info, lo, hi, &points);
+      if (!s.ok()) return s;
+      for (const auto& p : points) sink->OnVector(info.tag, p.step, p.wall_time, p.values);
+    }
+  }
+  std::vector<Span> spans;
+  s = store.ReadSpans(lo, hi, &spans);
+  if (!s.ok()) return s;
+  for (const Span& span : spans) sink->OnSpan(span);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ReadRun(RunStore& store, SampleSink* sink) {
+  Status s = ReadRunMeta(store, sink);
+  if (!s.ok()) return s;
+  std::vector<SeriesInfo> series;
+  s = store.ListSeries(&series);
+  if (!s.ok()) return s;
+  return ReadSteps(store, series, INT64_MIN, INT64_MAX, sink);
+}
+
+namespace {
+
+// The share of [first, last] that [lo, hi] covers (steps as doubles: the whole int64 line).
+double Overlap(int64_t first, int64_t last, int64_t lo, int64_t hi) {
+  const double a = static_cast<double>(std::max(first, lo)), b = static_cast<double>(std::min(last, hi));
+  if (a > b) return 0;
+  return (b - a + 1) / (static_cast<double>(last) - static_cast<double>(first) + 1);
+}
+
+}  // namespace
+
+Status ReplayStepsInWindows(RunStore& store, SampleSink* sink, const std::function<void(int64_t step)>& step_done,
+                            int64_t window_points) {
+  std::vector<SeriesInfo> series;
+  Status s = store.ListSeries(&series);
+  if (!s.ok()) return s;
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  for (const SeriesInfo& info : series) {
+    if (info.points <= 0) continue;
+    first = std::min(first, info.first_step);
+    last = std::max(last, info.last_step);
+  }
+  if (first > last) {  // no points: the spans, if any, in one window
+    RunData window;
+    s = ReadSteps(store, series, INT64_MIN, INT64_MAX, &window);
+    if (s.ok()) window.ReplaySteps(sink, step_done);
+    return s;
+  }
+  std::vector<std::vector<RunStore::ChunkSpan>> chunks(series.size());
+  for (size_t k = 0; k < series.size(); ++k) {
+    if (series[k].kind != SeriesKind::kScalar) continue;
+    s = store.ListChunks(series[k], &chunks[k]);
+    if (!s.ok()) return s;
+  }
+  // The points a window would hold, without reading it: each scalar chunk's, and each other
+  // series', spread evenly over its steps. A step far from the others (a bogus one) widens
+  // only its own chunk, not the estimate of every window.
+  auto estimate = [&](int64_t lo, int64_t hi) {
+    double points = 0;
+    for (size_t k = 0; k < series.size(); ++k) {
+      if (series[k].kind == SeriesKind::kScalar) {
+        for (const RunStore::ChunkSpan& c : chunks[k]) points += c.count * Overlap(c.min_step, c.max_step, lo, hi);
+      } else if (series[k].points > 0) {
+        points += series[k].points * Overlap(series[k].first_step, series[k].last_step, lo, hi);
+      }
+    }
+    return points;
+  };
+  const double target = static_cast<double>(std::max<int64_t>(window_points, 1));
+  const double span = static_cast<double>(last) - static_cast<double>(first) + 1;
+  double width = std::clamp(target * span / std::max(estimate(first, last), 1.0), 1.0, span);
+  // Windows cover every step: spans before the first point and after the last included.
+  int64_t lo = INT64_MIN;
+  for (;;) {
+    const double start = static_cast<double>(lo == INT64_MIN ? first : lo);
+    auto end_of = [&](double w) {
+      const double end = start + w - 1;
+      return end >= static_cast<double>(last) ? INT64_MAX : static_cast<int64_t>(end);
+    };
+    int64_t hi = end_of(width);
+    double expected = estimate(lo, hi);
+    while (expected > 2 * target && width > 1) {  // denser here than on average: narrower
+      width = std::max(1.0, width / 2);
+      hi = end_of(width);
+      expected = estimate(lo, hi);
+    }
+    RunData window;
+    s = ReadSteps(store, series, lo, hi, &window, &chunks);
+    if (!s.ok()) return s;
+    window.ReplaySteps(sink, step_done);
+    if (hi == INT64_MAX) return Status::Ok();
+    if (2 * expected < target) width *= 2;  // sparser: wider
+    lo = hi + 1;
+  }
 }
 
 int64_t StoreSink::Id(std::string_view tag, SeriesKind kind) {

@@ -1,6 +1,7 @@
 // Moving whole runs between a RunStore and the sample stream (core/run_data.h).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -14,6 +15,17 @@ namespace trainscope {
 // Reads every series, span, finding and metadata key of a store into `sink`
 // (meta keys: name, status, config, host, ... as stored; plus "format" = "trainscope").
 Status ReadRun(RunStore& store, SampleSink* sink);
+
+// The metadata keys ReadRun gives, and the recorded findings; no series.
+Status ReadRunMeta(RunStore& store, SampleSink* sink);
+
+// Every series and span of the store in step order, as RunData::ReplaySteps gives a whole
+// run (each step's samples, then step_done(step)), read one window of steps at a time:
+// about `window_points` points in memory, whatever the run's length (on a store opened
+// with RunStore::UnmapReads; mapped, the pages read stay in RSS). A damaged record is
+// skipped and reported as a whole read would, once per window it overlaps.
+Status ReplayStepsInWindows(RunStore& store, SampleSink* sink, const std::function<void(int64_t step)>& step_done,
+                            int64_t window_points = 1 << 18);
 
 // Reads every record of the store at `path` (a run directory or its .db file) and keeps
 // none of it: `damage` gets each damaged record a whole read skips. What `show`, `runs`,

@@ -69,6 +69,10 @@ std::string fmt_double(double v) {
   return buffer;
 }
 
+// Readers map the file: a decimation scan then reads pages without copying them. An
+// optimisation only: without it pages are read by read(2), so its failure is no error.
+constexpr const char* kMapReads = "PRAGMA mmap_size=1073741824";
+
 double Now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -523,9 +527,7 @@ Status RunStore::OpenReadOnly(const std::string& path, std::unique_ptr<RunStore>
   Status s = OpenDb(db_path, /*read_only=*/true, &store);
   if (!s.ok()) return s;
   store->reporter_ = reporter;
-  // Readers map the file: a decimation scan then reads pages without copying them. An
-  // optimisation only: without it pages are read by read(2), so its failure is no error.
-  (void)store->Exec("PRAGMA mmap_size=1073741824");
+  (void)store->Exec(kMapReads);
   s = store->CheckSchema();
   if (s.IsCorruption()) {
     // A file cut short (a copy that stopped, a full disk) is refused whole by SQLite when its
@@ -959,6 +961,13 @@ Status RunStore::Close(const std::string& status, const std::string& exit_reason
   return s;
 }
 
+void RunStore::UnmapReads() {
+  (void)Exec("PRAGMA mmap_size=0");
+  // Pages are then SQLite's own cache: large enough that the rows of one window, which the
+  // series share pages with, are read from the file once rather than once per series.
+  (void)Exec("PRAGMA cache_size=-32768");  // KiB
+}
+
 Status RunStore::ReadMeta(RunMeta* meta) {
   Statement stmt;
   if (sqlite3_prepare_v2(db_, "SELECT key, value FROM meta", -1, stmt.out(), nullptr) != SQLITE_OK) {
@@ -1245,6 +1254,11 @@ Status RunStore::ReadScalars(std::string_view tag, int64_t step_min, int64_t ste
   Status s = FindSeries(tag, &info);
   if (!s.ok()) return s;
   if (info.kind != SeriesKind::kScalar) return Status::InvalidArgument(WrongKind(db_path_, tag, info.kind, "scalar"));
+  return ReadScalars(info, step_min, step_max, out);
+}
+
+Status RunStore::ReadScalars(const SeriesInfo& info, int64_t step_min, int64_t step_max, std::vector<Point>* out) {
+  out->clear();
   return ForEachChunk(info, step_min, step_max,
                       [&](const unsigned char* steps, const unsigned char* values, const unsigned char* offsets,
                           int64_t n, double base_time) {
@@ -1255,6 +1269,56 @@ Status RunStore::ReadScalars(std::string_view tag, int64_t step_min, int64_t ste
                                           LoadUnaligned<double>(values + i * 8)});
                         }
                       });
+}
+
+Status RunStore::ListChunks(const SeriesInfo& info, std::vector<ChunkSpan>* chunks) {
+  chunks->clear();
+  Statement stmt;
+  int rc = sqlite3_prepare_v2(db_, "SELECT id, min_step, max_step, count FROM scalar_chunk WHERE series_id=? ORDER BY id", -1,
+                              stmt.out(), nullptr);
+  if (rc == SQLITE_OK) rc = sqlite3_bind_int64(stmt.get(), 1, info.id);
+  if (rc != SQLITE_OK) return SqlError("list chunks", rc);
+  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
+    chunks->push_back({sqlite3_column_int64(stmt.get(), 0), sqlite3_column_int64(stmt.get(), 1),
+                       sqlite3_column_int64(stmt.get(), 2), sqlite3_column_int64(stmt.get(), 3)});
+  }
+  if (rc == SQLITE_DONE) return Status::Ok();
+  if (!IsDamage(rc)) return SqlError("list chunks", rc);
+  ReportDamage({info.tag, "scalar_chunk", 0, std::string("the chunk list stopped at damage: ") + sqlite3_errmsg(db_)});
+  return Status::Ok();
+}
+
+Status RunStore::ReadChunks(const SeriesInfo& info, const std::vector<int64_t>& ids, int64_t step_min,
+                            int64_t step_max, std::vector<Point>* out) {
+  out->clear();
+  const std::string sql =
+      std::string("SELECT ") + (row_crc_ ? kChunkColumns : kChunkColumnsWithoutCrc) + " FROM scalar_chunk WHERE id=?";
+  Statement stmt;
+  int rc = sqlite3_prepare_v2(db_, sql.c_str(), -1, stmt.out(), nullptr);
+  if (rc != SQLITE_OK) return SqlError("read scalar_chunk", rc);
+  auto visit = [&](const unsigned char* steps, const unsigned char* values, const unsigned char* offsets, int64_t n,
+                   double base_time) {
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t step = LoadUnaligned<int64_t>(steps + i * 8);
+      if (step < step_min || step > step_max) continue;
+      out->push_back({step, base_time + LoadUnaligned<float>(offsets + i * 4), LoadUnaligned<double>(values + i * 8)});
+    }
+  };
+  for (int64_t id : ids) {
+    rc = sqlite3_bind_int64(stmt.get(), 1, id);
+    if (rc == SQLITE_OK) rc = sqlite3_step(stmt.get());
+    if (rc == SQLITE_ROW) {
+      if (std::string problem = VisitChunk(stmt.get(), visit); !problem.empty()) {
+        ReportDamage({info.tag, "scalar_chunk", id, std::move(problem)});
+      }
+    } else if (IsDamage(rc)) {
+      ReportDamage({info.tag, "scalar_chunk", id, std::string("unreadable row: ") + sqlite3_errmsg(db_)});
+    } else if (rc != SQLITE_DONE) {
+      return SqlError("read scalar_chunk", rc);
+    }
+    sqlite3_reset(stmt.get());
+  }
+  return Status::Ok();
 }
 
 Status RunStore::ReadDecimated(std::string_view tag, size_t buckets, int64_t step_min, int64_t step_max,
@@ -1336,6 +1400,11 @@ Status RunStore::ReadTensorStats(std::string_view tag, int64_t step_min, int64_t
   SeriesInfo info;
   Status s = FindSeries(tag, &info);
   if (!s.ok()) return s;
+  return ReadTensorStats(info, step_min, step_max, out);
+}
+
+Status RunStore::ReadTensorStats(const SeriesInfo& info, int64_t step_min, int64_t step_max, std::vector<TensorStatsPoint>* out) {
+  out->clear();
   struct Plan {
     explicit Plan(const char* crc)
         : columns(std::string("rowid, step, step, wall_time, numel, nan, inf, zeros, min, max, sum, sum_squares, "
@@ -1389,6 +1458,11 @@ Status RunStore::ReadVectors(std::string_view tag, int64_t step_min, int64_t ste
   SeriesInfo info;
   Status s = FindSeries(tag, &info);
   if (!s.ok()) return s;
+  return ReadVectors(info, step_min, step_max, out);
+}
+
+Status RunStore::ReadVectors(const SeriesInfo& info, int64_t step_min, int64_t step_max, std::vector<VectorPoint>* out) {
+  out->clear();
   struct Plan {
     explicit Plan(const char* crc)
         : scan(std::string("SELECT rowid, step, step, wall_time, data, ") + crc +

@@ -256,10 +256,33 @@ class RunStore {
   Status ReadTensorStats(std::string_view tag, int64_t step_min, int64_t step_max,
                          std::vector<TensorStatsPoint>* out);
   Status ReadVectors(std::string_view tag, int64_t step_min, int64_t step_max, std::vector<VectorPoint>* out);
+  // The same reads for a series from ListSeries, without looking its tag up again: for a
+  // reader that reads every series one window of steps at a time.
+  Status ReadScalars(const SeriesInfo& info, int64_t step_min, int64_t step_max, std::vector<Point>* points);
+  // A scalar series' chunks (rows of up to kChunkPoints points): each one's id, steps and points,
+  // in append order. With ReadChunks, a reader that goes through a long run window by
+  // window reads each chunk where it is, instead of scanning the series' rows every window.
+  struct ChunkSpan {
+    int64_t id;
+    int64_t min_step;
+    int64_t max_step;
+    int64_t count;  // points
+  };
+  Status ListChunks(const SeriesInfo& info, std::vector<ChunkSpan>* chunks);
+  // The points with step in [step_min, step_max] of the chunks `ids`, in that order (as
+  // ReadScalars gives them when `ids` are every chunk overlapping the steps).
+  Status ReadChunks(const SeriesInfo& info, const std::vector<int64_t>& ids, int64_t step_min, int64_t step_max,
+                    std::vector<Point>* points);
+  Status ReadTensorStats(const SeriesInfo& info, int64_t step_min, int64_t step_max, std::vector<TensorStatsPoint>* out);
+  Status ReadVectors(const SeriesInfo& info, int64_t step_min, int64_t step_max, std::vector<VectorPoint>* out);
   Status ReadSpans(int64_t step_min, int64_t step_max, std::vector<Span>* out);
   Status ReadFindings(std::vector<Finding>* out);
   // Largest step of any series (0 for an empty run).
   Status MaxStep(int64_t* step);
+  // Reads go through read(2) into a 32 MB page cache instead of the file mapped: every page
+  // a mapped read touches stays in the process's RSS until the store closes, which a reader
+  // that goes through a long run once (ReplayStepsInWindows) does not want.
+  void UnmapReads();
 
  private:
   RunStore() = default;

@@ -7,6 +7,8 @@
 
 #include <sqlite3.h>
 
+#include "core/run_data.h"
+#include "store/run_io.h"
 #include "store/run_store.h"
 
 namespace trainscope {
@@ -316,6 +318,77 @@ TEST_F(RunStoreTest, DecimationOverTheWholeInt64Line) {
     EXPECT_LE(out.size(), buckets);
     EXPECT_EQ(out.back().last_step, INT64_MAX);
   }
+}
+
+
+// Every sample as text, and each step's end: what a step-by-step reader hands a sink.
+class EventLog : public SampleSink {
+ public:
+  void OnScalar(std::string_view tag, int64_t step, double wall_time, double value) override {
+    events.push_back("s " + std::string(tag) + " " + std::to_string(step) + " " + std::to_string(wall_time) + " " +
+                     std::to_string(value));
+  }
+  void OnTensorStats(std::string_view tag, int64_t step, double wall_time, const TensorStats& stats) override {
+    events.push_back("t " + std::string(tag) + " " + std::to_string(step) + " " + std::to_string(stats.sum));
+  }
+  void OnVector(std::string_view tag, int64_t step, double, const std::vector<float>& values) override {
+    events.push_back("v " + std::string(tag) + " " + std::to_string(step) + " " + std::to_string(values.size()));
+  }
+  void OnSpan(const Span& span) override { events.push_back("p " + span.phase + " " + std::to_string(span.step)); }
+  std::vector<std::string> events;
+};
+
+// diagnose reads a stored run window by window (ReplayStepsInWindows) and must see exactly
+// what the whole run replayed step by step gives: same samples, same order, same step ends,
+// whatever the window, with steps that go backwards, repeat, sit far apart or only in spans.
+TEST_F(RunStoreTest, WindowByWindowReadingGivesWhatTheWholeRunGives) {
+  {
+    auto store = NewStore();
+    int64_t dense, odd, sparse, stats, vec;
+    ASSERT_TRUE(store->EnsureSeries("train/loss", SeriesKind::kScalar, &dense).ok());
+    ASSERT_TRUE(store->EnsureSeries("odd", SeriesKind::kScalar, &odd).ok());
+    ASSERT_TRUE(store->EnsureSeries("sparse", SeriesKind::kScalar, &sparse).ok());
+    ASSERT_TRUE(store->EnsureSeries("grad/w", SeriesKind::kTensorStats, &stats).ok());
+    ASSERT_TRUE(store->EnsureSeries("hist", SeriesKind::kVector, &vec).ok());
+    const float values[3] = {1, 2, 3};
+    for (int batch_start = 0; batch_start < 5000; batch_start += 700) {  // partial chunks, then full ones
+      WriteBatch batch;
+      for (int step = batch_start; step < std::min(5000, batch_start + 700); ++step) {
+        batch.scalars.push_back({dense, step, 100.0 + step, 1.0 / (step + 1)});
+        if (step % 3 == 0) batch.scalars.push_back({odd, 4999 - step, 100.0 + step, step * 0.5});  // backwards
+        if (step % 7 == 0) batch.scalars.push_back({odd, step, 100.0 + step, -1.0});                 // repeats
+        if (step % 10 == 0) batch.tensor_stats.push_back({stats, step, 100.0 + step, ComputeTensorStats(values, 3, true)});
+        if (step % 250 == 0) batch.vectors.push_back({vec, step, 100.0 + step, {1.0f, float(step)}});
+        if (step % 5 == 0) batch.spans.push_back({step, "forward", 100.0 + step, 0.01});
+      }
+      ASSERT_TRUE(store->Write(batch).ok());
+    }
+    WriteBatch far;
+    far.scalars.push_back({sparse, -5, 1.0, 7.0});
+    far.scalars.push_back({sparse, int64_t{1} << 50, 2.0, 8.0});
+    far.spans.push_back({-100, "setup", 0.5, 1.0});
+    far.spans.push_back({int64_t{1} << 60, "teardown", 3.0, 1.0});
+    ASSERT_TRUE(store->Write(far).ok());
+    ASSERT_TRUE(store->Close("finished", "").ok());
+  }
+  std::unique_ptr<RunStore> store;
+  ASSERT_TRUE(RunStore::OpenReadOnly((dir_ / "run").string(), &store).ok());
+  RunData whole;
+  ASSERT_TRUE(ReadRun(*store, &whole).ok());
+  EventLog expected;
+  whole.ReplaySteps(&expected, [&](int64_t step) { expected.events.push_back("end " + std::to_string(step)); });
+  ASSERT_GT(expected.events.size(), 9000u);
+  store->UnmapReads();
+  for (int64_t window : {1, 7, 300, 4096, 1 << 20}) {
+    EventLog got;
+    ASSERT_TRUE(
+        ReplayStepsInWindows(*store, &got, [&](int64_t step) { got.events.push_back("end " + std::to_string(step)); },
+                             window)
+            .ok());
+    ASSERT_EQ(got.events.size(), expected.events.size()) << "window " << window;
+    for (size_t i = 0; i < got.events.size(); ++i) ASSERT_EQ(got.events[i], expected.events[i]) << "window " << window << " event " << i;
+  }
+  EXPECT_EQ(store->damage().count(), 0u);
 }
 
 }  // namespace

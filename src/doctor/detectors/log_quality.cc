@@ -37,39 +37,45 @@ bool IsTrainscopeSeries(std::string_view tag) {
 
 void DuplicateStepsDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   if (frame.scalars.size() < 2) return;
+  ++frame_index_;
   // Repeats of the same value (an HF trainer_state's train and eval entries both carry
   // `epoch`) lose nothing: only points that disagree with another at their step count.
+  repeated_.clear();
   for (const auto& [tag, value] : frame.scalars) {
-    auto user = user_series_.find(tag);
-    if (user == user_series_.end()) {
+    auto it = series_.find(tag);
+    if (it == series_.end()) {
       // System metrics are sampled by the clock (every few seconds), not once per step: a
       // step longer than the interval, or the last sample at finish(), has several. Series
       // trainscope writes itself (time/, mem/, grad/, opt/ ...): how it steps them is not
       // the user's to fix.
-      user = user_series_.emplace(tag, !HasPrefix(tag, "sys/") && !IsTrainscopeSeries(tag)).first;
+      it = series_.emplace(std::string(tag), Series{}).first;
+      it->second.user = !HasPrefix(tag, "sys/") && !IsTrainscopeSeries(tag);
     }
-    if (!user->second) continue;
-    Seen& seen = seen_[tag];
-    if (seen.n++ == 0) {
-      seen.first = value;
-    } else if (!(value == seen.first || (std::isnan(value) && std::isnan(seen.first)))) {
-      seen.differs = true;
+    Series& s = it->second;
+    if (!s.user) continue;
+    if (s.frame != frame_index_) {
+      s.frame = frame_index_;
+      s.n = 1;
+      s.first = value;
+      s.differs = false;
+      continue;
     }
+    if (++s.n == 2) repeated_.push_back(&*it);
+    if (!(value == s.first || (std::isnan(value) && std::isnan(s.first)))) s.differs = true;
   }
-  for (const auto& [tag, seen] : seen_) {
-    if (!seen.differs) continue;
-    const uint64_t n = seen.n;
-    PerTag& t = tags_[std::string(tag)];
+  for (const auto* entry : repeated_) {
+    const Series& s = entry->second;
+    if (!s.differs) continue;
+    PerTag& t = tags_[entry->first];
     if (t.steps == 0) t.first_step = frame.step;
-    t.extra_points += n - 1;
+    t.extra_points += s.n - 1;
     ++t.steps;
-    if (n > t.most) {
-      t.most = n;
+    if (s.n > t.most) {
+      t.most = s.n;
       t.most_step = frame.step;
     }
-    extra_points_ += n - 1;
+    extra_points_ += s.n - 1;
   }
-  seen_.clear();  // its keys are views into this frame
 }
 
 void DuplicateStepsDetector::Finish(const DetectorContext& ctx) {

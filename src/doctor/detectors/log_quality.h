@@ -29,15 +29,20 @@ class DuplicateStepsDetector : public Detector {
     int64_t most_step = 0;
     int64_t first_step = 0;
   };
-  struct Seen {
+  // A scalar series: whether it is the user's (not sampled by the clock, not trainscope's
+  // own), and its points in the frame being judged (frame_index_).
+  struct Series {
+    bool user = false;
+    uint64_t frame = 0;
     uint64_t n = 0;
     double first = 0;
     bool differs = false;
   };
   std::map<std::string, PerTag> tags_;
   uint64_t extra_points_ = 0;
-  std::unordered_map<std::string_view, Seen> seen_;  // the frame being judged; reused
-  TagMap<bool> user_series_;  // per tag: not sampled by the clock, not trainscope's own
+  uint64_t frame_index_ = 0;
+  TagMap<Series> series_;
+  std::vector<const TagMap<Series>::value_type*> repeated_;  // of this frame, with two points or more
 };
 
 // How the run ended, from what the log says: meta "exception" (a recorded run that
