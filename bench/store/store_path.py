@@ -14,7 +14,7 @@ and, in the same run, plain SQLite on the same points (Python's sqlite3, one tab
 (series, step, value), one transaction): an insert of every point, and a scan that reads
 every point back into the program (each row fetched and its value summed). Times are CPU seconds (user + system) of
 the process doing the work, medians of --repeat, because the machine may be shared; peak
-RSS from wait4. The ratios trainscope / plain SQLite are what the quick test
+RSS from GNU time (run_measured). The ratios trainscope / plain SQLite are what the quick test
 (tests/python/test_store_speed.py) guards: a 3x slowdown of either path moves them by 3x
 whatever the machine.
 """
@@ -63,9 +63,17 @@ def read_points(path: pathlib.Path):
 
 def run_measured(cmd, env=None) -> tuple[str, float, float, float]:
     """(stdout, wall s, CPU s, peak RSS MB) of one command; raises if it fails. The pipes are
-    drained before the wait, so a child that writes a lot cannot block on them."""
+    drained before the wait, so a child that writes a lot cannot block on them.
+
+    The peak comes from GNU time (Debian's `time`), which forks the command itself: a child
+    this process starts (by vfork) inherits this process's peak RSS as its own, so wait4's
+    ru_maxrss reads at least what Python holds (416 MB while the points of a 4 M-point CSV
+    are in memory, whatever the command did)."""
     start = time.perf_counter()
-    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    peak_file = tempfile.NamedTemporaryFile(prefix="trainscope-peak-", delete=False)
+    peak_file.close()
+    timed = ["/usr/bin/time", "-f", "%M", "-o", peak_file.name] + [str(c) for c in cmd]
+    proc = subprocess.Popen(timed, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     errors = []
     reader = threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True)
     reader.start()
@@ -77,9 +85,11 @@ def run_measured(cmd, env=None) -> tuple[str, float, float, float]:
     wall = time.perf_counter() - start
     proc.stdout.close()
     proc.stderr.close()
+    peak_text = pathlib.Path(peak_file.name).read_text().strip().splitlines()
+    os.unlink(peak_file.name)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, cmd))} failed: {err.decode(errors='replace')[-2000:]}")
-    return out.decode(errors="replace"), wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+    return out.decode(errors="replace"), wall, usage.ru_utime + usage.ru_stime, int(peak_text[-1]) / 1024
 
 
 def sqlite_insert_and_scan(csv: pathlib.Path, db: pathlib.Path) -> tuple[float, float, int]:

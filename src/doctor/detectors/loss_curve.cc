@@ -66,8 +66,9 @@ void LossSpikeDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
     const bool positive = v > 0;
     if (series.count() >= options_.warmup) {
       const double med = series.Median();
-      const bool beyond_noise = !positive || !(logs.RobustZ(std::log(v)) < options_.noise_z);
-      if (med > 0 && v >= options_.leading_ratio * med && beyond_noise) {
+      // The robust z (two medians) only for a value that is high already.
+      if (med > 0 && v >= options_.leading_ratio * med &&
+          (!positive || !(logs.RobustZ(std::log(v)) < options_.noise_z))) {
         last_lead_step_ = frame.step;
         lead_what_ = what;
         lead_ratio_ = v / med;
@@ -99,11 +100,12 @@ void LossSpikeDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
   const size_t count = loss_.count();
   if (count >= options_.early_points) {
     const double med = loss_.Median();
-    const double z = loss_.RobustZ(x);
-    const double floor = options_.min_jump_of_initial * std::fabs(Median(first_));
     // Early on the median still falls with the loss: only a jump far above it counts.
     const double rel = count >= options_.warmup ? options_.rel : options_.early_ratio - 1;
-    if (z > options_.z && x > med + rel * std::fabs(med) && x - med >= floor) {
+    // The robust z and the initial level only for a point above the median already.
+    const bool above = x > med + rel * std::fabs(med);
+    const double z = above ? loss_.RobustZ(x) : 0;
+    if (above && z > options_.z && x - med >= options_.min_jump_of_initial * std::fabs(Median(first_))) {
       Pending p{frame.step, x, med, z, LogNoiseZ(x, med)};
       if (last_lead_step_ != std::numeric_limits<int64_t>::min() && frame.step - last_lead_step_ <= options_.leading_steps) {
         Emit(p, true, "the " + lead_what_ + " jumped " + FormatNumber(lead_ratio_, 4) + "x at step " +
@@ -748,11 +750,7 @@ void LossOscillationDetector::OnStep(const StepFrame& frame, const DetectorConte
   size_t changes = 0, diffs = 0;
   double amplitude = 0;
   double prev_diff = 0;
-  std::vector<double> xs, ys;
-  for (size_t i = 0; i < window_.size(); ++i) {
-    xs.push_back(static_cast<double>(window_[i].first));
-    ys.push_back(window_[i].second);
-    if (i == 0) continue;
+  for (size_t i = 1; i < window_.size(); ++i) {
     const double d = window_[i].second - window_[i - 1].second;
     amplitude += std::fabs(d);
     if (i >= 2 && d * prev_diff < 0) ++changes;
@@ -761,8 +759,14 @@ void LossOscillationDetector::OnStep(const StepFrame& frame, const DetectorConte
   }
   amplitude /= static_cast<double>(window_.size() - 1);
   const double alternation = diffs ? static_cast<double>(changes) / static_cast<double>(diffs) : 0;
+  if (alternation < options_.min_alternation) return;  // the common case: judged without a median
+  std::vector<double> xs, ys;
+  for (const auto& [step, value] : window_) {
+    xs.push_back(static_cast<double>(step));
+    ys.push_back(value);
+  }
   const double level = std::fabs(Median(ys));
-  if (alternation < options_.min_alternation || amplitude < options_.min_amplitude * level) return;
+  if (amplitude < options_.min_amplitude * level) return;
   const SlopeFit fit = RobustSlope(xs, ys);
   if (std::fabs(fit.trend_z) >= options_.max_trend_z) return;
   Finding f;
