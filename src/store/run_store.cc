@@ -1291,11 +1291,14 @@ Status RunStore::ListChunks(const SeriesInfo& info, std::vector<ChunkSpan>* chun
 Status RunStore::ReadChunks(const SeriesInfo& info, const std::vector<int64_t>& ids, int64_t step_min,
                             int64_t step_max, std::vector<Point>* out) {
   out->clear();
-  const std::string sql =
-      std::string("SELECT ") + (row_crc_ ? kChunkColumns : kChunkColumnsWithoutCrc) + " FROM scalar_chunk WHERE id=?";
-  Statement stmt;
-  int rc = sqlite3_prepare_v2(db_, sql.c_str(), -1, stmt.out(), nullptr);
-  if (rc != SQLITE_OK) return SqlError("read scalar_chunk", rc);
+  if (!read_chunk_) {  // kept: a window-by-window reader asks once per series and window
+    const std::string sql =
+        std::string("SELECT ") + (row_crc_ ? kChunkColumns : kChunkColumnsWithoutCrc) + " FROM scalar_chunk WHERE id=?";
+    Status s = Prepare(sql.c_str(), &read_chunk_);
+    if (!s.ok()) return s;
+  }
+  sqlite3_stmt* stmt = read_chunk_;
+  int rc = SQLITE_OK;
   auto visit = [&](const unsigned char* steps, const unsigned char* values, const unsigned char* offsets, int64_t n,
                    double base_time) {
     for (int64_t i = 0; i < n; ++i) {
@@ -1305,18 +1308,17 @@ Status RunStore::ReadChunks(const SeriesInfo& info, const std::vector<int64_t>& 
     }
   };
   for (int64_t id : ids) {
-    rc = sqlite3_bind_int64(stmt.get(), 1, id);
-    if (rc == SQLITE_OK) rc = sqlite3_step(stmt.get());
+    rc = sqlite3_bind_int64(stmt, 1, id);
+    if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
     if (rc == SQLITE_ROW) {
-      if (std::string problem = VisitChunk(stmt.get(), visit); !problem.empty()) {
+      if (std::string problem = VisitChunk(stmt, visit); !problem.empty()) {
         ReportDamage({info.tag, "scalar_chunk", id, std::move(problem)});
       }
     } else if (IsDamage(rc)) {
       ReportDamage({info.tag, "scalar_chunk", id, std::string("unreadable row: ") + sqlite3_errmsg(db_)});
-    } else if (rc != SQLITE_DONE) {
-      return SqlError("read scalar_chunk", rc);
     }
-    sqlite3_reset(stmt.get());
+    sqlite3_reset(stmt);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE && !IsDamage(rc)) return SqlError("read scalar_chunk", rc);
   }
   return Status::Ok();
 }

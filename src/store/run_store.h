@@ -322,6 +322,7 @@ class RunStore {
   std::unordered_map<std::string, std::pair<int64_t, SeriesKind>> series_cache_;
   std::vector<sqlite3_stmt*> statements_;  // finalized on close
   sqlite3_stmt* insert_chunk_ = nullptr;
+  sqlite3_stmt* read_chunk_ = nullptr;  // ReadChunks
   bool row_crc_ = false;  // scalar_chunk, tensor_stats and vector have their crc columns (CheckSchema)
   sqlite3_stmt* delete_chunk_ = nullptr;
   sqlite3_stmt* insert_stats_ = nullptr;
