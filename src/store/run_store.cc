@@ -1257,18 +1257,27 @@ Status RunStore::ReadScalars(std::string_view tag, int64_t step_min, int64_t ste
   return ReadScalars(info, step_min, step_max, out);
 }
 
+namespace {
+
+// A chunk visitor (VisitChunk) that appends the points with step in [lo, hi] to `out`.
+struct AppendPointsIn {
+  int64_t lo, hi;
+  std::vector<Point>* out;
+  void operator()(const unsigned char* steps, const unsigned char* values, const unsigned char* offsets, int64_t n,
+                  double base_time) const {
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t step = LoadUnaligned<int64_t>(steps + i * 8);
+      if (step < lo || step > hi) continue;
+      out->push_back({step, base_time + LoadUnaligned<float>(offsets + i * 4), LoadUnaligned<double>(values + i * 8)});
+    }
+  }
+};
+
+}  // namespace
+
 Status RunStore::ReadScalars(const SeriesInfo& info, int64_t step_min, int64_t step_max, std::vector<Point>* out) {
   out->clear();
-  return ForEachChunk(info, step_min, step_max,
-                      [&](const unsigned char* steps, const unsigned char* values, const unsigned char* offsets,
-                          int64_t n, double base_time) {
-                        for (int64_t i = 0; i < n; ++i) {
-                          const int64_t step = LoadUnaligned<int64_t>(steps + i * 8);
-                          if (step < step_min || step > step_max) continue;
-                          out->push_back({step, base_time + LoadUnaligned<float>(offsets + i * 4),
-                                          LoadUnaligned<double>(values + i * 8)});
-                        }
-                      });
+  return ForEachChunk(info, step_min, step_max, AppendPointsIn{step_min, step_max, out});
 }
 
 Status RunStore::ListChunks(const SeriesInfo& info, std::vector<ChunkSpan>* chunks) {
@@ -1299,14 +1308,7 @@ Status RunStore::ReadChunks(const SeriesInfo& info, const std::vector<int64_t>& 
   }
   sqlite3_stmt* stmt = read_chunk_;
   int rc = SQLITE_OK;
-  auto visit = [&](const unsigned char* steps, const unsigned char* values, const unsigned char* offsets, int64_t n,
-                   double base_time) {
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t step = LoadUnaligned<int64_t>(steps + i * 8);
-      if (step < step_min || step > step_max) continue;
-      out->push_back({step, base_time + LoadUnaligned<float>(offsets + i * 4), LoadUnaligned<double>(values + i * 8)});
-    }
-  };
+  AppendPointsIn visit{step_min, step_max, out};
   for (int64_t id : ids) {
     rc = sqlite3_bind_int64(stmt, 1, id);
     if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
