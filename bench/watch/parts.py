@@ -1,7 +1,7 @@
 """Where run.watch()'s time goes: wall time per step of each watcher part.
 
 Wraps the Watcher's methods (and, unless NOPROXY=1, its recorder calls) with a timer and
-trains the benchmark transformer (lm) or CNN (cnn) for 100 steps after 5 of warm-up, with
+trains the benchmark transformer (lm), CNN (cnn) or the tiny MLP (mlp) for 100 steps (STEPS=n) after 5 of warm-up, with
 Python's garbage collector off during them (a collection would be charged to whichever part
 it starts in). The timer is perf_counter: on the development VM, time.thread_time is a
 system call whose own first-in-the-step cost (~0.1 ms) swamped the small parts it timed.
@@ -32,10 +32,14 @@ from trainscope import watch as W
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from overhead import cnn_setup, lm_setup  # noqa: E402
+from own_time import mlp_setup  # noqa: E402
+
+SETUPS = {"lm": lm_setup, "cnn": cnn_setup, "mlp": mlp_setup}
 
 PARTS = ["_before_update", "_gradient_pass", "_finish_gradients", "_after_update", "_weight_pass",
          "_refresh_snapshots", "_wait_weights", "_on_step_end", "_on_forward_begin", "_on_forward_end",
-         "_submit_forward", "_commit_activations", "_log_inputs", "_hot_totals", "_inspect_batch"]
+         "_submit_forward", "_commit_activations", "_log_inputs", "_hot_totals", "_inspect_batch",
+         "_step_begin", "_step_returned", "_close_step", "_zero_grad", "_after_real_step"]
 
 
 def main():
@@ -64,7 +68,8 @@ def main():
     W.Watcher._grad_hook = lambda self, slot, p: timed("grad_hook", grad_hook(self, slot, p))
     W.Watcher._activation_hook = lambda self, n, m: timed("act_hook", activation_hook(self, n, m))
 
-    model, opt, batches, loss_fn = (lm_setup if which == "lm" else cnn_setup)()
+    setup = SETUPS[which]
+    model, opt, batches, loss_fn = setup()
     run = ts.init(logdir=tempfile.mkdtemp(prefix="ts-parts-"), name="parts")
     watcher = run.watch(model, opt, **options)
 
@@ -79,7 +84,6 @@ def main():
     if os.environ.get("PROXY"):
         watcher.rec = TimedRecorder(watcher.rec)
 
-    setup = lm_setup if which == "lm" else cnn_setup
     others = [setup() for _ in range(int(os.environ.get("BETWEEN", "0")))]
 
     def plain_step(other, x, y):
@@ -89,7 +93,7 @@ def main():
         other_opt.step()
 
     def train(steps):
-        for _, (x, y) in zip(range(steps), run.data(batches * 100)):
+        for _, (x, y) in zip(range(steps), run.data(batches * (steps // len(batches) + 1))):
             for other in others:
                 plain_step(other, x, y)
             opt.zero_grad()
@@ -108,7 +112,7 @@ def main():
     train(5)
     spent.clear()
     calls.clear()
-    steps = 100
+    steps = int(os.environ.get("STEPS", "100"))
     thread0, process0 = time.thread_time(), time.process_time()
     gc.collect()
     gc.disable()

@@ -304,8 +304,8 @@ class Run:
             if value.numel() != 1:
                 self._warn_once(("shape", key), f"{key}: a tensor of {value.numel()} elements is not a scalar; skipped")
                 return None
-            if value.device.type == "cpu":
-                return float(value.detach().reshape(()).item())
+            if value.is_cpu:
+                return float(value.item())  # a loss that requires grad too: item() reads, no graph
             self._deferred.append((key, step, value.detach().reshape(())))
             return None
         try:
@@ -397,6 +397,9 @@ class Run:
             guard (bool): skip an optimizer step whose gradients are not finite. Default
                 False.
             census_every (int): a census of live Python objects by type. Default 500.
+            census_budget (float or None): a census is skipped while the censuses would
+                take more than this share of the run's wall time. Default 0.01; None:
+                every census_every steps whatever it costs.
             memory (bool): mem/rss and mem/cuda_* every step. Default True.
             inputs (bool): the model's float inputs and the labels' range. Default True.
             hot_gradients (bool or "auto"): gradient statistics inside backward while in

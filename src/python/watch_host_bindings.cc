@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -220,11 +221,63 @@ TensorStats ActivationStats(const ActivationJob& j, const void* data) {
   return s;
 }
 
+// A module output or model input as Python describes it: (id, ptr, numel, dtype, outer,
+// units, inner, kind, histogram, sizes, strides).
+using ActivationRecord = std::tuple<uint32_t, uintptr_t, uint64_t, int, uint64_t, uint64_t, uint64_t, int, bool,
+                                    std::vector<int64_t>, std::vector<int64_t>>;
+
+// Checked before any job is queued: a bad record raises ValueError on the training thread.
+std::vector<ActivationJob> ActivationJobs(const std::vector<ActivationRecord>& records) {
+  std::vector<ActivationJob> jobs;
+  jobs.reserve(records.size());
+  for (const ActivationRecord& r : records) {
+    ActivationJob j{std::get<0>(r), std::get<1>(r), std::get<2>(r), ToDType(std::get<3>(r)), std::get<4>(r),
+                    std::get<5>(r), std::get<6>(r), std::get<7>(r), std::get<8>(r), {}, {}};
+    if (j.kind == kDeadUnits && j.outer * j.units * j.inner != j.numel) {
+      throw py::value_error("trainscope watch: activation layout does not match its size");
+    }
+    if (!std::get<10>(r).empty()) {
+      CheckStrided(std::get<9>(r), std::get<10>(r));
+      int64_t count = 1;
+      for (int64_t size : std::get<9>(r)) count *= size;
+      if (static_cast<uint64_t>(count) != j.numel) {
+        throw py::value_error("trainscope watch: activation sizes do not match its numel");
+      }
+      j.sizes = std::get<9>(r);
+      j.strides = std::get<10>(r);
+    }
+    jobs.push_back(std::move(j));
+  }
+  return jobs;
+}
+
+// The statistics of each job's tensor; a strided one is gathered row-major into *gathered first.
+void MeasureActivations(const std::vector<ActivationJob>& jobs, std::vector<unsigned char>* gathered,
+                        const std::function<void(size_t, const TensorStats&)>& out) {
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const ActivationJob& j = jobs[i];
+    const void* data = reinterpret_cast<const void*>(j.ptr);
+    if (!j.strides.empty() && j.numel) {
+      const size_t bytes = ElementSize(j.dtype);
+      const int64_t inner = j.sizes.back(), inner_stride = j.strides.back();
+      gathered->resize(j.numel * bytes);
+      unsigned char* dst = gathered->data();
+      const auto* in = reinterpret_cast<const unsigned char*>(j.ptr);
+      watch::ForEachRow(j.sizes, j.strides, [&](int64_t offset) {
+        for (int64_t k = 0; k < inner; ++k, dst += bytes) {
+          std::memcpy(dst, in + (offset + k * inner_stride) * bytes, bytes);
+        }
+      });
+      data = gathered->data();
+    }
+    out(i, ActivationStats(j, data));
+  }
+}
+
 // The host executor's C++ half: every pass a job on the helper thread, every submit a Ticket.
 class HostWorker {
  public:
-  using Record = std::tuple<uint32_t, uintptr_t, uint64_t, int, uint64_t, uint64_t, uint64_t, int, bool,
-                            std::vector<int64_t>, std::vector<int64_t>>;
+  using Record = ActivationRecord;
 
   // Logs into recorder, which Python keeps alive as long as this worker (keep_alive on the
   // constructor; the tickets hold the worker).
@@ -234,19 +287,29 @@ class HostWorker {
   // global norm as norm_id (0: none). Also logged from the helper: scalars (lr, grad_zeroed)
   // and, when rss_id is not 0, the process's RSS: a recorder call or an RSS read costs the
   // training thread ~0.1-0.2 ms when its code is cold, as it is at an optimizer step.
+  // inputs: the step's model inputs (activation records), measured and logged in the same
+  // job: the step's one hand-off to the helper.
   std::unique_ptr<Ticket> SubmitStats(py::object self, int64_t step, std::shared_ptr<StatsPlan> plan,
                                       std::vector<uintptr_t> ptrs, bool histogram, bool units, uint32_t norm_id,
                                       std::vector<uint32_t> scalar_ids, std::vector<double> scalar_values,
-                                      uint32_t rss_id, py::object kept) {
+                                      uint32_t rss_id, py::object kept, const std::vector<Record>& inputs) {
     CheckLengths(plan->size(), {ptrs.size()});
     CheckLengths(scalar_ids.size(), {scalar_values.size()});
+    std::vector<ActivationJob> input_jobs = ActivationJobs(inputs);
     auto state = NewState(step);
     Recorder* rec = &recorder_;
     return Push(std::move(self), state, std::move(kept),
                 [rec, state, step, plan, ptrs = std::move(ptrs), histogram, units, norm_id,
-                 scalar_ids = std::move(scalar_ids), scalar_values = std::move(scalar_values), rss_id] {
+                 scalar_ids = std::move(scalar_ids), scalar_values = std::move(scalar_values), rss_id,
+                 input_jobs = std::move(input_jobs)] {
                   for (size_t i = 0; i < scalar_ids.size(); ++i) rec->LogScalar(scalar_ids[i], step, scalar_values[i]);
                   if (rss_id) rec->LogScalar(rss_id, step, static_cast<double>(watch::ProcessRssBytes()));
+                  if (!input_jobs.empty()) {
+                    std::vector<unsigned char> gathered;
+                    MeasureActivations(input_jobs, &gathered, [&](size_t i, const TensorStats& stats) {
+                      rec->LogTensorStats(input_jobs[i].id, step, stats);
+                    });
+                  }
                   state->totals = StatsPass(*rec, step, *plan, ptrs, histogram, units);
                   if (norm_id) rec->LogScalar(norm_id, step, GlobalNorm(state->totals));
                 });
@@ -283,48 +346,14 @@ class HostWorker {
   // Ticket.log_activations.
   std::unique_ptr<Ticket> SubmitActivations(py::object self, int64_t step, const std::vector<Record>& records,
                                             py::object kept) {
-    std::vector<ActivationJob> jobs;
-    jobs.reserve(records.size());
-    for (const Record& r : records) {
-      ActivationJob j{std::get<0>(r), std::get<1>(r), std::get<2>(r), ToDType(std::get<3>(r)), std::get<4>(r),
-                      std::get<5>(r), std::get<6>(r), std::get<7>(r), std::get<8>(r), {}, {}};
-      if (j.kind == kDeadUnits && j.outer * j.units * j.inner != j.numel) {
-        throw py::value_error("trainscope watch: activation layout does not match its size");
-      }
-      if (!std::get<10>(r).empty()) {
-        CheckStrided(std::get<9>(r), std::get<10>(r));
-        int64_t count = 1;
-        for (int64_t size : std::get<9>(r)) count *= size;
-        if (static_cast<uint64_t>(count) != j.numel) {
-          throw py::value_error("trainscope watch: activation sizes do not match its numel");
-        }
-        j.sizes = std::get<9>(r);
-        j.strides = std::get<10>(r);
-      }
-      jobs.push_back(std::move(j));
-    }
+    std::vector<ActivationJob> jobs = ActivationJobs(records);
     auto state = NewState(step);
     state->activations.resize(jobs.size());
     return Push(std::move(self), state, std::move(kept), [state, jobs = std::move(jobs)] {
       std::vector<unsigned char> gathered;
-      for (size_t i = 0; i < jobs.size(); ++i) {
-        const ActivationJob& j = jobs[i];
-        const void* data = reinterpret_cast<const void*>(j.ptr);
-        if (!j.strides.empty() && j.numel) {
-          const size_t bytes = ElementSize(j.dtype);
-          const int64_t inner = j.sizes.back(), inner_stride = j.strides.back();
-          gathered.resize(j.numel * bytes);
-          unsigned char* out = gathered.data();
-          const auto* in = reinterpret_cast<const unsigned char*>(j.ptr);
-          watch::ForEachRow(j.sizes, j.strides, [&](int64_t offset) {
-            for (int64_t k = 0; k < inner; ++k, out += bytes) {
-              std::memcpy(out, in + (offset + k * inner_stride) * bytes, bytes);
-            }
-          });
-          data = gathered.data();
-        }
-        state->activations[i] = {j.id, ActivationStats(j, data)};
-      }
+      MeasureActivations(jobs, &gathered, [&](size_t i, const TensorStats& stats) {
+        state->activations[i] = {jobs[i].id, stats};
+      });
     });
   }
 
@@ -379,14 +408,16 @@ void RegisterHostExecutor(py::module_& m) {
           "submit_stats",
           [](py::object self, int64_t step, std::shared_ptr<StatsPlan> plan, std::vector<uintptr_t> ptrs,
              bool histogram, bool units, uint32_t norm_id, std::vector<uint32_t> scalar_ids,
-             std::vector<double> scalar_values, uint32_t rss_id, py::object kept) {
+             std::vector<double> scalar_values, uint32_t rss_id, py::object kept,
+             const std::vector<HostWorker::Record>& inputs) {
             return self.cast<HostWorker&>().SubmitStats(self, step, std::move(plan), std::move(ptrs), histogram,
                                                         units, norm_id, std::move(scalar_ids),
-                                                        std::move(scalar_values), rss_id, std::move(kept));
+                                                        std::move(scalar_values), rss_id, std::move(kept), inputs);
           },
           py::arg("step"), py::arg("plan"), py::arg("ptrs"), py::arg("histogram"), py::arg("units"),
           py::arg("norm_id") = 0, py::arg("scalar_ids") = std::vector<uint32_t>{},
-          py::arg("scalar_values") = std::vector<double>{}, py::arg("rss_id") = 0, py::arg("kept") = py::none())
+          py::arg("scalar_values") = std::vector<double>{}, py::arg("rss_id") = 0, py::arg("kept") = py::none(),
+          py::arg("inputs") = std::vector<HostWorker::Record>{})
       .def(
           "submit_weights",
           [](py::object self, int64_t step, std::shared_ptr<WeightPlan> plan, std::vector<uintptr_t> current,

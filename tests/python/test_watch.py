@@ -697,7 +697,7 @@ def test_memory_census_and_system_metrics(tmp_path):
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     run = ts.init(tmp_path, "mem")
-    run.watch(model, opt, census_every=1, system_interval=0.05)
+    run.watch(model, opt, census_every=1, census_budget=None, system_interval=0.05)
     leak = []
     for x, y in run.data(batches(5)):
         opt.zero_grad()
@@ -708,7 +708,7 @@ def test_memory_census_and_system_metrics(tmp_path):
     run.finish()
     view = ts.open_run(tmp_path / "mem")
     tensors = view.scalars("census/torch.Tensor")
-    assert list(tensors["step"]) == [0, 1, 2, 3, 4]
+    assert list(tensors["step"]) == [0, 1, 2, 3, 4]  # no budget: every census_every steps
     assert tensors["value"][-1] - tensors["value"][0] >= 4  # the four leaked after step 0 show up
     own, step_time = view.scalars("time/watch"), view.scalars("time/step")
     assert list(own["step"]) == [0, 1, 2, 3, 4]
@@ -718,6 +718,23 @@ def test_memory_census_and_system_metrics(tmp_path):
     cpu = view.scalars("sys/cpu_percent")["value"]
     assert len(cpu) >= 1 and ((cpu >= 0) & (cpu <= 100)).all()
     assert (view.scalars("sys/rss")["value"] > 1e6).all()
+
+
+def test_census_keeps_to_its_share_of_wall_time(tmp_path):
+    # A census (gc.collect() and a pass over every object: milliseconds in this process)
+    # every step of a sub-millisecond training would take most of its time; with the budget
+    # (1 %) the next one waits ~100x the last one's cost.
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    run = ts.init(tmp_path, "census")
+    run.watch(model, opt, census_every=1)
+    for x, y in run.data(batches(30)):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    run.finish()
+    steps = list(ts.open_run(tmp_path / "census").scalars("census/torch.Tensor")["step"])
+    assert steps[0] == 0 and len(steps) <= 2, steps  # without the budget: all 30
 
 
 def test_gradient_accumulation_counts_optimizer_steps(tmp_path):

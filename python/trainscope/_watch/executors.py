@@ -11,7 +11,7 @@ totals (sum of squares, nan, inf) of a stats job), and for activation jobs
 host ticket dropped early waits for its job first. Nothing else holds tensors for a job.
 
 The calls (plan: plan.ParamPlan):
-  stats(step, plan, tensors, histogram, units, norm_id, scalar_ids, scalar_values, rss_id)
+  stats(step, plan, tensors, histogram, units, norm_id, scalar_ids, scalar_values, rss_id[, inputs: host only])
   weights(step, plan, histogram)       weight/update pass against plan.snapshots (refreshed)
   snapshot(plan)                       plan.snapshots := the weights
   capture(series_id, tensor, kind, histogram, flat) -> a captured item (None: not measurable)
@@ -58,13 +58,17 @@ class HostExecutor:
         from trainscope import _core
         self.worker = _core.HostWorker(recorder)
 
-    def stats(self, step, plan, tensors, histogram, units, norm_id=0, scalar_ids=(), scalar_values=(), rss_id=0):
+    def stats(self, step, plan, tensors, histogram, units, norm_id=0, scalar_ids=(), scalar_values=(), rss_id=0,
+              inputs=()):
+        """inputs: captured model inputs (capture()'s items), measured in the same job."""
         found = _host_pointers(tensors, plan.expect)
         if found is None:
             return None
         ptrs, kept = found
+        if inputs:
+            kept += [tensor for _, tensor in inputs]
         return self.worker.submit_stats(step, plan.grads, ptrs, histogram, units, norm_id, list(scalar_ids),
-                                        list(scalar_values), rss_id, kept)
+                                        list(scalar_values), rss_id, kept, [record for record, _ in inputs])
 
     def weights(self, step, plan, histogram):
         found = _host_pointers(plan.params, plan.expect)

@@ -49,7 +49,7 @@ class Watcher:
 
     def __init__(self, run, clock, model, optimizer=None, *, every=1, histograms_every=100,
                  activations=True, activations_every=None, weights_every=None, units_every=None,
-                 accumulation_steps=1, guard=False, census_every=500, memory=True, inputs=True,
+                 accumulation_steps=1, guard=False, census_every=500, census_budget=0.01, memory=True, inputs=True,
                  hot_gradients="auto", system_interval=5.0, dense_steps=None, name=None):
         self.run = run
         self.rec = run._recorder
@@ -87,7 +87,7 @@ class Watcher:
         self.failures = Failures()
         if self.primary:
             clock.self_time = SelfTime()
-            clock.census = Census(self._id, clock.self_time, census_every)
+            clock.census = Census(self._id, clock.self_time, census_every, census_budget)
         self.self_time = clock.self_time
         self.census = clock.census
         self._ids = {}
@@ -113,6 +113,7 @@ class Watcher:
         self._grad_ticket = None
         self._weight_tickets = []
         self._forward = []          # (executor, ticket, names, versions) of the last forward's activation jobs not logged yet
+        self._inputs = []           # (name, host item, version) of this step's model inputs, for its gradient pass
         self._captured = []         # this forward's (name, item) reduced on the device, until its end
         self._device_tickets = collections.deque()
         self._rss_step = None       # the step whose RSS the helper logs with the gradient pass
@@ -327,6 +328,8 @@ class Watcher:
             self._backward_done = False
             self._call_guarded("step end", self.clock.end)  # the last step, without an optimizer
         self._detach_activation_hooks()
+        if self._inputs:
+            self._call_guarded("inputs", lambda: self._submit_inputs(self._take_inputs()))
         self._call_guarded("activations", self._flush_forward)
         self._call_guarded("gradients", self._finish_gradients)
         self._call_guarded("weights", self._submit_weight_pass)  # the last step's
@@ -427,6 +430,8 @@ class Watcher:
         # no_grad is not measured: its inputs and activations would land on that step a
         # second time, and its time is not the training's forward.
         self._flush_forward()  # the last forward's, if no step came after it
+        if self._grad_ticket is not None:  # before a backward can write the gradients it reads
+            self._call_guarded("gradients", self._finish_gradients)
         if not torch.is_grad_enabled():
             self._act_step = None
             return
@@ -567,12 +572,36 @@ class Watcher:
         if executor.on_device:
             self._captured.append((name, item))
             return
+        if flat and self._overlap and name not in self._act_in_place:
+            # A model input goes with the step's gradient pass (one hand-off a step), read
+            # there if no op changed it in place since (_take_inputs).
+            self._inputs.append((name, item, tensor._version))
+            return
         ticket = executor.activations(self.clock.step, [item])
         if name in self._act_in_place:
             ticket.log_activations([True])
             return
         self._commit_activations(finished_only=True)
         self._forward.append((executor, ticket, [name], [tensor._version]))
+
+    def _take_inputs(self):
+        """The captured model inputs as captured: [(name, host item)]; one a later op changed
+        in place is dropped and measured at capture from then on."""
+        inputs, self._inputs = self._inputs, []
+        kept = []
+        for name, item, version in inputs:
+            if item[1]._version == version:
+                kept.append((name, item))
+            else:
+                self._act_in_place.add(name)
+        return kept
+
+    def _submit_inputs(self, inputs):
+        """Captured inputs no gradient pass took: a job of their own, logged with the forward's."""
+        if inputs:
+            host = self._host_executor()
+            ticket = host.activations(self.clock.step, [item for _, item in inputs])
+            self._forward.append((host, ticket, [name for name, _ in inputs], [item[1]._version for _, item in inputs]))
 
     def _submit_forward(self):
         """At the forward's end: the rows reduced on the device go to the host in one copy."""
@@ -591,13 +620,12 @@ class Watcher:
         since the module's hook: an in-place ReLU after a conv, say), since the pass may have
         read the changed values; that module is measured in its hook from then on."""
         forward, self._forward = self._forward, []
-        for index, entry in enumerate(forward):
+        for entry in forward:
             executor, ticket, names, versions = entry
-            if finished_only and (executor.on_device or not ticket.done()):
-                self._forward = forward[index:]  # the helper runs jobs in order: none later is done
-                return
             if executor.on_device:  # reduced in the hook, in stream order: logged when the copy lands
                 self._device_tickets.append(ticket)
+            elif finished_only and (self._forward or not ticket.done()):
+                self._forward.append(entry)  # the helper runs jobs in order: none after it is done
             else:
                 keep = [t._version == v for t, v in zip(ticket.kept, versions)]
                 for name, same in zip(names, keep):
@@ -605,11 +633,11 @@ class Watcher:
                         self._act_in_place.add(name)
                 ticket.log_activations(keep)
 
-    def _flush_forward(self):
+    def _flush_forward(self, finished_only=False):
         if self._captured:
             self._submit_forward()
         if self._forward:
-            self._commit_activations()
+            self._commit_activations(finished_only)
 
     # ---- inputs and labels ----
 
@@ -776,6 +804,8 @@ class Watcher:
     # ---- optimizer step: gradients before, weights and updates after ----
 
     def _zero_grad(self, original, *args, **kwargs):
+        if self._grad_ticket is not None:  # the gradient pass reads what this zeroes
+            self._call_guarded("gradients", self._finish_gradients)
         if self._backward_done:
             self._backward_done = False
             if self._owns_steps():
@@ -878,8 +908,11 @@ class Watcher:
         n = self._optimizer_steps
         if n & (n - 1) == 0 or n % 1024 == 0:  # steps 1, 2, 4, ... 1024, then every 1024th: a loop over parameters
             self._call_guarded("gradients", self._note_params_without_grad)
-        self._call_guarded("gradients", self._finish_gradients)
+        # The overlapped gradient pass is not waited for here: the helper reads the gradients
+        # until the loop next zeroes them or begins a forward (_finish_gradients there), so
+        # the step's end never waits for the helper to wake up.
         if self._grads_after_step:
+            self._call_guarded("gradients", self._finish_gradients)
             self._grads_after_step = False
             self._call_guarded("gradients", self._before_update)
             self._call_guarded("gradients", self._finish_gradients)
@@ -998,8 +1031,16 @@ class Watcher:
         if self.memory and self.primary and self.plan.on_host and self._overlap:  # read on the helper too (see _on_step_end)
             rss_id = self._id(self.tag("mem", "rss"), "scalar")
             self._rss_step = step
-        ticket, executor = self._submit(lambda ex, plan: ex.stats(
-            step, plan, tensors, due.histogram, due.units, norm_id, scalar_ids, scalar_values, rss_id))
+        inputs = self._take_inputs() if self._inputs else ()
+
+        def stats(ex, plan):
+            if ex.on_device:
+                return ex.stats(step, plan, tensors, due.histogram, due.units, norm_id, scalar_ids, scalar_values, rss_id)
+            return ex.stats(step, plan, tensors, due.histogram, due.units, norm_id, scalar_ids, scalar_values, rss_id,
+                            [item for _, item in inputs])
+        ticket, executor = self._submit(stats)
+        if executor.on_device:
+            self._submit_inputs(inputs)
         if ticket is None:  # a gradient that fits no plan (of another dtype than its parameter)
             raise ValueError("a gradient's dtype or size differs from its parameter's")
         if executor.on_device and rss_id:
@@ -1161,6 +1202,8 @@ class Watcher:
     def _on_step_end(self, step):
         self.timer.stop("backward")
         self._flush_forward()
+        if self._inputs:
+            self._submit_inputs(self._take_inputs())
         due = self.schedule.at(step)
         zeroed_ids, zeroed_values = (), ()
         if self.optimizer is None and self.plan is not None:
