@@ -13,6 +13,9 @@ online doctor and sampler) and nothing of the others':
   naive      per-parameter Python stats, what popular trackers do: norm, max, NaN count, mean,
              std and a 64-bin histc, each with .item()
   anomaly    torch.autograd.detect_anomaly()
+  wandb      W&B's wandb.watch(model) (gradient histograms every 1,000 steps) and wandb.log of the
+             loss, offline, in a venv of its own (--wandb-python)
+  wandb_all  wandb.watch(model, log="all", log_freq=1): gradients and parameters every step
 Reported per mode: the median over blocks of the mean step time of a block, as process CPU
 time (the training thread plus trainscope's threads; robust to other processes sharing the
 cores) and as wall time, and the median over rounds of the per-round ratio to plain
@@ -135,7 +138,17 @@ def naive_stats(model):
     return out
 
 
-WATCHED = ("defaults", "everything")  # the modes that run trainscope
+TRAINSCOPE_MODES = ("defaults", "everything")  # the modes that run trainscope
+# W&B's wandb.watch() as its docs show it, offline (a run directory, no server): "wandb" is its
+# default (gradient histograms every 1,000 steps) and wandb.log of the loss each step;
+# "wandb_all" logs gradients and parameters every step, as "everything" does.
+WANDB_MODES = {"wandb": dict(log="gradients", log_freq=1000), "wandb_all": dict(log="all", log_freq=1)}
+WATCHED = TRAINSCOPE_MODES + tuple(WANDB_MODES)
+# pip install wandb into a venv over Debian's Python and torch (docs/benchmarks.md "Watch overhead"):
+#   /usr/bin/python3 -m venv --system-site-packages /root/.cache/trainscope/wandb-venv
+#   /root/.cache/trainscope/wandb-venv/bin/pip install wandb
+WANDB_VENV_PYTHON = "/root/.cache/trainscope/wandb-venv/bin/python"
+WANDB_PYTHON = WANDB_VENV_PYTHON  # --wandb-python
 
 # watch() options of the "everything" mode: every statistic every step
 EVERYTHING = dict(every=1, histograms_every=1, activations_every=1, weights_every=1, units_every=1)
@@ -143,7 +156,7 @@ EVERYTHING = dict(every=1, histograms_every=1, activations_every=1, weights_ever
 
 def train_step(mode, model, opt, loss_fn, x, y, run=None):
     """One training step as the mode trains it (naive statistics, detect_anomaly); a
-    watched mode logs its loss to its run."""
+    watched mode logs its loss to its run (trainscope's, or W&B's wandb module)."""
     with torch.autograd.detect_anomaly() if mode == "anomaly" else contextlib.nullcontext():
         opt.zero_grad()
         loss = loss_fn(model(x), y)
@@ -152,7 +165,7 @@ def train_step(mode, model, opt, loss_fn, x, y, run=None):
             naive_stats(model)
         opt.step()
     if run is not None:
-        run.log({"train/loss": loss})
+        run.log({"train/loss": loss if mode in TRAINSCOPE_MODES else loss.item()})
 
 
 class Mode:
@@ -170,20 +183,30 @@ class Mode:
         self.step_thread = {}   # run step -> CPU seconds of the training thread in that iteration
         self.block_watched = []  # per recorded block: watched (alternate: as asked; the control's are plain)
         self.cursor = 0
-        if name in WATCHED:
+        if name in TRAINSCOPE_MODES:
             self.run = ts.init(logdir, f"{name}-{id(self)}", flush_interval=1.0)
-            if not alternate:
-                self.attach()
+        elif name in WANDB_MODES:
+            import wandb
+            wandb.init(project="overhead", name=f"{name}-{id(self)}", dir=logdir, mode="offline")
+            self.run = wandb
+        if self.run is not None and not alternate:
+            self.attach()
 
     def attach(self):
-        self.watcher = self.run.watch(self.model, self.opt, **(EVERYTHING if self.name == "everything" else {}))
+        if self.name in WANDB_MODES:
+            self.run.watch(self.model, **WANDB_MODES[self.name])
+        else:
+            self.watcher = self.run.watch(self.model, self.opt, **(EVERYTHING if self.name == "everything" else {}))
         self.attached = True
 
     def detach(self):
         """The watcher's hooks and wrappers removed; the run (its recorder and threads) stays open."""
-        self.watcher.close()
-        self.run._watchers.remove(self.watcher)
-        self.watcher = None
+        if self.name in WANDB_MODES:
+            self.run.unwatch(self.model)
+        else:
+            self.watcher.close()
+            self.run._watchers.remove(self.watcher)
+            self.watcher = None
         self.attached = False
 
     def train_block(self, steps, record):
@@ -191,7 +214,7 @@ class Mode:
         loader = (loader * (steps // len(loader) + 1))[:steps]
         self.cursor = (self.cursor + steps) % len(self.batches)
         run = self.run if self.attached else None
-        source = run.data(loader) if run is not None else loader
+        source = run.data(loader) if run is not None and self.name in TRAINSCOPE_MODES else loader
         times = []
         faults_start = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
         cpu_start = time.process_time()
@@ -202,7 +225,7 @@ class Mode:
             now = time.perf_counter()
             times.append(now - start)
             thread_now = time.thread_time()
-            if run is not None and record:
+            if run is not None and record and self.name in TRAINSCOPE_MODES:
                 self.step_wall[self.run._step] = now - start
                 self.step_thread[self.run._step] = thread_now - thread_start
             start, thread_start = now, thread_now
@@ -245,7 +268,9 @@ def worker(model_name, mode_name, logdir, cpu_clock, alternate=False):
                      "watched": mode.block_watched,
                      "tensors": len(list(mode.model.parameters())),
                      "values": sum(p.numel() for p in mode.model.parameters())}
-            if mode.run is not None:
+            if mode.name in WANDB_MODES:
+                mode.run.finish()
+            elif mode.run is not None:
                 mode.run.finish()
                 watch = ts.open_run(mode.run.dir).scalars("time/watch")
                 per_step = mode.step_thread if cpu_clock else mode.step_wall
@@ -282,8 +307,12 @@ def run_workers(model_name, rounds, block, modes, threads, cpu_clock, logdir, co
         env = dict(os.environ, PYTHONPATH=codes[code]) if code else dict(os.environ)
         if layouts is not None:
             env["TRAINSCOPE_BENCH_LAYOUT"] = "x" * layouts.randrange(0, 65536, 16)
-        return subprocess.Popen(command + ["--mode", name], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                env=env)
+        python = [sys.executable]
+        if name in WANDB_MODES:  # its own venv; quiet, and stdout left alone (the workers' replies go there)
+            python = [WANDB_PYTHON]
+            env.update(WANDB_SILENT="true", WANDB_CONSOLE="off", WANDB_MODE="offline")
+        return subprocess.Popen(python + command[1:] + ["--mode", name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True, env=env)
     workers = {m: start(m) for m in modes}
 
     def ask(mode, request):
@@ -424,73 +453,6 @@ def bench_alternating(label, model_name, rounds, block, modes, threads, cpu_cloc
     print(f"\n{label}: {sets[0]['control']['tensors']} parameter tensors; {warmup} steps of warm-up watched, then "
           f"{rounds} rounds of a plain and a watched block of {block} steps (+1 after each switch) in the same "
           f"process; {processes} sets of processes" + ("; a random memory layout per process" if layouts else ""))
-
-    def median_of(result, key, watched):  # one side's median over its blocks
-        return statistics.median(v for v, w in zip(result[key], result["watched"]) if w == watched)
-
-    estimators = (("median of the block medians; faults/step plain, watched", lambda r, w: median_of(r, "wall", w),
-                   True),
-                  (f"floor: the {FLOOR_PERCENTILE}th percentile of each side's step times (see floor())", floor, False))
-    for title, side, with_faults in estimators:
-        print(f"{title}\n{'mode':<20}{'plain ms':>10}{'watched ms':>12}{'paired':>9}  95 % interval")
-        for mode in modes:
-            plain = [side(s[mode], False) for s in sets]
-            watched = [side(s[mode], True) for s in sets]
-            ratios = [w / p for w, p in zip(watched, plain)]
-            low, high = bootstrap_interval(ratios)
-            faults = "".join(f"{statistics.median(median_of(s[mode], 'faults', w) for s in sets):>9.0f}"
-                             for w in (False, True)) if with_faults else ""
-            print(f"{mode:<20}{statistics.median(plain) * 1e3:>10.2f}{statistics.median(watched) * 1e3:>12.2f}"
-                  f"{(statistics.median(ratios) - 1) * 100:>+8.1f}%  [{(low - 1) * 100:+.1f}% .. {(high - 1) * 100:+.1f}%]"
-                  f"{faults}")
-    for mode in modes:
-        owns = [s[mode]["own"] for s in sets if s[mode]["own"] is not None]
-        if owns:
-            median, total, per_step = (statistics.median(o[i] for o in owns) for i in range(3))
-            print(f"  {mode:<{width}} median step {median * 100:+.2f}%, all steps {total * 100:+.2f}% "
-                  f"({per_step * 1e3:.2f} ms/step inside trainscope)")
-    if json_path:
-        with open(json_path, "w") as out:
-            json.dump({"label": label, "sets": sets}, out)
-    return summary
-
-
-FLOOR_PERCENTILE = 10
-
-
-def floor(result, watched):
-    """The FLOOR_PERCENTILE-th percentile of the step times of one side (plain or watched) of
-    an alternating process. On a VM whose neighbours slow some steps (this one's plain CNN
-    steps took 134-310 ms, the slow ones in runs of a few steps) contention only ever adds
-    time, so the low percentiles are where the training's own cost shows: within one process
-    an A/A pair's p10 agreed within ~1 % over 150 steps where its medians differed by 3 %.
-    A cost paid on a fraction f of the steps moves the floor by about f times that cost as
-    long as the cost is small beside the floor's own spread (a few ms here); a larger one
-    (a histogram step's) is under-counted, which is why the median is reported too."""
-    steps = sorted(t for block, w in zip(result["steps"], result["watched"]) if w == watched for t in block)
-    return statistics.quantiles(steps, n=100)[FLOOR_PERCENTILE - 1]
-
-
-def bench_alternating(label, model_name, rounds, block, modes, threads, cpu_clock, processes, codes, warmup,
-                      json_path=None, randomize_layout=False):
-    """Plain and watched blocks in the same process: the watcher attached for a block,
-    removed for the next (each switch followed by one unmeasured step), so that both sides
-    of a ratio share one heap and its page-fault draw, which between processes moves a CNN
-    step by several per cent either way (bench()). What it measures is the cost of
-    watching: hooks, wrappers, statistics and run.log; ts.init's run stays open through the
-    plain blocks, so whatever the open recorder itself moves in the heap is not in it. The
-    A/A pair is "control": a plain process whose blocks are labelled alike."""
-    logdir = tempfile.mkdtemp(prefix="ts-bench-watch-")
-    layouts = random.Random(f"{model_name} {randomize_layout}") if randomize_layout else None
-    modes = ["control"] + [m for m in modes if m.partition("@")[0] in WATCHED]
-    sets = []
-    for p in range(processes):
-        order = modes[p % len(modes):] + modes[:p % len(modes)]
-        sets.append(run_workers(model_name, rounds, block, order, threads, cpu_clock, logdir, codes or {}, warmup,
-                                layouts, alternate=True))
-    print(f"\n{label}: {sets[0]['control']['tensors']} parameter tensors; {warmup} steps of warm-up watched, then "
-          f"{rounds} rounds of a plain and a watched block of {block} steps (+1 after each switch) in the same "
-          f"process; {processes} sets of processes" + ("; a random memory layout per process" if layouts else ""))
     def median_of(result, key, watched):  # one side's median over its blocks
         return statistics.median(v for v, w in zip(result[key], result["watched"]) if w == watched)
 
@@ -544,9 +506,13 @@ def main():
     parser.add_argument("--worker", choices=sorted(SETUPS), help=argparse.SUPPRESS)
     parser.add_argument("--mode", help=argparse.SUPPRESS)
     parser.add_argument("--logdir", help=argparse.SUPPRESS)
+    parser.add_argument("--wandb-python", default=WANDB_VENV_PYTHON,
+                        help="the Python of a venv with wandb, for the W&B modes (default: %(default)s)")
     parser.add_argument("--self-cpu", action="store_true",
                         help="self-measure the training thread's CPU time inside trainscope (default: wall time)")
     args = parser.parse_args()
+    global WANDB_PYTHON
+    WANDB_PYTHON = args.wandb_python
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.worker:
@@ -564,7 +530,7 @@ def main():
     if modes[0] != "plain":
         parser.error("--modes: plain first")
     if codes:  # every watched mode once per code
-        modes = [m2 for m in modes for m2 in ([f"{m}@{c}" for c in codes] if m in WATCHED else [m])]
+        modes = [m2 for m in modes for m2 in ([f"{m}@{c}" for c in codes] if m in TRAINSCOPE_MODES else [m])]
     if args.alternate:
         for name, label in (("lm", LM_LABEL), ("cnn", CNN_LABEL)):
             if args.only in (None, name):

@@ -155,6 +155,10 @@ class Ticket {
  private:
   void WaitForJob() {
     if (waited_) return;
+    if (helper_->Done(state_->number)) {  // the common case: no GIL hand-over
+      waited_ = true;
+      return;
+    }
     {
       py::gil_scoped_release release;
       helper_->WaitFor(state_->number);
@@ -287,6 +291,45 @@ class HostWorker {
   // global norm as norm_id (0: none). Also logged from the helper: scalars (lr, grad_zeroed)
   // and, when rss_id is not 0, the process's RSS: a recorder call or an RSS read costs the
   // training thread ~0.1-0.2 ms when its code is cold, as it is at an optimizer step.
+  // The statistics of params[i].grad for each planned parameter (their .grad read here, not
+  // in a Python loop): None (nothing queued) when a gradient does not fit the plan (not a
+  // host tensor of dtypes[i] and the planned size): the watcher plans again. A missing or
+  // sparse gradient is skipped; the global norm is logged only if one was read, or
+  // always_norm. inputs (with their tensors in inputs_kept) as SubmitStats's.
+  py::object SubmitGradients(py::object self, int64_t step, std::shared_ptr<StatsPlan> plan, const py::list& params,
+                             const py::list& dtypes, const py::object& strided, bool histogram, bool units,
+                             uint32_t norm_id, bool always_norm, std::vector<uint32_t> scalar_ids,
+                             std::vector<double> scalar_values, uint32_t rss_id, const std::vector<Record>& inputs,
+                             const py::list& inputs_kept) {
+    // Interned once and never freed: a static py::str would be released after the interpreter.
+    static const py::handle grad = PyUnicode_InternFromString("grad"), layout = PyUnicode_InternFromString("layout"),
+                            dtype = PyUnicode_InternFromString("dtype"), is_cpu = PyUnicode_InternFromString("is_cpu"),
+                            numel = PyUnicode_InternFromString("numel"),
+                            is_contiguous = PyUnicode_InternFromString("is_contiguous"),
+                            contiguous = PyUnicode_InternFromString("contiguous"),
+                            data_ptr = PyUnicode_InternFromString("data_ptr");
+    CheckLengths(plan->size(), {params.size(), dtypes.size()});
+    std::vector<uintptr_t> ptrs(plan->size(), 0);
+    py::list kept;
+    bool any = false;
+    for (size_t i = 0; i < plan->size(); ++i) {
+      py::object g = params[i].attr(grad);
+      if (g.is_none() || g.attr(layout).ptr() != strided.ptr()) continue;
+      if (g.attr(dtype).ptr() != PyList_GET_ITEM(dtypes.ptr(), i) || !g.attr(is_cpu).cast<bool>() ||
+          g.attr(numel)().cast<uint64_t>() != plan->numels[i]) {
+        return py::none();
+      }
+      if (!g.attr(is_contiguous)().cast<bool>()) g = g.attr(contiguous)();
+      ptrs[i] = g.attr(data_ptr)().cast<uintptr_t>();
+      kept.append(g);
+      any = true;
+    }
+    for (const py::handle t : inputs_kept) kept.append(t);
+    return py::cast(SubmitStats(std::move(self), step, std::move(plan), std::move(ptrs), histogram, units,
+                                (any || always_norm) ? norm_id : 0, std::move(scalar_ids), std::move(scalar_values),
+                                rss_id, std::move(kept), inputs));
+  }
+
   // inputs: the step's model inputs (activation records), measured and logged in the same
   // job: the step's one hand-off to the helper.
   std::unique_ptr<Ticket> SubmitStats(py::object self, int64_t step, std::shared_ptr<StatsPlan> plan,
@@ -418,6 +461,20 @@ void RegisterHostExecutor(py::module_& m) {
           py::arg("norm_id") = 0, py::arg("scalar_ids") = std::vector<uint32_t>{},
           py::arg("scalar_values") = std::vector<double>{}, py::arg("rss_id") = 0, py::arg("kept") = py::none(),
           py::arg("inputs") = std::vector<HostWorker::Record>{})
+      .def(
+          "submit_gradients",
+          [](py::object self, int64_t step, std::shared_ptr<StatsPlan> plan, const py::list& params,
+             const py::list& dtypes, const py::object& strided, bool histogram, bool units, uint32_t norm_id,
+             bool always_norm, std::vector<uint32_t> scalar_ids, std::vector<double> scalar_values, uint32_t rss_id,
+             const std::vector<HostWorker::Record>& inputs, const py::list& inputs_kept) {
+            return self.cast<HostWorker&>().SubmitGradients(self, step, std::move(plan), params, dtypes, strided,
+                                                            histogram, units, norm_id, always_norm,
+                                                            std::move(scalar_ids), std::move(scalar_values), rss_id,
+                                                            inputs, inputs_kept);
+          },
+          py::arg("step"), py::arg("plan"), py::arg("params"), py::arg("dtypes"), py::arg("strided"),
+          py::arg("histogram"), py::arg("units"), py::arg("norm_id"), py::arg("always_norm"), py::arg("scalar_ids"),
+          py::arg("scalar_values"), py::arg("rss_id"), py::arg("inputs"), py::arg("inputs_kept"))
       .def(
           "submit_weights",
           [](py::object self, int64_t step, std::shared_ptr<WeightPlan> plan, std::vector<uintptr_t> current,

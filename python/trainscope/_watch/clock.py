@@ -263,8 +263,11 @@ class PhaseTimer:
             end = torch.cuda.Event(enable_timing=True)
             end.record()
             self.pending.append((self.clock.step, phase, wall, start, end))
-        else:
-            self.clock.add_phase(phase, wall, time.perf_counter() - start)
+        else:  # clock.add_phase of this step, inline (a phase ends several times a step)
+            clock = self.clock
+            seconds = time.perf_counter() - start
+            clock.spans.append((clock.run._step, phase, wall, seconds))
+            clock.phase_seconds[phase] += seconds
 
     def collect(self, wait=False):
         still = []

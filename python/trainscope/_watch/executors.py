@@ -12,6 +12,8 @@ host ticket dropped early waits for its job first. Nothing else holds tensors fo
 
 The calls (plan: plan.ParamPlan):
   stats(step, plan, tensors, histogram, units, norm_id, scalar_ids, scalar_values, rss_id[, inputs: host only])
+  gradients(step, plan, histogram, units, always_norm, scalar_ids, scalar_values, rss_id, inputs)
+                                       (host) stats() of the parameters' own gradients
   weights(step, plan, histogram)       weight/update pass against plan.snapshots (refreshed)
   snapshot(plan)                       plan.snapshots := the weights
   capture(series_id, tensor, kind, histogram, flat) -> a captured item (None: not measurable)
@@ -69,6 +71,13 @@ class HostExecutor:
             kept += [tensor for _, tensor in inputs]
         return self.worker.submit_stats(step, plan.grads, ptrs, histogram, units, norm_id, list(scalar_ids),
                                         list(scalar_values), rss_id, kept, [record for record, _ in inputs])
+
+    def gradients(self, step, plan, histogram, units, always_norm, scalar_ids, scalar_values, rss_id, inputs):
+        """stats() of each planned parameter's own .grad, read by the C++ core (no Python loop
+        over the parameters); the global norm only if a gradient was read, or always_norm."""
+        return self.worker.submit_gradients(step, plan.grads, plan.params, plan.dtypes, torch.strided, histogram,
+                                            units, plan.norm_id, always_norm, list(scalar_ids), list(scalar_values),
+                                            rss_id, [record for record, _ in inputs], [t for _, t in inputs])
 
     def weights(self, step, plan, histogram):
         found = _host_pointers(plan.params, plan.expect)

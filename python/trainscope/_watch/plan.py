@@ -133,6 +133,7 @@ class ParamPlan:
         self.params = [p for _, p in kept]
         self.signature = [(p.shape, p.dtype, p.device) for p in self.params]
         self.expect = [(p.dtype, p.numel()) for p in self.params]
+        self.dtypes = [p.dtype for p in self.params]
         self.on_host = all(p.device.type == "cpu" for p in self.params)
         numels = [p.numel() for p in self.params]
         codes = [DTYPE_CODES[p.dtype] for p in self.params]

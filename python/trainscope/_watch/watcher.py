@@ -138,6 +138,7 @@ class Watcher:
         # since the last step end (the next training forward or zero_grad then ends the step).
         self._backward_done = False
         self._lr_pending = None     # (step, [(tag, lr)]) until the step closes
+        self._lr_tags = []          # opt/lr tag of each param group
         self._grads_after_step = False  # optimizer.step(closure): the gradients exist after it
         self._closure_forwards = 0  # forwards inside this optimizer.step(closure) so far
         self._stepping = False      # inside an optimizer.step(closure)
@@ -367,14 +368,15 @@ class Watcher:
         """fn(*args, **kwargs), skipped once `part` failed, its failure reported, never raised."""
         if part in self.failures.off:
             return None
-        self.self_time.enter()
+        own = self.self_time
+        own.enter()
         try:
             return fn(*args, **kwargs)
         except Exception as error:  # the monitor never kills the training
             self.failures.report(part, error)
             return None
         finally:
-            self.self_time.leave()
+            own.leave()
 
     def _guarded(self, part, fn):
         """fn as a hook for torch (or a listener) to call: _call_guarded(part, fn, ...)."""
@@ -385,6 +387,14 @@ class Watcher:
         found = self._ids.get(key)
         if found is None:
             found = self._ids[key] = self.rec.series(tag, kind)
+        return found
+
+    def _series(self, family, name, kind="scalar"):
+        """_id(tag(family, name), kind), cached by its parts: no tag is put together per step."""
+        key = (family, name, kind)
+        found = self._ids.get(key)
+        if found is None:
+            found = self._ids[key] = self._id(self.tag(family, name), kind)
         return found
 
     def _helper(self):
@@ -469,7 +479,8 @@ class Watcher:
             # Beside the forward and backward (they read the parameters and do not change
             # them): the last sampled step's weight pass, and the copy of the weights this
             # step's optimizer will update.
-            self._call_guarded("weights", self._weights_beside, step)
+            if self._weight_jobs_due(step):
+                self._call_guarded("weights", self._weights_beside, step)
         if self.activations and (due.activations or self._act_force or not self._order_recorded):
             self._act_step = step if (due.activations or self._act_force) else None
             self._act_force = False
@@ -662,8 +673,8 @@ class Watcher:
         if tensor.is_cpu and code is not None and tensor.layout is torch.strided:
             # The C++ scan: torch.aminmax's dispatch path is cold at a step's start (0.35 ms
             # measured in the training loop, against 12 us warm).
-            self.rec.log_int_range(self._id(self.tag("input", "label_min"), "scalar"),
-                                   self._id(self.tag("input", "label_max"), "scalar"),
+            self.rec.log_int_range(self._series("input", "label_min"),
+                                   self._series("input", "label_max"),
                                    step, tensor.data_ptr(), tensor.size(), tensor.stride(), code)
         elif not tensor.is_cpu:  # on its device; the values go with the run's deferred copies
             lo, hi = torch.aminmax(tensor.detach())
@@ -888,7 +899,8 @@ class Watcher:
             except Exception as error:
                 self.failures.report("gradients", error)
                 skip = False
-        self._call_guarded("weights", self._weights_beside, self.clock.step)  # no training forward came since the last step
+        if self._weight_jobs_due(self.clock.step):  # no training forward came since the last step
+            self._call_guarded("weights", self._weights_beside, self.clock.step)
         if not skip:
             self._wait_weights()  # the pass and the snapshots read the weights from before this update
             self.timer.start("optimizer")
@@ -990,7 +1002,7 @@ class Watcher:
         due = self.schedule.at(step)
         ids, values = [], []  # this step's scalars, logged in one call (by the helper, with its pass)
         if due.grads:
-            ids.append(self._id(self.tag("train", "grad_zeroed"), "scalar"))
+            ids.append(self._series("train", "grad_zeroed"))
             values.append(1.0 if self._grads_were_zeroed() else 0.0)
             self._queue_lr(step)
         nonfinite = False
@@ -1020,24 +1032,29 @@ class Watcher:
 
     def _gradient_pass(self, step, due, scalar_ids=(), scalar_values=(), always_norm=False):
         """Submits the statistics of every gradient (and the step's scalars); (ticket, executor)."""
-        tensors = self.plan.gradients()
+        scaled = None
         if self._amp_scale is not None:
             # A fused optimizer's GradScaler left the gradients scaled (the step unscales
             # them itself): the statistics are of unscaled copies.
             inverse = 1.0 / self._amp_scale.double()
-            tensors = [None if g is None else (g.double() * inverse).to(g.dtype) for g in tensors]
-        norm_id = self.plan.norm_id if always_norm or any(t is not None for t in tensors) else 0
+            scaled = [None if g is None else (g.double() * inverse).to(g.dtype) for g in self.plan.gradients()]
         rss_id = 0
         if self.memory and self.primary and self.plan.on_host and self._overlap:  # read on the helper too (see _on_step_end)
-            rss_id = self._id(self.tag("mem", "rss"), "scalar")
+            rss_id = self._series("mem", "rss")
             self._rss_step = step
         inputs = self._take_inputs() if self._inputs else ()
 
         def stats(ex, plan):
+            items = [item for _, item in inputs]
+            if scaled is None and not ex.on_device:  # the parameters' .grad, read by the C++ core
+                return ex.gradients(step, plan, due.histogram, due.units, always_norm, scalar_ids, scalar_values,
+                                    rss_id, items)
+            grads = plan.gradients() if scaled is None else scaled
+            norm_id = plan.norm_id if always_norm or any(g is not None for g in grads) else 0
             if ex.on_device:
-                return ex.stats(step, plan, tensors, due.histogram, due.units, norm_id, scalar_ids, scalar_values, rss_id)
-            return ex.stats(step, plan, tensors, due.histogram, due.units, norm_id, scalar_ids, scalar_values, rss_id,
-                            [item for _, item in inputs])
+                return ex.stats(step, plan, grads, due.histogram, due.units, norm_id, scalar_ids, scalar_values, rss_id)
+            return ex.stats(step, plan, grads, due.histogram, due.units, norm_id, scalar_ids, scalar_values, rss_id,
+                            items)
         ticket, executor = self._submit(stats)
         if executor.on_device:
             self._submit_inputs(inputs)
@@ -1101,11 +1118,13 @@ class Watcher:
         lrs = []
         if self._lr_pending is not None and self._lr_pending[0] != step:
             self._flush_lr()  # else this step's lr replaces the one its earlier optimizer step took
-        for index, group in enumerate(groups):
+        tags = self._lr_tags
+        if len(tags) != len(groups):  # the groups' opt/lr tags, made again when a group is added
+            tags = self._lr_tags = [self.tag("opt", "lr" if len(groups) == 1 else f"lr/{i}") for i in range(len(groups))]
+        for tag, group in zip(tags, groups):
             lr = group.get("lr")
             if lr is None:
                 continue
-            tag = self.tag("opt", "lr" if len(groups) == 1 else f"lr/{index}")
             if tag not in self.run._lr_tags:
                 self.run._lr_tags += (tag,)
             lrs.append((tag, lr))
@@ -1164,6 +1183,10 @@ class Watcher:
         self._snapshot_step = step
         self._keep_weight_ticket(ticket, executor, wait)
 
+    def _weight_jobs_due(self, step):
+        """Whether _weights_beside(step) has a job to start."""
+        return self._weights_due is not None or (self.schedule.weights_at(step) and self._snapshot_step != step - 1)
+
     def _weights_beside(self, step):
         """The last sampled step's weight pass, and the snapshot of the weights that step's
         update will change if its update is sampled: jobs beside the forward (or the step)."""
@@ -1210,7 +1233,7 @@ class Watcher:
             zeroed, self._manual_zeroed = self._manual_zeroed, None
             self._zeroed = False  # the next step's zero_grad() is its own
             if zeroed is not None and due.grads:  # logged with the gradient pass, in its one call
-                zeroed_ids, zeroed_values = [self._id(self.tag("train", "grad_zeroed"), "scalar")], [float(zeroed)]
+                zeroed_ids, zeroed_values = [self._series("train", "grad_zeroed")], [float(zeroed)]
         if self.optimizer is None and due.grads and self.plan is not None:
             # No optimizer to hook: the gradients of this step's backward, now.
             ticket, _ = self._gradient_pass(step, due, zeroed_ids, zeroed_values)
@@ -1236,12 +1259,12 @@ class Watcher:
             census_ids, counts = self.census.take(step)
             ids += census_ids
             values += counts
-        ids.append(self._id(self.tag("time", "watch"), "scalar"))
+        ids.append(self._series("time", "watch"))
         values.append(self.self_time.take())
         elements, self._input_elements = self._input_elements, 0
         if elements and elements != self._logged_elements:
             self._logged_elements = elements
-            ids.append(self._id(self.tag("data", "input_elements"), "scalar"))
+            ids.append(self._series("data", "input_elements"))
             values.append(float(elements))
         self.rec.log_scalar_ids(ids, values, step)
 
