@@ -526,7 +526,8 @@ def batch_target_check(run, iterable):
     data/target_next_fraction (target_match) at the batch's step. The doctor's TARGET_LEAK
     reads them beside the loss (docs/doctor.md). Never raises into the loop."""
     checked = 0
-    for batch in iterable:
+    iterator = iter(iterable)
+    for batch in iterator:
         if checked < TARGET_CHECK_BATCHES:
             checked += 1
             try:
@@ -545,6 +546,9 @@ def batch_target_check(run, iterable):
                 print(f"trainscope: the target check of run.data() failed, training goes on "
                       f"({type(error).__name__}: {error})", file=sys.stderr)
         yield batch
+        if checked >= TARGET_CHECK_BATCHES:
+            break
+    yield from iterator  # the rest, without a loop of ours per batch
 
 
 # ---- ts.overfit_check ----

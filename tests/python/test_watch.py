@@ -975,3 +975,79 @@ def test_a_sequentials_batchnorm_scale_is_no_constant_init_but_constant_linears_
         assert not [f for f in findings if f["location"] in ("1", "1.weight")], findings
         constant = [f for f in findings if f["code"] in ("WEIGHT_SYMMETRY", "ARCHITECTURE_WARNING")]
         assert [f["location"] for f in constant] in (["4"], ["4.weight"]), findings
+
+
+class CountingWorker:
+    """The host worker with its submits counted per run step (what the helper is handed)."""
+
+    def __init__(self, worker, run):
+        self.worker, self.run, self.calls = worker, run, []
+
+    def __getattr__(self, name):
+        attr = getattr(self.worker, name)
+        if not name.startswith("submit_"):
+            return attr
+
+        def submit(*args, **kwargs):
+            self.calls.append((self.run._step, name))
+            return attr(*args, **kwargs)
+        return submit
+
+
+def test_a_step_of_the_defaults_hands_the_helper_one_job(tmp_path):
+    # Gradients, the model's input, lr, grad_zeroed and RSS go in one job; the weight pass and
+    # snapshot (every 10th step) and activations (every 20th) add theirs on their steps only.
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    run = ts.init(tmp_path, "one-job")
+    watcher = run.watch(model, opt)
+    counting = CountingWorker(watcher._host_executor().worker, run)
+    watcher._host_executor().worker = counting
+    for x, y in run.data(batches(80)):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    run.finish()
+    per_step = {}
+    for step, name in counting.calls:
+        per_step.setdefault(step, []).append(name)
+    for step in range(52, 80):  # past the dense first 50 steps (51 starts step 50's weight pass)
+        if step % 10 not in (0, 1):  # a weight step copies its snapshot; the next starts its pass
+            assert per_step[step] == ["submit_gradients"], (step, per_step[step])
+    assert per_step[60].count("submit_copies") == 1 and "submit_activations" in per_step[60]
+    assert per_step[61] == ["submit_weights", "submit_gradients"]
+    view = ts.open_run(tmp_path / "one-job")
+    assert len(view.tensor_stats("input/0")) == 80 and len(view.scalars("grad/global_norm")["step"]) == 80
+    assert len(view.scalars("opt/lr")["step"]) == 80 and len(view.scalars("mem/rss")["step"]) == 80
+
+
+def test_the_step_returns_before_the_gradient_pass_is_done(tmp_path):
+    # The pass is waited for where the gradients change next (zero_grad, the next forward), not
+    # at the step's end: with the helper paused, optimizer.step() still returns.
+    import threading
+    import time
+
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    run = ts.init(tmp_path, "late-wait")
+    watcher = run.watch(model, opt, dense_steps=0)  # step 2 has no weight job to wait for
+    data = batches(3)
+    for x, y in data[:2]:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    worker = watcher._helper()
+    worker.pause()
+    opt.zero_grad()
+    x, y = data[2]
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    threading.Timer(2.0, worker.resume).start()
+    started = time.perf_counter()
+    opt.step()  # waiting here, it would return only once the helper resumes
+    assert time.perf_counter() - started < 1.5
+    assert watcher._grad_ticket is not None and not watcher._grad_ticket.done()
+    opt.zero_grad()  # waits for the pass, then zeroes
+    run.finish()
+    last = ts.open_run(tmp_path / "late-wait").tensor_stats("grad/0.weight")[-1]
+    assert last["l2_norm"] == pytest.approx(float(grads[0].norm()), rel=1e-5)

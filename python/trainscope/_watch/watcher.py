@@ -287,7 +287,7 @@ class Watcher:
         self._backward_finished_hook = self._guarded("backward", self._backward_finished)
         self._listeners = [(self.clock.listeners, self._guarded("step end", self._on_step_end)),
                            (self.clock.close_listeners, self._guarded("lr", self._flush_lr)),
-                           (self.clock.data_listeners, self._guarded("forward", self._end_backward))]
+                           (self.clock.data_listeners, Hook(self._end_backward))]
         for listeners, listener in self._listeners:
             listeners.append(listener)
 
@@ -734,7 +734,9 @@ class Watcher:
         self._backward_done = True
 
     def _end_backward(self):
-        self.timer.stop("backward")
+        """run.data() fetches a batch: a backward timed since the last forward ends here."""
+        if "backward" in self.timer.open:
+            self._call_guarded("forward", self.timer.stop, "backward")
 
     # ---- gradients while they are hot (a special path: see docs/watch.md) ----
 
