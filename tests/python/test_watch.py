@@ -1037,6 +1037,7 @@ def test_the_step_returns_before_the_gradient_pass_is_done(tmp_path):
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
     worker = watcher._helper()
+    worker.wait_all()  # step 1's pass done: only step 2's is held
     worker.pause()
     opt.zero_grad()
     x, y = data[2]
