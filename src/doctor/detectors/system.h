@@ -49,8 +49,8 @@ struct PageFaultOptions {
   // least 1,000 minor page faults a step (mem/page_faults: 4 MB of fresh pages), median over
   // 20 steps after the first 10 (allocator and caches warming up). glibc's malloc returns
   // freed blocks above its trim and mmap thresholds to the system and faults them back in at
-  // the next allocation: the CPU CNN of bench/watch spent 26 % of its step so (89.6 ms a step,
-  // 66.3 ms with the thresholds held; docs/benchmarks.md). A healthy loop faults a few pages.
+  // the next allocation: the CPU CNN of bench/watch spent a quarter of its step so
+  // (docs/benchmarks.md, "HOST_PAGE_FAULTS"). A healthy loop faults a few pages.
   double share = 0.15;
   double min_faults = 1000;
   size_t window = 20;
