@@ -20,6 +20,8 @@ import sys
 import time
 import types
 
+from trainscope._tags import family_tag
+
 CODE = "ARCHITECTURE_WARNING"
 
 # torch is imported on first use, so `import trainscope` stays free of it (readers, CLI).
@@ -539,8 +541,8 @@ def batch_target_check(run, iterable):
                     copy_fraction, next_fraction = target_match(*pair)
                     clock = run._clock
                     step = run._step + (1 if clock is not None and clock.pending else 0)
-                    run._recorder.log_scalar("data/target_copy_fraction", copy_fraction, step)
-                    run._recorder.log_scalar("data/target_next_fraction", next_fraction, step)
+                    run._recorder.log_scalar(family_tag("data", "target_copy_fraction"), copy_fraction, step)
+                    run._recorder.log_scalar(family_tag("data", "target_next_fraction"), next_fraction, step)
             except Exception as error:
                 checked = TARGET_CHECK_BATCHES
                 print(f"trainscope: the target check of run.data() failed, training goes on "

@@ -24,6 +24,8 @@ import time
 
 import torch
 
+from trainscope._tags import family_tag
+
 __all__ = ["record", "measure_peak", "collectives", "precision_name", "COLLECTIVES", "ModuleTimer",
            "profile_modules", "watch_modules"]
 
@@ -67,16 +69,17 @@ def record(run, flops_per_step=None, *, samples_per_step=None, tokens_per_step=N
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if isinstance(measured_peak_flops, dict):
         measured_peak_flops = measured_peak_flops["flops"]
-    meta = {"perf/precision": str(precision), "perf/device": device_name or _device_name(device),
-            "perf/threads": str(torch.get_num_threads())}
-    for key, value in (("perf/flops_per_step", flops_per_step), ("perf/samples_per_step", samples_per_step),
-                       ("perf/tokens_per_step", tokens_per_step), ("perf/peak_flops", peak_flops),
-                       ("perf/measured_peak_flops", measured_peak_flops)):
+    meta = {family_tag("perf", "precision"): str(precision),
+            family_tag("perf", "device"): device_name or _device_name(device),
+            family_tag("perf", "threads"): str(torch.get_num_threads())}
+    for name, value in (("flops_per_step", flops_per_step), ("samples_per_step", samples_per_step),
+                        ("tokens_per_step", tokens_per_step), ("peak_flops", peak_flops),
+                        ("measured_peak_flops", measured_peak_flops)):
         if value is not None:
             value = float(value)
             if not value >= 0:
-                raise ValueError(f"ts.perf.record: {key.split('/')[1]} must be a non-negative number, got {value!r}")
-            meta[key] = repr(value)
+                raise ValueError(f"ts.perf.record: {name} must be a non-negative number, got {value!r}")
+            meta[family_tag("perf", name)] = repr(value)
     for key, value in meta.items():
         run._recorder.set_meta(key, value)
     return meta
@@ -370,13 +373,13 @@ class ModuleTimer:
         for name in self.leaves:
             if not self.calls[name]:
                 continue
-            items[f"perf/module/{name}/forward_s"] = self.forward[name]
-            items[f"perf/module/{name}/backward_s"] = self.backward[name]
+            items[family_tag("perf", f"module/{name}/forward_s")] = self.forward[name]
+            items[family_tag("perf", f"module/{name}/backward_s")] = self.backward[name]
             if flops is not None:
                 seconds = self.forward[name] + self.backward[name]
                 entry = _module_entry(flops, name)
                 if entry is not None and seconds > 0:
-                    items[f"perf/module/{name}/flops_per_second"] = entry["training_flops"] * self.calls[name] / seconds
+                    items[family_tag("perf", f"module/{name}/flops_per_second")] = entry["training_flops"] * self.calls[name] / seconds
         run.log(items, step=step)
         self.reset()
 

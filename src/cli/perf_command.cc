@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "cli/rank_groups.h"
 #include "cli/source.h"
+#include "core/tag.h"
 #include "perf/cpu_peak.h"
 #include "perf/peak_table.h"
 #include "perf/perf_metrics.h"
@@ -232,7 +233,7 @@ json RunPerfJson(const std::string& source, const perf::RunPerf& perf, const Run
   for (const auto& s : perf.shares) shares[s.phase] = Number(s.share);
   json findings = json::array();
   for (const auto& f : perf.findings) findings.push_back(FindingToJson(f));
-  const double measured = perf::MetaNumber(first, "perf/measured_peak_flops");
+  const double measured = perf::MetaNumber(first, tags::kPerfMeasuredPeakFlops);
   json out = {{"source", source},
               {"world_size", perf.world_size},
               {"device", perf.device},

@@ -13,7 +13,9 @@
 #include "cli/source.h"
 #include "core/step_buckets.h"
 #include "core/streaming.h"
+#include "core/tag.h"
 #include "doctor/doctor.h"
+#include "doctor/knowledge.h"
 #include "doctor/layer_health.h"
 #include "store/json_forms.h"
 
@@ -266,10 +268,10 @@ std::string LineChart(const std::string& title, std::vector<Line> lines, const s
 std::string GradHeatmap(const RunData& data, const std::vector<std::string>& forward_params) {
   std::vector<const TensorStatsSeries*> rows;
   for (const auto& p : forward_params) {
-    if (const auto* s = data.FindTensorStats("grad/" + p)) rows.push_back(s);
+    if (const auto* s = data.FindTensorStats(tags::kGrad.Of(p))) rows.push_back(s);
   }
   for (const auto& s : data.tensor_stats) {
-    if (s.tag.rfind("grad/", 0) == 0 && std::find(rows.begin(), rows.end(), &s) == rows.end()) rows.push_back(&s);
+    if (tags::kGrad.Holds(s.tag) && std::find(rows.begin(), rows.end(), &s) == rows.end()) rows.push_back(&s);
   }
   if (rows.empty()) return "";
   if (rows.size() > 2048) rows.resize(2048);  // the dashboard's bound
@@ -374,15 +376,17 @@ std::string BuildReport(const LoadedRun& run, const doctor::Diagnosis& d) {
     }
     for (const auto& m : modules) {
       for (const auto& s : run.data.tensor_stats) {
-        if (s.tag.rfind("grad/", 0) == 0 && doctor::RunFacts::ModuleOfParam(s.tag.substr(5)) == m) {
-          forward.push_back(s.tag.substr(5));
+        std::string_view param;
+        if (tags::kGrad.Holds(s.tag, &param) && doctor::RunFacts::ModuleOfParam(std::string(param)) == m) {
+          forward.emplace_back(param);
         }
       }
     }
   }
   for (const auto& s : run.data.tensor_stats) {
-    if (s.tag.rfind("weight/", 0) == 0 && std::find(forward.begin(), forward.end(), s.tag.substr(7)) == forward.end()) {
-      forward.push_back(s.tag.substr(7));
+    std::string_view param;
+    if (tags::kWeight.Holds(s.tag, &param) && std::find(forward.begin(), forward.end(), param) == forward.end()) {
+      forward.emplace_back(param);
     }
   }
 
@@ -479,11 +483,11 @@ std::string BuildReport(const LoadedRun& run, const doctor::Diagnosis& d) {
   }
   std::vector<Mark> marks;
   for (const Finding& f : d.findings) {
-    const std::string& c = f.code;
-    if (c == "LOSS_SPIKE" || c.rfind("NONFINITE", 0) == 0 || c == "GRAD_EXPLOSION" || c == "LABEL_OUT_OF_RANGE") {
-      marks.push_back({static_cast<double>(f.step), SeverityColor(f.severity), c});
-    } else if (c == "LOSS_DIVERGENCE" || c == "OVERFITTING" || c == "LOSS_PLATEAU" || c == "LOSS_OSCILLATION") {
-      marks.push_back({static_cast<double>(f.step), SeverityColor(f.severity), c, static_cast<double>(f.last_step)});
+    const doctor::CodeInfo* info = doctor::KnowledgeBase::Builtin().Code(f.code);
+    if (info && info->loss_mark == "point") {
+      marks.push_back({static_cast<double>(f.step), SeverityColor(f.severity), f.code});
+    } else if (info && info->loss_mark == "range") {
+      marks.push_back({static_cast<double>(f.step), SeverityColor(f.severity), f.code, static_cast<double>(f.last_step)});
     }
   }
   const std::string loss_svg = lines.empty() ? "" : LineChart("Training and validation loss", lines, marks, "loss");
@@ -498,7 +502,7 @@ std::string BuildReport(const LoadedRun& run, const doctor::Diagnosis& d) {
   // Memory with the leak fit.
   html += "<h2>Memory</h2>";
   bool any_memory = false;
-  for (const char* tag : {"mem/rss", "mem/cuda_allocated"}) {
+  for (const char* tag : {tags::kMemRss, tags::kMemCudaAllocated}) {
     const ScalarSeries* s = run.data.FindScalar(tag);
     if (!s || s->values.empty()) continue;
     any_memory = true;

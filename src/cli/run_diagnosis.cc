@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/tag.h"
 #include "doctor/ranks.h"
 #include "store/json_forms.h"
 #include "store/run_io.h"
@@ -52,7 +53,7 @@ DistributedReport DiagnoseRanks(const RunGroup& group, const std::vector<RunRepo
 // is known: the same analysis as `trainscope perf run`, so diagnose names it too.
 std::vector<Finding> PerfFindings(const RunData& data) {
 #ifdef TRAINSCOPE_WITH_PERF
-  if (data.meta.find("perf/flops_per_step") == data.meta.end()) return {};
+  if (data.meta.find(tags::kPerfFlopsPerStep) == data.meta.end()) return {};
   char host[256] = {};
   if (gethostname(host, sizeof(host) - 1) != 0) host[0] = 0;
   return perf::AnalyzeRun({&data}, perf::ChoosePeak(data, host)).findings;
@@ -165,7 +166,7 @@ Status DiagnosePath(const std::string& path, PathReport* out) {
   for (const RunGroup& group : out->groups) {
     for (size_t member : group.members) {
       LoadedRun& run = out->runs[member];
-      if (!group.distributed() && !run.data.meta.count("perf/flops_per_step")) continue;
+      if (!group.distributed() && !run.data.meta.count(tags::kPerfFlopsPerStep)) continue;
       s = LoadSeries(&run);
       if (!s.ok()) return s;
     }

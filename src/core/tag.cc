@@ -46,3 +46,31 @@ Status ValidateTag(std::string_view tag) {
 }
 
 }  // namespace trainscope
+
+namespace trainscope::tags {
+
+const TagFamily* FamilyOf(std::string_view tag, std::string_view* rest) {
+  for (const TagFamily* family : kFamilies) {
+    if (family->Holds(tag, rest)) return family;
+  }
+  return nullptr;
+}
+
+const TagFamily* FamilyNamed(std::string_view name) {
+  for (const TagFamily* family : kFamilies) {
+    if (family->name == name) return family;
+  }
+  return nullptr;
+}
+
+bool InGroup(std::string_view tag, TagGroup group) {
+  for (const KnownTag& known : kKnownTags) {
+    if (known.tag == tag && (known.groups & group)) return true;
+  }
+  const TagFamily* family = FamilyOf(tag);
+  return family && (family->groups & group);
+}
+
+bool IsTrainscopeSeries(std::string_view tag) { return InGroup(tag, kInternalGroup) || InGroup(tag, kWatchGroup); }
+
+}  // namespace trainscope::tags

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <unordered_set>
 
+#include "core/tag.h"
 #include "doctor/facts.h"
 #include "doctor/knowledge.h"
 #include "doctor/param_roles.h"
@@ -350,28 +351,28 @@ void Doctor::UpdateFacts(const StepFrame& frame) {
     if (HasPrefix(tag, "train/") && tag.size() >= 11 && tag.compare(tag.size() - 11, 11, "grad_zeroed") == 0) {
       f.has_grad_zeroed = true;  // train/grad_zeroed, or train/<model>/grad_zeroed
     }
-    if (HasPrefix(tag, "time/")) f.has_time = true;
-    if (HasPrefix(tag, "mem/")) f.has_memory = true;
-    if (HasPrefix(tag, "census/")) f.has_census = true;
-    if (tag == "input/label_min" || tag == "input/label_max") f.has_labels = true;
+    if (tags::kTime.Holds(tag)) f.has_time = true;
+    if (tags::kMem.Holds(tag)) f.has_memory = true;
+    if (tags::kCensus.Holds(tag)) f.has_census = true;
+    if (tag == tags::kInputLabelMin || tag == tags::kInputLabelMax) f.has_labels = true;
   }
   if (!frame.spans.empty()) f.has_time = true;
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
-    if (HasPrefix(tag, "grad/", &rest)) {
+    if (tags::kGrad.Holds(tag, &rest)) {
       f.has_grad_stats = true;
       if (seen_grads_.insert(std::string(rest)).second) grad_order_.emplace_back(rest);
-    } else if (HasPrefix(tag, "weight/", &rest)) {
+    } else if (tags::kWeight.Holds(tag, &rest)) {
       f.has_weight_stats = true;
       if (seen_weights_.insert(std::string(rest)).second) weight_order_.emplace_back(rest);
-    } else if (HasPrefix(tag, "update/")) {
+    } else if (tags::kUpdate.Holds(tag)) {
       f.has_update_stats = true;
-    } else if (HasPrefix(tag, "act/", &rest)) {
+    } else if (tags::kAct.Holds(tag, &rest)) {
       f.has_act_stats = true;
       if (!std::isnan(s.dead_fraction)) f.has_dead = true;
       if (!std::isnan(s.saturated_fraction)) f.has_saturated = true;
       if (seen_acts_.insert(std::string(rest)).second && !f.module_order_explicit) f.module_order.emplace_back(rest);
-    } else if (HasPrefix(tag, "input/")) {
+    } else if (tags::kInput.Holds(tag)) {
       f.has_input_stats = true;
     }
   }
@@ -404,17 +405,17 @@ void Doctor::UpdateFacts(const StepFrame& frame) {
   std::map<std::string_view, const TensorStats*> grad_by_param;
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
-    if (HasPrefix(tag, "grad/", &rest)) {
+    if (tags::kGrad.Holds(tag, &rest)) {
       grad_by_param[rest] = &s;
       grad_sq += s.nan + s.inf ? std::numeric_limits<double>::infinity() : s.sum_squares;
       any_grad = true;
-    } else if (HasPrefix(tag, "weight/", &rest)) {
+    } else if (tags::kWeight.Holds(tag, &rest)) {
       weight_sq_by_param[rest] = s.sum_squares;
     }
   }
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
-    if (HasPrefix(tag, "update/", &rest)) {
+    if (tags::kUpdate.Holds(tag, &rest)) {
       if (auto g = grad_by_param.find(rest); g != grad_by_param.end()) {
         const double u = s.mean(), gm = g->second->mean();
         if (std::isfinite(u) && std::isfinite(gm) && u != 0 && gm != 0) {
@@ -440,15 +441,15 @@ void Doctor::UpdateFacts(const StepFrame& frame) {
   bool any_grad_stats = false, all_grads_zero = true;
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
-    if (HasPrefix(tag, "grad/", &rest)) {
+    if (tags::kGrad.Holds(tag, &rest)) {
       any_grad_stats = true;
       all_grads_zero &= s.numel > 0 && s.zeros == s.numel;
-    } else if (HasPrefix(tag, "weight/", &rest)) {
+    } else if (tags::kWeight.Holds(tag, &rest)) {
       const std::string p(rest);
       if (s.finite() >= 2 && first_weight_seen_.insert(p).second && ClassifyParam(p, f) == ParamRole::kWeight) {
         (s.min == s.max ? f.weights_constant_at_start : f.weights_varied_at_start) = true;
       }
-    } else if (HasPrefix(tag, "act/", &rest)) {
+    } else if (tags::kAct.Holds(tag, &rest)) {
       if (s.nan + s.inf) f.activations_nonfinite_seen = true;
       if (!std::isnan(s.dead_fraction)) latest_dead_[std::string(rest)] = s.dead_fraction;
       if (!std::isnan(s.saturated_fraction)) latest_saturated_[std::string(rest)] = s.saturated_fraction;
@@ -471,7 +472,7 @@ void Doctor::UpdateFacts(const StepFrame& frame) {
   }
   const std::string& acc_tag = f.roles.Get(Role::kAcc);
   if (const double* acc = acc_tag.empty() ? nullptr : frame.Scalar(acc_tag)) f.acc_latest = *acc;
-  if (const double* lo = frame.Scalar("input/label_min")) {
+  if (const double* lo = frame.Scalar(tags::kInputLabelMin)) {
     if (*lo < 0 && std::isnan(f.label_ignore_value) && loss && std::isfinite(*loss)) f.label_ignore_value = *lo;
   }
   UpdateClipping(f.grad_norm);
@@ -567,18 +568,14 @@ void Doctor::Report(Finding finding, bool amend) {
 
 namespace {
 
-// What follows when the weights are non-finite or were blown up by the first updates: the
-// loss stays at one level, gradients vanish, units die, the accuracy stalls at one class.
+// What follows when the weights are non-finite or were blown up by the first updates (the
+// loss stays at one level, gradients vanish, units die, the accuracy stalls at one class;
+// after a blow-up, later updates round away in the huge weights): knowledge.json's
+// "consequence_of".
 bool IsConsequenceCode(const std::string& code, bool blown_up) {
-  static const std::set<std::string> after_any = {"LOSS_PLATEAU",     "METRIC_STALL",      "OVERFITTING",
-                                                  "GRAD_VANISHING",   "DEAD_UNITS",        "UPDATE_RATIO_LOW",
-                                                  "ACTIVATION_SATURATION", "LOSS_OSCILLATION", "METRIC_IMBALANCE",
-                                                  "ACTIVATION_DRIFT"};
-  // Weights the first updates blew up are so large that later updates round away in them:
-  // lost updates there are the blow-up's, not the precision's.
-  static const std::set<std::string> after_blowup = {"GRAD_EXPLOSION", "LOSS_SPIKE", "UPDATE_RATIO_HIGH",
-                                                     "BF16_STALE_UPDATE"};
-  return after_any.count(code) > 0 || (blown_up && after_blowup.count(code) > 0);
+  const CodeInfo* info = KnowledgeBase::Builtin().Code(code);
+  if (info == nullptr) return false;
+  return info->consequence_of == "broken_weights" || (blown_up && info->consequence_of == "early_blowup");
 }
 
 // Script already clips: the clip is named in the finding's evidence (the advice to clip is

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/tag.h"
+
 namespace trainscope::doctor {
 
 void FlightRecorder::Add(const StepFrame& frame) {
@@ -64,7 +66,7 @@ nlohmann::json FlightRecorder::Snapshot(const std::vector<std::string>& tensor_t
   std::vector<std::pair<double, const std::string*>> census;
   size_t census_total = 0;
   for (const auto& [tag, q] : scalars_) {
-    if (!HasPrefix(tag, "census/")) {
+    if (!tags::kCensus.Holds(tag)) {
       add_scalar(tag, q);
       continue;
     }

@@ -17,9 +17,9 @@ Status StringList(const json& obj, const char* key, const std::string& where, st
   out->clear();
   auto it = obj.find(key);
   if (it == obj.end()) return Status::Ok();
-  if (!it->is_array()) return Status::Error(where + "." + key + ": expected a list of strings");
+  if (!it->is_array()) return Status::InvalidArgument(where + "." + key + ": expected a list of strings");
   for (const json& v : *it) {
-    if (!v.is_string()) return Status::Error(where + "." + key + ": expected a list of strings");
+    if (!v.is_string()) return Status::InvalidArgument(where + "." + key + ": expected a list of strings");
     out->push_back(v.get<std::string>());
   }
   return Status::Ok();
@@ -37,16 +37,16 @@ Status KnowledgeBase::Parse(std::string_view text, std::string_view origin, Know
   try {
     root = json::parse(text);
   } catch (const json::parse_error& e) {
-    return Status::Error(std::string(origin) + ": not valid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+    return Status::InvalidArgument(std::string(origin) + ": not valid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
   }
   if (!root.is_object() || !root.contains("codes") || !root["codes"].is_object() || !root.contains("causes") ||
       !root["causes"].is_object()) {
-    return Status::Error(std::string(origin) + ": expected an object with \"codes\" and \"causes\" objects");
+    return Status::InvalidArgument(std::string(origin) + ": expected an object with \"codes\" and \"causes\" objects");
   }
   KnowledgeBase out;
   for (const auto& [id, c] : root["causes"].items()) {
     const std::string where = std::string(origin) + ": causes." + id;
-    if (!c.is_object()) return Status::Error(where + ": expected an object");
+    if (!c.is_object()) return Status::InvalidArgument(where + ": expected an object");
     CauseInfo info;
     info.id = id;
     info.title = StringOr(c, "title", id);
@@ -59,7 +59,7 @@ Status KnowledgeBase::Parse(std::string_view text, std::string_view origin, Know
     for (const auto* list : {&info.excluded_by, &info.required}) {
       for (const std::string& fact : *list) {
         if (!FindFact(fact)) {
-          return Status::Error(where + ": unknown fact id '" + fact + "' (facts.cc lists the facts the doctor can check)");
+          return Status::InvalidArgument(where + ": unknown fact id '" + fact + "' (facts.cc lists the facts the doctor can check)");
         }
       }
     }
@@ -67,7 +67,7 @@ Status KnowledgeBase::Parse(std::string_view text, std::string_view origin, Know
   }
   for (const auto& [code, c] : root["codes"].items()) {
     const std::string where = std::string(origin) + ": codes." + code;
-    if (!c.is_object()) return Status::Error(where + ": expected an object");
+    if (!c.is_object()) return Status::InvalidArgument(where + ": expected an object");
     CodeInfo info;
     info.code = code;
     info.title = StringOr(c, "title", code);
@@ -75,19 +75,37 @@ Status KnowledgeBase::Parse(std::string_view text, std::string_view origin, Know
     info.severity = StringOr(c, "severity", "warning");
     Severity sev;
     if (!ParseSeverity(info.severity, &sev)) {
-      return Status::Error(where + ".severity: expected info, warning or critical, got '" + info.severity + "'");
+      return Status::InvalidArgument(where + ".severity: expected info, warning or critical, got '" + info.severity + "'");
     }
     Status s = StringList(c, "causes", where, &info.causes);
     if (s.ok()) s = StringList(c, "actions", where, &info.actions);
     if (s.ok()) s = StringList(c, "explains", where, &info.explains);
     if (!s.ok()) return s;
+    struct Choice {
+      const char* key;
+      std::string* out;
+      std::vector<std::string> allowed;
+    };
+    for (const Choice& choice : {Choice{"consequence_of", &info.consequence_of, {"broken_weights", "early_blowup"}},
+                                 Choice{"loss_mark", &info.loss_mark, {"point", "range"}},
+                                 Choice{"view", &info.view, {"scalars", "gradients", "activations", "performance"}}}) {
+      if (!c.contains(choice.key)) continue;
+      const json& v = c[choice.key];
+      if (!v.is_string() || std::find(choice.allowed.begin(), choice.allowed.end(), v.get<std::string>()) ==
+                                choice.allowed.end()) {
+        std::string expected;
+        for (const std::string& a : choice.allowed) expected += (expected.empty() ? "" : ", ") + a;
+        return Status::InvalidArgument(where + "." + choice.key + ": expected one of " + expected + ", got " + v.dump());
+      }
+      *choice.out = v.get<std::string>();
+    }
     if (c.contains("speed")) {
-      if (!c["speed"].is_boolean()) return Status::Error(where + ".speed: expected true or false");
+      if (!c["speed"].is_boolean()) return Status::InvalidArgument(where + ".speed: expected true or false");
       info.speed = c["speed"].get<bool>();
     }
     for (const std::string& cause : info.causes) {
       if (!out.causes_.count(cause)) {
-        return Status::Error(where + ".causes: unknown cause id '" + cause + "' (not under \"causes\")");
+        return Status::InvalidArgument(where + ".causes: unknown cause id '" + cause + "' (not under \"causes\")");
       }
     }
     out.codes_[code] = std::move(info);
@@ -95,7 +113,7 @@ Status KnowledgeBase::Parse(std::string_view text, std::string_view origin, Know
   for (const auto& [code, info] : out.codes_) {
     for (const std::string& other : info.explains) {
       if (!out.codes_.count(other)) {
-        return Status::Error(std::string(origin) + ": codes." + code + ".explains: unknown code '" + other + "'");
+        return Status::InvalidArgument(std::string(origin) + ": codes." + code + ".explains: unknown code '" + other + "'");
       }
     }
   }

@@ -39,6 +39,17 @@ struct CodeInfo {
   // About speed, not about what the model learns ("speed": true): one action on top goes
   // to what the model learns first (FirstAction in doctor.h).
   bool speed = false;
+  // After a root finding (non-finite weights, or an early blow-up: Doctor::IsConsequence),
+  // a finding of this code is folded into the root's evidence instead of standing alone:
+  // "broken_weights" after either root, "early_blowup" after a blow-up only, "" never.
+  std::string consequence_of;
+  // How the report's loss chart marks it: "point" (at its step), "range" (step to
+  // last_step) or "" (not on the loss chart).
+  std::string loss_mark;
+  // The dashboard view it belongs to ("scalars", "performance"): its markers are drawn there
+  // and a click opens it unless its location is a series or a layer of its own; "" for the
+  // view of its location. The web UI reads it from the same file (web/src/codes.ts).
+  std::string view;
 };
 
 class KnowledgeBase {

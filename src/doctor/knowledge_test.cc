@@ -52,6 +52,26 @@ TEST(Knowledge, ParseErrorsNameTheProblem) {
   EXPECT_NE(s.message().find("unknown cause id 'nope'"), std::string::npos);
   s = KnowledgeBase::Parse(R"({"codes": {"X": {"severity": "loud"}}, "causes": {}})", "kb.json", &kb);
   EXPECT_NE(s.message().find("severity"), std::string::npos);
+  s = KnowledgeBase::Parse(R"({"codes": {"X": {"view": "elsewhere"}}, "causes": {}})", "kb.json", &kb);
+  EXPECT_NE(s.message().find("codes.X.view: expected one of scalars, gradients, activations, performance, got \"elsewhere\""),
+            std::string::npos) << s.message();
+  s = KnowledgeBase::Parse(R"({"codes": {"X": {"loss_mark": 1}}, "causes": {}})", "kb.json", &kb);
+  EXPECT_NE(s.message().find("codes.X.loss_mark: expected one of point, range, got 1"), std::string::npos) << s.message();
+}
+
+// What a code means beside its words: the doctor folds consequences into a root finding by
+// "consequence_of", the report marks the loss chart by "loss_mark", the dashboard opens a
+// finding's view by "view"; each is set where it belongs.
+TEST(Knowledge, FindingSemanticsAreInTheTable) {
+  const KnowledgeBase& kb = KnowledgeBase::Builtin();
+  EXPECT_EQ(kb.Code("LOSS_PLATEAU")->consequence_of, "broken_weights");
+  EXPECT_EQ(kb.Code("GRAD_EXPLOSION")->consequence_of, "early_blowup");
+  EXPECT_EQ(kb.Code("NONFINITE_LOSS")->consequence_of, "");  // a root, never a consequence
+  EXPECT_EQ(kb.Code("LOSS_SPIKE")->loss_mark, "point");
+  EXPECT_EQ(kb.Code("OVERFITTING")->loss_mark, "range");
+  EXPECT_EQ(kb.Code("DEAD_UNITS")->loss_mark, "");
+  EXPECT_EQ(kb.Code("STRAGGLER")->view, "performance");
+  EXPECT_EQ(kb.Code("LR_ANOMALY")->view, "scalars");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "core/streaming.h"
+#include "core/tag.h"
 #include "doctor/detector.h"
 #include "doctor/step_frame.h"
 
@@ -54,9 +55,9 @@ void LayerHealthBuilder::OnTensorStats(std::string_view tag, int64_t step, doubl
   s.l2 = stats.l2_norm();
   s.numel = static_cast<double>(stats.numel);
   std::string_view param;
-  if (HasPrefix(tag, "weight/", &param)) {
+  if (tags::kWeight.Holds(tag, &param)) {
     At(weight_norm_now_, param) = s.l2;
-  } else if (HasPrefix(tag, "update/", &param)) {
+  } else if (tags::kUpdate.Holds(tag, &param)) {
     updates_now_.push_back({&s, std::string(param), s.l2});
   }
 }
@@ -91,26 +92,26 @@ std::vector<LayerHealth> LayerHealthBuilder::Finish(const std::vector<std::strin
     if (it == series_.end() || !it->second.seen) continue;
     const Series& last = it->second;
     std::string_view rest;
-    if (HasPrefix(tag, "act/", &rest)) {
+    if (tags::kAct.Holds(tag, &rest)) {
       Layer& l = layer(std::string(rest));
       if (last.nonfinite) {
         l.nonfinite = true;
         l.nonfinite_what = "its output";
       }
-    } else if (HasPrefix(tag, "grad/", &rest)) {
+    } else if (tags::kGrad.Holds(tag, &rest)) {
       Layer& l = layer(ModuleOf(rest));
       if (std::isfinite(last.l2)) l.grad_norm = std::isnan(l.grad_norm) ? last.l2 : std::hypot(l.grad_norm, last.l2);
       if (last.nonfinite) {
         l.nonfinite = true;
         l.nonfinite_what = "its gradient";
       }
-    } else if (HasPrefix(tag, "weight/", &rest)) {
+    } else if (tags::kWeight.Holds(tag, &rest)) {
       if (last.nonfinite) {
         Layer& l = layer(ModuleOf(rest));
         l.nonfinite = true;
         l.nonfinite_what = "its weights";
       }
-    } else if (HasPrefix(tag, "update/", &rest)) {
+    } else if (tags::kUpdate.Holds(tag, &rest)) {
       if (last.ratios.empty()) continue;
       Layer& l = layer(ModuleOf(rest));
       if (last.numel > l.update_ratio_numel) {

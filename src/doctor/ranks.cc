@@ -5,6 +5,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "core/tag.h"
 #include "doctor/detector.h"
 #include "doctor/knowledge.h"
 #include "doctor/roles.h"
@@ -651,10 +652,10 @@ std::vector<RankFinding> CompareRanks(const std::vector<RankRun>& ranks, const R
   // Stragglers: phases each rank spends on its own (its data wait, its forward). Backward
   // and the step include waiting in the all-reduce for the slowest rank, equal for all.
   LevelRule slow{options.straggler_ratio, options.z, options.share_above, options.straggler_min_seconds, true, true};
-  for (const char* phase : {"time/data", "time/forward"}) {
+  for (const char* phase : {tags::kTimeData, tags::kTimeForward}) {
     for (RankFinding& f : JudgeLevels(Collect(ranks, phase), phase, "STRAGGLER", std::string(phase) + " time", slow, options)) {
       if (f.rank < 0) continue;  // slower is directional: a rank is named or nothing is said
-      RaiseCause(&f.finding.causes, std::string(phase) == "time/data" ? "slow_dataloader" : "host_contention", 0.4);
+      RaiseCause(&f.finding.causes, std::string(phase) == tags::kTimeData ? "slow_dataloader" : "host_contention", 0.4);
       FillActions(&f);
       out.push_back(std::move(f));
     }

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "core/tag.h"
+
 namespace trainscope::doctor {
 
 extern const char kDefaultRolesJson[];  // data/roles.json, embedded by cmake/embed_text.cmake
@@ -97,7 +99,7 @@ static int PatternScore(std::string_view raw, Role role) {
       return TokenScore(60, tag);
     }
     case Role::kLr:
-      if (tag.rfind("opt/lr/", 0) == 0) return 80;
+      if (tag.rfind(std::string(tags::kOptLr) + "/", 0) == 0) return 80;
       if (Any(t, {"lr", "learning_rate"}) || tag.find("learning_rate") != std::string::npos ||
           (Any(t, {"learning"}) && Any(t, {"rate"})))
         return TokenScore(60, tag);

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/tag.h"
 #include "ingest/fast_sink.h"
 #include "ingest/proto_wire.h"
 #include "ingest/tfevents_reader.h"
@@ -105,7 +106,7 @@ int Generate(const std::string& path, double megabytes, bool with_histograms) {
         histo.Double(5, sum_sq);
         histo.PackedDoubles(6, limits, 30);
         histo.PackedDoubles(7, counts, 30);
-        value.Bytes(1, "grad/layer" + std::to_string(h) + ".weight");
+        value.Bytes(1, trainscope::tags::kGrad.Of("layer" + std::to_string(h) + ".weight"));
         value.Bytes(5, histo.data());
         summary.Bytes(1, value.data());
         event.Double(1, wall);

@@ -483,7 +483,7 @@ class TextLogParser {
   bool Overflow(std::string_view s) {
     ++overflow_since_;
     const int64_t step = AddSat(step_, overflow_since_);
-    Emit("amp/overflow_skip", step, 1.0, /*event=*/true);
+    Emit(tags::kAmpOverflowSkip, step, 1.0, /*event=*/true);
     double scale;
     std::string unit;
     size_t at = s.find("reducing to ");
@@ -492,19 +492,19 @@ class TextLogParser {
     if (set_to != std::string_view::npos) {  // fairseq: "setting loss scale to: 64.0"
       std::string_view v = Trim(s.substr(set_to + 14));
       v = v.substr(0, v.find_first_of(" ,"));
-      if (ParseNumber(v, &scale)) Emit("amp/loss_scale", step, scale, /*event=*/true);
+      if (ParseNumber(v, &scale)) Emit(tags::kAmpLossScale, step, scale, /*event=*/true);
     } else if (arrow != std::string_view::npos && at == std::string_view::npos) {  // "Scale value A -> B"
       std::string_view v = Trim(s.substr(arrow + 2));
       v = v.substr(0, v.find_first_of(" ,"));
-      if (ParseNumber(v, &scale)) Emit("amp/loss_scale", step, scale, /*event=*/true);
+      if (ParseNumber(v, &scale)) Emit(tags::kAmpLossScale, step, scale, /*event=*/true);
     } else if (at != std::string_view::npos) {
       std::string_view v = s.substr(at + 12);
       v = v.substr(0, v.find_first_of(" ,."));
-      if (ParseNumber(v, &scale)) Emit("amp/loss_scale", step, scale, /*event=*/true);
+      if (ParseNumber(v, &scale)) Emit(tags::kAmpLossScale, step, scale, /*event=*/true);
     } else if ((at = s.find("loss scale: ")) != std::string_view::npos) {
       std::string_view v = s.substr(at + 12);
       v = v.substr(0, v.find_first_of(" ,"));
-      if (ParseNumber(v, &scale)) Emit("amp/loss_scale", step, scale, /*event=*/true);
+      if (ParseNumber(v, &scale)) Emit(tags::kAmpLossScale, step, scale, /*event=*/true);
     }
     return true;
   }

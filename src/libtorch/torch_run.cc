@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "core/tag.h"
 #include "recorder/recorder.h"
 #include "watch/run_facts.h"
 #include "watch/system_sampler.h"
@@ -177,7 +178,7 @@ void TorchRun::Step() {
             s = watch::StatsWithRowNorms(g.data_ptr(), static_cast<size_t>(g.size(0)),
                                          static_cast<size_t>(g.numel() / std::max<int64_t>(1, g.size(0))), dtype, true,
                                          &norms);
-            st.recorder->LogVector(st.Id("grad_units/" + name, SeriesKind::kVector), step, norms);
+            st.recorder->LogVector(st.Id(tags::kGradUnits.Of(name), SeriesKind::kVector), step, norms);
           } else {
             s = watch::StatsOf(g.data_ptr(), static_cast<size_t>(g.numel()), dtype, histogram);
           }
@@ -187,9 +188,9 @@ void TorchRun::Step() {
         sum_squares += s.sum_squares;
         nonfinite += s.nan + s.inf;
         nan += s.nan;
-        st.recorder->LogTensorStats(st.Id("grad/" + name, SeriesKind::kTensorStats), step, s);
+        st.recorder->LogTensorStats(st.Id(tags::kGrad.Of(name), SeriesKind::kTensorStats), step, s);
       }
-      st.Scalar("grad/global_norm", step,
+      st.Scalar(tags::kGradGlobalNorm, step,
                 nan ? std::nan("") : (nonfinite ? std::numeric_limits<double>::infinity() : std::sqrt(sum_squares)));
       skip = st.options.guard && nonfinite > 0;
     } catch (const std::exception& e) {
@@ -198,10 +199,10 @@ void TorchRun::Step() {
   }
   try {
     if (Due(st.options.every)) {
-      st.Scalar("train/grad_zeroed", step, zeroed_ ? 1.0 : 0.0);
+      st.Scalar(tags::kTrainGradZeroed, step, zeroed_ ? 1.0 : 0.0);
       auto& groups = st.optimizer->param_groups();
       for (size_t i = 0; i < groups.size(); ++i) {
-        st.Scalar(groups.size() == 1 ? "opt/lr" : "opt/lr/" + std::to_string(i), step, groups[i].options().get_lr());
+        st.Scalar(groups.size() == 1 ? tags::kOptLr : std::string(tags::kOptLr) + "/" + std::to_string(i), step, groups[i].options().get_lr());
       }
     }
     if (Due(st.options.weights_every) && st.snapshot_step != step - 1) {
@@ -212,7 +213,7 @@ void TorchRun::Step() {
     Fail("optimizer state", e.what());
   }
   if (skip) {
-    st.Scalar("guard/skipped_step", step, 1.0);
+    st.Scalar(tags::kGuardSkippedStep, step, 1.0);
     std::fprintf(stderr, "trainscope: guard skipped optimizer step %lld: non-finite gradients\n",
                  static_cast<long long>(step));
   } else {
@@ -220,7 +221,7 @@ void TorchRun::Step() {
       auto timer = Phase("optimizer");
       st.optimizer->step();
     }
-    if (st.options.guard) st.Scalar("guard/skipped_step", step, 0.0);
+    if (st.options.guard) st.Scalar(tags::kGuardSkippedStep, step, 0.0);
     if (Due(st.options.weights_every) && !st.failed.count("weights")) {
       try {
         torch::NoGradGuard no_grad;
@@ -238,9 +239,9 @@ void TorchRun::Step() {
             u = DeviceStats(p - it->second);
             it->second.copy_(p);
           }
-          st.recorder->LogTensorStats(st.Id("weight/" + name, SeriesKind::kTensorStats), step, w);
-          st.recorder->LogTensorStats(st.Id("update/" + name, SeriesKind::kTensorStats), step, u);
-          st.Scalar("update_ratio/" + name, step, w.l2_norm() > 0 ? u.l2_norm() / w.l2_norm() : 0.0);
+          st.recorder->LogTensorStats(st.Id(tags::kWeight.Of(name), SeriesKind::kTensorStats), step, w);
+          st.recorder->LogTensorStats(st.Id(tags::kUpdate.Of(name), SeriesKind::kTensorStats), step, u);
+          st.Scalar(tags::kUpdateRatio.Of(name), step, w.l2_norm() > 0 ? u.l2_norm() / w.l2_norm() : 0.0);
         }
         st.snapshot_step = step;
       } catch (const std::exception& e) {
@@ -251,11 +252,11 @@ void TorchRun::Step() {
   // End of the step: its times and memory, then the next step begins.
   try {
     const auto now = std::chrono::steady_clock::now();
-    st.Scalar("time/step", step, std::chrono::duration<double>(now - st.step_started).count());
-    for (const auto& [phase, seconds] : st.phase_seconds) st.Scalar("time/" + phase, step, seconds);
+    st.Scalar(tags::kTimeStep, step, std::chrono::duration<double>(now - st.step_started).count());
+    for (const auto& [phase, seconds] : st.phase_seconds) st.Scalar(tags::kTime.Of(phase), step, seconds);
     st.phase_seconds.clear();
     st.step_started = now;
-    st.Scalar("mem/rss", step, static_cast<double>(watch::ProcessRssBytes()));
+    st.Scalar(tags::kMemRss, step, static_cast<double>(watch::ProcessRssBytes()));
   } catch (const std::exception& e) {
     Fail("step end", e.what());
   }

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/json_number.h"
+#include "core/tag.h"
 
 namespace trainscope::numerics {
 
@@ -97,7 +98,7 @@ json FitCountsJson(const FitCounts& c) {
 std::vector<const TensorStatsSeries*> Gradients(const RunData& run) {
   std::vector<const TensorStatsSeries*> out;
   for (const TensorStatsSeries& s : run.tensor_stats) {
-    if (s.tag.rfind("grad/", 0) == 0) out.push_back(&s);
+    if (tags::kGrad.Holds(s.tag)) out.push_back(&s);
   }
   return out;
 }

@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "core/tag.h"
 #include "perf/cpu_peak.h"
 #include "perf/peak_table.h"
 
@@ -87,12 +88,12 @@ RunPerf AnalyzeRun(const std::vector<const RunData*>& ranks, const PeakChoice& p
   out.world_size = static_cast<int>(ranks.size());
   if (ranks.empty()) return out;
   const RunData& first = *ranks[0];
-  out.flops_per_step = MetaNumber(first, "perf/flops_per_step");
-  out.samples_per_step = MetaNumber(first, "perf/samples_per_step");
+  out.flops_per_step = MetaNumber(first, tags::kPerfFlopsPerStep);
+  out.samples_per_step = MetaNumber(first, tags::kPerfSamplesPerStep);
   if (!std::isfinite(out.samples_per_step)) out.samples_per_step = ConfigBatchSize(first);
-  out.tokens_per_step = MetaNumber(first, "perf/tokens_per_step");
-  out.precision = Meta(first, "perf/precision");
-  out.device = Meta(first, "perf/device");
+  out.tokens_per_step = MetaNumber(first, tags::kPerfTokensPerStep);
+  out.precision = Meta(first, tags::kPerfPrecision);
+  out.device = Meta(first, tags::kPerfDevice);
 
   struct RankSeries {
     std::map<int64_t, double> step, flops, samples, tokens;
@@ -102,9 +103,9 @@ RunPerf AnalyzeRun(const std::vector<const RunData*>& ranks, const PeakChoice& p
   std::map<int64_t, int> ranks_at_step;
   for (size_t r = 0; r < ranks.size(); ++r) {
     const RunData& data = *ranks[r];
-    RankSeries s{ByStep(data, "time/step"), ByStep(data, "perf/flops"), ByStep(data, "perf/samples"),
-                 ByStep(data, "perf/tokens"), MetaNumber(data, "perf/flops_per_step"),
-                 MetaNumber(data, "perf/samples_per_step"), MetaNumber(data, "perf/tokens_per_step")};
+    RankSeries s{ByStep(data, tags::kTimeStep), ByStep(data, tags::kPerfFlops), ByStep(data, tags::kPerfSamples),
+                 ByStep(data, tags::kPerfTokens), MetaNumber(data, tags::kPerfFlopsPerStep),
+                 MetaNumber(data, tags::kPerfSamplesPerStep), MetaNumber(data, tags::kPerfTokensPerStep)};
     if (!std::isfinite(s.samples_meta)) s.samples_meta = ConfigBatchSize(data);
     RankPerf rank;
     rank.rank = static_cast<int>(MetaNumber(data, "rank"));
@@ -161,7 +162,7 @@ RunPerf AnalyzeRun(const std::vector<const RunData*>& ranks, const PeakChoice& p
   bool has_other = false, has_phase = false;
   for (size_t r = 0; r < ranks.size(); ++r) {
     for (const char* phase : kPhases) {
-      const auto values = ByStep(*ranks[r], std::string("time/") + phase);
+      const auto values = ByStep(*ranks[r], tags::kTime.Of(phase));
       if (values.empty()) continue;
       has_phase = true;
       if (std::string_view(phase) == "other") has_other = true;
@@ -191,7 +192,7 @@ RunPerf AnalyzeRun(const std::vector<const RunData*>& ranks, const PeakChoice& p
     f.severity = Severity::kInfo;
     f.step = out.steps.empty() ? 0 : out.steps.front().step;
     f.last_step = out.steps.empty() ? 0 : out.steps.back().step;
-    f.location = "time/step";
+    f.location = tags::kTimeStep;
     struct Reason {
       std::string id, text;
       double share;
@@ -271,7 +272,7 @@ ScalingPerf CompareScaling(const RunPerf& run_1, const RunPerf& run_n, const Per
     Finding f;
     f.code = "POOR_SCALING";
     f.severity = Severity::kWarning;
-    f.location = "time/step";
+    f.location = tags::kTimeStep;
     double slowest = kNaN, fastest = kNaN;
     for (const auto& r : run_n.ranks) {
       if (!std::isfinite(r.median_step_seconds)) continue;
@@ -312,9 +313,9 @@ std::string MetaText(const RunData& data, const char* key) {
 // precision, this machine's computed CPU peak when it was recorded here; else none (no MFU).
 PeakChoice ChoosePeak(const RunData& data, std::string_view this_host) {
   PeakChoice choice;
-  const double recorded = MetaNumber(data, "perf/peak_flops");
-  const std::string device = MetaText(data, "perf/device");
-  const std::string precision = NormalizePrecision(MetaText(data, "perf/precision"));
+  const double recorded = MetaNumber(data, tags::kPerfPeakFlops);
+  const std::string device = MetaText(data, tags::kPerfDevice);
+  const std::string precision = NormalizePrecision(MetaText(data, tags::kPerfPrecision));
   if (recorded > 0) {
     choice.flops = recorded;
     choice.source = "perf/peak_flops recorded with the run";
@@ -335,7 +336,7 @@ PeakChoice ChoosePeak(const RunData& data, std::string_view this_host) {
       choice.source = fmt::format("no computed CPU peak for {}: no MFU", precision.empty() ? "this precision" : precision);
       return choice;
     }
-    const double threads = MetaNumber(data, "perf/threads");
+    const double threads = MetaNumber(data, tags::kPerfThreads);
     const CpuPeak cpu = ThisMachineCpuPeak(std::isfinite(threads) ? static_cast<int>(threads) : 0);
     if (!cpu.known) {
       choice.source = "CPU peak unknown (" + cpu.reason + "): no MFU";
@@ -347,7 +348,7 @@ PeakChoice ChoosePeak(const RunData& data, std::string_view this_host) {
     // boosts above it: a float32 GEMM measured faster than it (torch 2's reached 1.19x on an
     // Intel VM stating 2.1 GHz) shows the real ceiling, and an MFU against the computed one
     // would be overstated by as much.
-    const double measured = MetaNumber(data, "perf/measured_peak_flops");
+    const double measured = MetaNumber(data, tags::kPerfMeasuredPeakFlops);
     if (precision == "fp32" && measured > *choice.flops) {
       choice.source = fmt::format("measured GEMM peak, {:.3g} FLOP/s: {:.2f}x the computed CPU peak ({}), so these "
                                   "cores run above the clock it counts", measured, measured / *choice.flops, cpu.basis);

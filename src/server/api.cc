@@ -1,7 +1,7 @@
 #include "server/api.h"
-#include "server/series_groups.h"
 
 #ifdef TRAINSCOPE_WITH_NUMERICS
+#include "core/tag.h"
 #include "numerics/fit.h"
 #include "numerics/formats.h"
 #include "numerics/report.h"
@@ -424,8 +424,8 @@ ApiReply Api::Runs() {
     for (const bool own : {true, false}) {
       for (const SeriesInfo& info : series) {
         if (info.kind != SeriesKind::kScalar || info.points == 0) continue;
-        if (info.tag.rfind("sys/", 0) == 0 || info.tag.rfind("mem/", 0) == 0 || info.tag.rfind("time/", 0) == 0) continue;
-        if (IsTrainscopeSeries(info.tag) == own) continue;
+        if (tags::kSys.Holds(info.tag) || tags::kMem.Holds(info.tag) || tags::kTime.Holds(info.tag)) continue;
+        if (tags::IsTrainscopeSeries(info.tag) == own) continue;
         if (kept >= 64) break;
         ++kept;
         final_values[info.tag] = JsonNumber(info.last_value);
@@ -636,11 +636,13 @@ ApiReply Api::Layers(const std::string& db_path, const QueryParams& params) {
   if (s.ok()) s = store->ListSeries(&series);
   if (!s.ok()) return Error(s);
   std::sort(series.begin(), series.end(), [](const SeriesInfo& a, const SeriesInfo& b) { return a.id < b.id; });
-  const std::string prefix = (family == "update_ratio" ? "update" : family) + "/";
+  // update_ratio is computed from the update/ and weight/ statistics
+  const tags::TagFamily& read = family == "update_ratio" ? tags::kUpdate : *tags::FamilyNamed(family);
   std::set<std::string> weights;
   if (family == "update_ratio") {
     for (const SeriesInfo& info : series) {
-      if (info.kind == SeriesKind::kTensorStats && info.tag.rfind("weight/", 0) == 0) weights.insert(info.tag.substr(7));
+      std::string_view param;
+      if (info.kind == SeriesKind::kTensorStats && tags::kWeight.Holds(info.tag, &param)) weights.emplace(param);
     }
   }
   struct Layer {
@@ -651,14 +653,15 @@ ApiReply Api::Layers(const std::string& db_path, const QueryParams& params) {
   int64_t lo = kStepHi, hi = kStepLo;
   std::vector<TensorStatsPoint> points, weight_points;
   for (const SeriesInfo& info : series) {
-    if (info.kind != SeriesKind::kTensorStats || info.tag.rfind(prefix, 0) != 0) continue;
-    Layer layer{info.tag.substr(prefix.size()), {}};
+    std::string_view name;
+    if (info.kind != SeriesKind::kTensorStats || !read.Holds(info.tag, &name)) continue;
+    Layer layer{std::string(name), {}};
     if (family == "update_ratio" && !weights.count(layer.name)) continue;
     s = store->ReadTensorStats(info.tag, range.min, range.max, &points);
     if (!s.ok()) return Error(s);
     if (family == "update_ratio") {
       // |update| / |weight| at the same step: the relative size of one optimiser step.
-      s = store->ReadTensorStats("weight/" + layer.name, range.min, range.max, &weight_points);
+      s = store->ReadTensorStats(tags::kWeight.Of(layer.name), range.min, range.max, &weight_points);
       if (!s.ok()) return Error(s);
       std::unordered_map<int64_t, double> weight_norm;
       for (const auto& w : weight_points) weight_norm[w.step] = w.stats.l2_norm();

@@ -14,7 +14,6 @@
 #include "server/assets.h"
 #include "server/live_feed.h"
 #include "server/run_registry.h"
-#include "server/series_groups.h"
 #include "store/run_store.h"
 
 namespace trainscope::server {
@@ -26,19 +25,6 @@ using json = nlohmann::json;
 std::string TempDir() {
   std::string pattern = (fs::temp_directory_path() / "ts_server_XXXXXX").string();
   return mkdtemp(pattern.data());
-}
-
-// data/series_groups.json: a '/' entry is a prefix, another a whole tag; the user's tags,
-// even those starting like trainscope's words, stay the user's.
-TEST(SeriesGroupsTest, PrefixesAndWholeTags) {
-  for (const char* tag : {"grad/fc.weight/norm", "update_ratio/fc.weight", "census/dict", "sys/cpu_percent",
-                          "input/0/mean", "amp/scale", "train/grad_zeroed", "opt/lr"}) {
-    EXPECT_TRUE(IsTrainscopeSeries(tag)) << tag;
-  }
-  for (const char* tag : {"train/loss", "val/acc", "gradnorm", "train/grad_zeroed_total", "my/grad/x", "loss",
-                          "census", ""}) {
-    EXPECT_FALSE(IsTrainscopeSeries(tag)) << tag;
-  }
 }
 
 // A run with a loss (one spike), two layers' gradient stats, spans and one finding.

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "core/tag.h"
 #include "watch/tensor_passes.h"
 
 namespace trainscope::watch {
@@ -161,21 +162,21 @@ void SystemSampler::SampleOnce() {
   const bool rates = now - last_wall_ >= 0.1;
   if (rates && ReadMachineTicks(&total, &idle) && total > last_total_ticks_) {
     const double busy = static_cast<double>((total - last_total_ticks_) - (idle - last_idle_ticks_));
-    Log("sys/cpu_percent", 100.0 * busy / static_cast<double>(total - last_total_ticks_));
+    Log(tags::kSysCpuPercent, 100.0 * busy / static_cast<double>(total - last_total_ticks_));
     last_total_ticks_ = total;
     last_idle_ticks_ = idle;
   }
   if (rates && ReadProcessTicks(&process)) {
     const double seconds = static_cast<double>(process - last_process_ticks_) / static_cast<double>(sysconf(_SC_CLK_TCK));
-    Log("sys/process_cpu_percent", 100.0 * seconds / (now - last_wall_));
+    Log(tags::kSysProcessCpuPercent, 100.0 * seconds / (now - last_wall_));
     last_process_ticks_ = process;
     last_wall_ = now;
   }
-  if (const uint64_t rss = ProcessRssBytes()) Log("sys/rss", static_cast<double>(rss));
+  if (const uint64_t rss = ProcessRssBytes()) Log(tags::kSysRss, static_cast<double>(rss));
   if (!nvml_) return;
   for (size_t i = 0; i < nvml_->devices().size(); ++i) {
     Nvml::Device d = nvml_->devices()[i];
-    const std::string prefix = "sys/gpu" + std::to_string(i) + "/";
+    const std::string prefix = tags::kSys.Of("gpu" + std::to_string(i) + "/");
     Nvml::Utilization u{};
     if (nvml_->utilization_(d, &u) == 0) Log(prefix + "util", u.gpu);
     Nvml::Memory m{};

@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const esbuild = createRequire(join(repo, 'web/package.json'))('esbuild');
-// Bundled, as the dashboard is: groups.ts imports data/series_groups.json.
+// Bundled, as the dashboard is: groups.ts imports data/tag_families.json.
 const load = async (file) => {
   const out = esbuild.buildSync({ entryPoints: [join(repo, 'web/src', file)], bundle: true, format: 'esm', write: false });
   return import('data:text/javascript,' + encodeURIComponent(out.outputFiles[0].text));

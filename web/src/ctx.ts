@@ -3,6 +3,8 @@
 // views (web/src/views/*.ts) render into the box they are given.
 
 import { api, ApiError, Finding, RunDetail, RunSummary } from './api';
+import { codeView } from './codes';
+import { familyRest, familyTag } from './groups';
 import { readState, State, Tab, writeState } from './state';
 import { el } from './util';
 
@@ -106,15 +108,15 @@ export async function jumpTo(f: Finding): Promise<void> {
   const runsSel = ctx.state.runs.includes(run) ? ctx.state.runs : [run, ...ctx.state.runs];
   let tab: Tab = 'scalars';
   let layer = ctx.state.layer;
-  const isLayer = has(`grad/${f.location}`) || has(`weight/${f.location}`) || has(`act/${f.location}`);
+  const of = (family: string) => has(familyTag(family, f.location));
+  const isLayer = of('grad') || of('weight') || of('act');
   if (isLayer) layer = f.location;
   // Curve findings go to the curves (with the layer picked for the other tabs); layer
   // findings to the layer's tab; resource findings to performance.
-  const curveFinding = /^(LOSS_|NONFINITE_LOSS|NEGATIVE_LOSS|OVERFITTING|METRIC_|LR_ANOMALY)/.test(f.code);
-  if (curveFinding || has(f.location)) tab = 'scalars';
-  else if (has(`grad/${f.location}`) || has(`weight/${f.location}`)) tab = 'gradients';
-  else if (has(`act/${f.location}`)) tab = 'activations';
-  else if (f.location.startsWith('mem/') || f.location === 'data'
-           || ['DATALOADER_BOTTLENECK', 'THROUGHPUT_DROP', 'LOW_MFU', 'STRAGGLER'].includes(f.code)) tab = 'performance';
+  const view = codeView(f.code);
+  if (view === 'scalars' || has(f.location)) tab = 'scalars';
+  else if (of('grad') || of('weight')) tab = 'gradients';
+  else if (of('act')) tab = 'activations';
+  else if (view === 'performance' || familyRest('mem', f.location) !== null || f.location === 'data') tab = 'performance';
   setState({ range, tab, layer, runs: runsSel }, 'all');
 }

@@ -1,20 +1,42 @@
 // Which series are the user's and which are trainscope's own bookkeeping, and the W&B-style
 // sections (by tag prefix) the charts are grouped in. The runs table, the Scalars and the
 // Performance views all ask here, so a tag is classified once; the groups themselves are
-// data/series_groups.json, which the server reads too (src/server/series_groups.cc).
-import groups from '../../data/series_groups.json';
+// data/tag_families.json, which C++ compiles in too (core/tag.h).
+import table from '../../data/tag_families.json';
 
-// An entry ending in '/' is a prefix, any other a whole tag.
-function matcher(entries: string[]): (tag: string) => boolean {
-  return (tag) => entries.some((e) => (e.endsWith('/') ? tag.startsWith(e) : tag === e));
+type Group = 'internal' | 'watch' | 'performance';
+
+// A family's tags start with its prefix; a known tag is one whole tag.
+function matcher(group: Group): (tag: string) => boolean {
+  const prefixes = table.families.filter((f) => f.groups.includes(group)).map((f) => f.prefix);
+  const whole = new Set(table.tags.filter((t) => t.groups.includes(group)).map((t) => t.tag));
+  return (tag) => whole.has(tag) || prefixes.some((p) => tag.startsWith(p));
+}
+
+// The prefix of a family by its name ("grad" -> "grad/"): tags are built from the table.
+const PREFIX = new Map(table.families.map((f) => [f.name, f.prefix]));
+export function familyTag(family: string, rest: string): string {
+  const prefix = PREFIX.get(family);
+  if (prefix === undefined) throw new Error(`no tag family ${family} in data/tag_families.json`);
+  return prefix + rest;
+}
+// Whether tag is of the family; the part after its prefix, or null.
+export function familyRest(family: string, tag: string): string | null {
+  const prefix = PREFIX.get(family);
+  return prefix !== undefined && tag.startsWith(prefix) ? tag.slice(prefix.length) : null;
+}
+
+// The prefixes of trainscope's own families ("census/, sys/ ..."), for labels.
+export function internalPrefixes(): string[] {
+  return table.families.filter((f) => f.groups.includes('internal') || f.groups.includes('watch')).map((f) => f.prefix);
 }
 
 // Recorded by watch for its own use or for the doctor: not what a user logged.
-export const isInternal = matcher(groups.internal);
+export const isInternal = matcher('internal');
 // Recorded by watch about the optimisation: useful curves, but not the user's metrics.
-const isWatch = matcher(groups.watch);
+const isWatch = matcher('watch');
 // Shown on the Performance view, not on Scalars.
-export const isPerformance = matcher(groups.performance);
+export const isPerformance = matcher('performance');
 
 export function isUserSeries(tag: string): boolean {
   return !isInternal(tag) && !isWatch(tag);

@@ -3,7 +3,7 @@
 
 import { RunSummary } from './api';
 import { State } from './state';
-import { isUserSeries } from './groups';
+import { internalPrefixes, isUserSeries } from './groups';
 import { el, fmt, fmtTime, regex } from './util';
 
 // Nested config objects become dotted keys: {"optim": {"lr": 1}} -> "optim.lr".
@@ -62,7 +62,7 @@ export function runsTable(runs: RunSummary[], state: State, h: RunsTableHandlers
   internalBox.checked = state.internal;
   internalBox.addEventListener('change', () => h.onState({ internal: internalBox.checked }));
   const toolbar = el('div', { class: 'toolbar' }, filterInput, diffButton,
-                     el('label', { title: 'census/, sys/, input/, opt/, grad/ ... as columns' }, internalBox, ' trainscope\'s own series'),
+                     el('label', { title: `${internalPrefixes().join(', ')} as columns` }, internalBox, ' trainscope\'s own series'),
                      el('span', { class: 'muted' }, `${runs.length} runs · ${selected.size} selected`));
   wrap.append(toolbar);
   const { config, metrics } = pickColumns(runs, state.internal);

@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import json
 
-# Families whose series belong to the process, not to one model.
-RUN_FAMILIES = frozenset(("time", "mem", "sys", "census", "perf"))
+from trainscope._tags import PREFIXES, PROCESS_FAMILIES
+
+# Not a family of trainscope's: the user's train/, where watch also writes train/grad_zeroed.
+PREFIXES = dict(PREFIXES, train="train/")
 
 
 def series_tag(namespace, family, name):
     """The tag of one series: "<family>/<namespace><name>"; namespace is "" (the first model,
     or a series of the process) or "<model name>/". The one place tags are put together."""
-    if not namespace or family in RUN_FAMILIES:
-        return f"{family}/{name}"
-    return f"{family}/{namespace}{name}"
+    prefix = PREFIXES[family]
+    if not namespace or family in PROCESS_FAMILIES:
+        return prefix + name
+    return prefix + namespace + name
 
 
 def check_name(name):

@@ -17,16 +17,17 @@ import os
 from transformers import TrainerCallback
 
 import trainscope as ts
+from trainscope._tags import family_tag
 from trainscope.integrations import STEP_LOSS_TAG, _FailureReporter, _loggable, _loss_of, _StepLoss
 
 # Trainer log keys with a trainscope tag of their own (the doctor's roles: src/doctor/roles.cc).
 _TRAINER_TAGS = {
     "loss": "train/loss",               # the mean over the last logging_steps steps
-    "learning_rate": "opt/lr",
+    "learning_rate": family_tag("opt", "lr"),
     "grad_norm": "train/grad_norm",     # before clipping; run.watch()'s grad/* see the clipped gradients
     "epoch": "train/epoch",
     "train_loss": "train/mean_loss",    # the final log's mean over the whole run, not a step's loss
-    "total_flos": "perf/total_flos",
+    "total_flos": family_tag("perf", "total_flos"),
     "num_input_tokens_seen": "train/tokens_seen",
 }
 _SPEED_SUFFIXES = ("_runtime", "_samples_per_second", "_steps_per_second", "_tokens_per_second")
@@ -40,7 +41,7 @@ def trainscope_tag(key):
     if tag is not None:
         return tag
     if key.endswith(_SPEED_SUFFIXES):
-        return "perf/" + key
+        return family_tag("perf", key)
     for prefix, split in _SPLIT_PREFIXES:
         if key.startswith(prefix):
             metric = key[len(prefix):]

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 
+#include "core/tag.h"
 #include "doctor/param_roles.h"
 
 namespace trainscope::doctor {
@@ -38,7 +39,7 @@ std::vector<Cause> DeadUnitCauses(double dying_relu, double first_fraction, doub
 void DeadUnitsDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
-    if (!HasPrefix(tag, "act/", &rest) || std::isnan(s.dead_fraction)) continue;
+    if (!tags::kAct.Holds(tag, &rest) || std::isnan(s.dead_fraction)) continue;
     const std::string m(rest);
     first_.try_emplace(m, s.dead_fraction);
     StepStreak& streak = streak_[m];
@@ -71,7 +72,7 @@ void DeadUnitsDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
   int dead_index = -1;
   for (const auto& [tag, norms] : frame.vectors) {
     std::string_view rest;
-    if (!HasPrefix(tag, "grad_units/", &rest) || norms.size() < options_.min_units) continue;
+    if (!tags::kGradUnits.Holds(tag, &rest) || norms.size() < options_.min_units) continue;
     const std::string param(rest);
     if (ClassifyParam(param, ctx.facts) != ParamRole::kWeight) continue;  // embedding rows of unseen tokens are 0
     size_t zero = 0, finite = 0;
@@ -85,7 +86,7 @@ void DeadUnitsDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
     unit_first_.try_emplace(param, fraction);
     auto& [len, start] = unit_streak_[param];
     const std::string module = RunFacts::ModuleOfParam(param);
-    const TensorStats* bias = frame.Stats("grad/" + (module.empty() ? std::string("bias") : module + ".bias"));
+    const TensorStats* bias = frame.Stats(tags::kGrad.Of(module.empty() ? std::string("bias") : module + ".bias"));
     const bool units_get_gradient = bias && bias->finite() > 0 && bias->zeros < bias->finite();
     if (fraction < options_.threshold || units_get_gradient) {
       len = 0;
@@ -126,7 +127,7 @@ void DeadUnitsDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
 void SaturationDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
-    if (!HasPrefix(tag, "act/", &rest) || std::isnan(s.saturated_fraction)) continue;
+    if (!tags::kAct.Holds(tag, &rest) || std::isnan(s.saturated_fraction)) continue;
     const std::string m(rest);
     StepStreak& streak = streak_[m];
     const int64_t covered = streak.Add(frame.step, s.saturated_fraction >= options_.threshold);
@@ -150,7 +151,7 @@ void SaturationDetector::OnStep(const StepFrame& frame, const DetectorContext& c
 void ActivationDriftDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
-    if (!HasPrefix(tag, "act/", &rest) || s.nan + s.inf || !s.finite()) continue;
+    if (!tags::kAct.Holds(tag, &rest) || s.nan + s.inf || !s.finite()) continue;
     // The model's output moves toward the targets' scale as it learns (an LSTM's regression
     // head from 0.002 to the sine's 0.8): that is fitting, not drift.
     if (ctx.facts.IsModelOutput(std::string(rest))) continue;
@@ -205,7 +206,7 @@ void ActivationDriftDetector::OnStep(const StepFrame& frame, const DetectorConte
 void InputScaleDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
-    if (!HasPrefix(tag, "input/", &rest) || !s.finite()) continue;
+    if (!tags::kInput.Holds(tag, &rest) || !s.finite()) continue;
     auto& v = rms_[std::string(rest)];
     if (v.size() >= options_.points) continue;
     v.push_back(std::sqrt(s.sum_squares / static_cast<double>(s.finite())));
@@ -217,7 +218,7 @@ void InputScaleDetector::OnStep(const StepFrame& frame, const DetectorContext& c
     f.severity = Severity::kWarning;
     f.step = ctx.facts.first_step;
     f.last_step = frame.step;
-    f.location = "input/" + std::string(rest);
+    f.location = tags::kInput.Of(rest);
     f.summary = "input " + std::string(rest) + " has RMS " + FormatNumber(med, 3) +
                 " (median of the first batches): far from unit scale, it pushes the first layer into large "
                 "activations and gradients";
@@ -252,7 +253,7 @@ void BatchNormBatchDetector::OnStep(const StepFrame& frame, const DetectorContex
   }
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
-    if (!HasPrefix(tag, "act/", &rest)) continue;
+    if (!tags::kAct.Holds(tag, &rest)) continue;
     const std::string m(rest);
     if (!IsBatchNormModule(m, ctx.facts)) continue;
     done_ = true;

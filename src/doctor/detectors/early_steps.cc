@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/tag.h"
 #include "doctor/param_roles.h"
 
 namespace trainscope::doctor {
@@ -54,10 +55,10 @@ void EarlyBlowupDetector::OnStep(const StepFrame& frame, const DetectorContext& 
   }
   for (const auto& [tag, update] : frame.stats) {
     std::string_view rest;
-    if (!HasPrefix(tag, "update/", &rest)) continue;
+    if (!tags::kUpdate.Holds(tag, &rest)) continue;
     const std::string param(rest);
     if (ClassifyParam(param, facts) != ParamRole::kWeight) continue;
-    const TensorStats* weight = frame.Stats("weight/" + param);
+    const TensorStats* weight = frame.Stats(tags::kWeight.Of(param));
     if (!weight || !(weight->sum_squares > 0) || !std::isfinite(update.sum_squares)) continue;
     // The weight after the update: a matrix that started at 0 (LoRA's B) has ratio 1 at
     // its first update without anything being wrong; weight - update is what it was.

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cmath>
 
+#include "core/tag.h"
+
 namespace trainscope::doctor {
 
 namespace {
@@ -26,7 +28,7 @@ std::vector<std::pair<std::string, const TensorStats*>> WeightGradsByDepth(const
   std::vector<std::pair<std::string, const TensorStats*>> out;
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
-    if (!HasPrefix(tag, "grad/", &rest)) continue;
+    if (!tags::kGrad.Holds(tag, &rest)) continue;
     const std::string p(rest);
     if (ClassifyParam(p, facts) != ParamRole::kWeight || s.numel < 2) continue;
     if (facts.ParamIndex(p) < 0) continue;
@@ -53,7 +55,7 @@ void GradExplosionDetector::OnStep(const StepFrame& frame, const DetectorContext
   double worst_ratio = 0, worst_z = 0;
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
-    if (!HasPrefix(tag, "grad/", &rest)) continue;
+    if (!tags::kGrad.Holds(tag, &rest)) continue;
     const double n = s.l2_norm();
     if (!std::isfinite(n) || s.nan + s.inf) continue;
     auto [it, added] = layers_.try_emplace(std::string(rest), options_.window);
@@ -84,13 +86,13 @@ void GradExplosionDetector::OnStep(const StepFrame& frame, const DetectorContext
     std::map<std::string, double> squares;
     for (const auto& [tag, s] : frame.stats) {
       std::string_view rest;
-      if (!HasPrefix(tag, "grad/", &rest)) continue;
+      if (!tags::kGrad.Holds(tag, &rest)) continue;
       squares[facts.ModelOf(rest)] += s.nan + s.inf ? std::numeric_limits<double>::infinity() : s.sum_squares;
     }
     for (const auto& [model, sq] : squares) norms[model] = std::sqrt(sq);
     for (const auto& [tag, v] : frame.scalars) {
       std::string_view rest;
-      if (!HasPrefix(tag, "grad/", &rest) || rest.size() < 11 || rest.substr(rest.size() - 11) != "global_norm") continue;
+      if (!tags::kGrad.Holds(tag, &rest) || rest.size() < 11 || rest.substr(rest.size() - 11) != "global_norm") continue;
       const std::string_view head = rest.substr(0, rest.size() - 11);
       norms[head.empty() ? std::string() : facts.ModelOf(head)] = v;
     }
@@ -128,9 +130,9 @@ void GradExplosionDetector::OnStep(const StepFrame& frame, const DetectorContext
     f.severity = Severity::kWarning;
     f.step = f.last_step = frame.step;
     std::string loc = !worst.empty()          ? worst
-                      : !fired_model.empty()   ? "grad/" + fired_model + "/global_norm"
+                      : !fired_model.empty()   ? tags::kGrad.Of(fired_model) + "/global_norm"
                       : facts.roles.Has(Role::kGradNorm) ? facts.roles.Get(Role::kGradNorm)
-                                                         : std::string("grad/global_norm");
+                                                         : std::string(tags::kGradGlobalNorm);
     if (location_.empty()) location_ = loc;
     f.location = location_;
     if (global_fired) {
@@ -144,7 +146,7 @@ void GradExplosionDetector::OnStep(const StepFrame& frame, const DetectorContext
     f.evidence_json = json{{"grad_norm", Num(g)}, {"grad_norm_median", Num(global_med)}, {"layer", worst},
                            {"layer_ratio", Num(worst_ratio)}, {"lr", Num(facts.lr)},
                            {"flight_recorder", ctx.flight.Snapshot(worst.empty() ? std::vector<std::string>{}
-                                                                                  : std::vector<std::string>{"grad/" + worst})}}
+                                                                                  : std::vector<std::string>{tags::kGrad.Of(worst)})}}
                           .dump();
     f.causes = {{"gradient_explosion", 0.7}, {"lr_too_high", 0.4}, {"bad_batch", 0.2}};
     ctx.Report(std::move(f));
@@ -183,7 +185,7 @@ void GradVanishingDetector::OnStep(const StepFrame& frame, const DetectorContext
   // Weights whose gradient is exactly zero everywhere.
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
-    if (!HasPrefix(tag, "grad/", &rest)) continue;
+    if (!tags::kGrad.Holds(tag, &rest)) continue;
     const std::string p(rest);
     if (IsBiasOrNormParam(p, facts) || s.numel < 2) continue;
     auto& [len, start] = zero_streak_[p];
@@ -239,7 +241,7 @@ void GradVanishingDetector::OnStep(const StepFrame& frame, const DetectorContext
           std::vector<Cause> causes;
           bool saturating = false;
           for (const auto& [tag, s] : frame.stats) {
-            if (HasPrefix(tag, "act/") && !std::isnan(s.saturated_fraction) && s.saturated_fraction > 0.3) saturating = true;
+            if (tags::kAct.Holds(tag) && !std::isnan(s.saturated_fraction) && s.saturated_fraction > 0.3) saturating = true;
           }
           RaiseCause(&causes, "saturating_activation", saturating ? 0.7 : 0.4);
           RaiseCause(&causes, "bad_init", 0.4);
@@ -259,7 +261,7 @@ void GradVanishingDetector::OnStep(const StepFrame& frame, const DetectorContext
       f.severity = Severity::kWarning;
       f.step = floor_start_;
       f.last_step = frame.step;
-      f.location = facts.roles.Has(Role::kGradNorm) ? facts.roles.Get(Role::kGradNorm) : "grad/global_norm";
+      f.location = facts.roles.Has(Role::kGradNorm) ? facts.roles.Get(Role::kGradNorm) : tags::kGradGlobalNorm;
       f.summary = "the global gradient norm is " + FormatNumber(g, 3) + " while the loss is still " + FormatNumber(facts.loss, 3);
       f.evidence_json = json{{"grad_norm", Num(g)}, {"loss", Num(facts.loss)}}.dump();
       f.causes = {{"saturating_activation", 0.4}, {"dying_relu", 0.4}, {"constant_init", 0.3}};
@@ -328,14 +330,14 @@ void UpdateRatioDetector::OnStep(const StepFrame& frame, const DetectorContext& 
   std::unordered_map<std::string_view, const TensorStats*> weights;
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
-    if (HasPrefix(tag, "weight/", &rest)) weights[rest] = &s;
+    if (tags::kWeight.Holds(tag, &rest)) weights[rest] = &s;
   }
   std::vector<double> step_ratios;
   std::string worst;
   double worst_median = 0;
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
-    if (!HasPrefix(tag, "update/", &rest)) continue;
+    if (!tags::kUpdate.Holds(tag, &rest)) continue;
     auto w = weights.find(rest);
     if (w == weights.end()) continue;
     const std::string p(rest);
@@ -447,7 +449,7 @@ void UpdateRatioDetector::OnStep(const StepFrame& frame, const DetectorContext& 
 void WeightSymmetryDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
-    if (!HasPrefix(tag, "weight/", &rest)) continue;
+    if (!tags::kWeight.Holds(tag, &rest)) continue;
     const std::string p(rest);
     if (!seen_.insert(p).second) continue;  // only the first record: the initialisation
     if (IsBiasOrNormParam(p, ctx.facts) || s.numel < 2 || s.nan + s.inf) continue;
@@ -472,7 +474,7 @@ void WeightSymmetryDetector::OnStep(const StepFrame& frame, const DetectorContex
     std::string_view rest;
     // Two units always get equal gradient norms under a 2-class softmax/cross-entropy output
     // (the gradients of the two logits are each other's negative): three or more.
-    if (!HasPrefix(tag, "grad_units/", &rest) || v.size() < 3) continue;
+    if (!tags::kGradUnits.Holds(tag, &rest) || v.size() < 3) continue;
     Welford w;
     for (float x : v) w.Add(x);
     const double mean = w.mean(), sd = std::sqrt(std::max(0.0, w.variance()));
@@ -501,7 +503,7 @@ void WeightSymmetryDetector::OnStep(const StepFrame& frame, const DetectorContex
 void NormScaleDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
-    if (!HasPrefix(tag, "weight/", &rest)) continue;
+    if (!tags::kWeight.Holds(tag, &rest)) continue;
     const std::string p(rest);
     if (ClassifyParam(p, ctx.facts) != ParamRole::kNormScale) continue;
     const double rms = Rms(s);

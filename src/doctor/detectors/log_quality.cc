@@ -6,34 +6,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/tag.h"
+
 namespace trainscope::doctor {
-
-extern const char kSeriesGroupsJson[];  // data/series_groups.json, embedded by cmake/embed_text.cmake
-
-namespace {
-
-// Whether trainscope writes this series itself: the "internal" and "watch" groups of
-// data/series_groups.json (an entry ending in '/' is a prefix, any other a whole tag).
-bool IsTrainscopeSeries(std::string_view tag) {
-  static const std::vector<std::string> entries = [] {
-    std::vector<std::string> all;
-    const nlohmann::json groups = nlohmann::json::parse(kSeriesGroupsJson, nullptr, false);
-    if (!groups.is_object()) return all;
-    for (const char* group : {"internal", "watch"}) {
-      if (!groups.contains(group) || !groups[group].is_array()) continue;
-      for (const auto& entry : groups[group]) {
-        if (entry.is_string() && !entry.get<std::string>().empty()) all.push_back(entry.get<std::string>());
-      }
-    }
-    return all;
-  }();
-  for (const std::string& entry : entries) {
-    if (entry.back() == '/' ? tag.substr(0, entry.size()) == entry : tag == entry) return true;
-  }
-  return false;
-}
-
-}  // namespace
 
 void DuplicateStepsDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   if (frame.scalars.size() < 2) return;
@@ -49,7 +24,7 @@ void DuplicateStepsDetector::OnStep(const StepFrame& frame, const DetectorContex
       // trainscope writes itself (time/, mem/, grad/, opt/ ...): how it steps them is not
       // the user's to fix.
       it = series_.emplace(std::string(tag), Series{}).first;
-      it->second.user = !HasPrefix(tag, "sys/") && !IsTrainscopeSeries(tag);
+      it->second.user = !tags::IsTrainscopeSeries(tag);
     }
     Series& s = it->second;
     if (!s.user) continue;

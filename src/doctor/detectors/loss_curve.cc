@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/tag.h"
 #include "doctor/doctor.h"
 #include "doctor/facts.h"
 #include "doctor/knowledge.h"
@@ -446,8 +447,8 @@ void LossDivergenceDetector::Finish(const DetectorContext& ctx) {
 
 void LossPlateauDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   // Recorded runs log the batch's label range (run.watch): K = max label + 1.
-  if (const double* v = frame.Scalar("input/label_max"); v && std::isfinite(*v)) label_max_ = std::max(label_max_, *v);
-  if (const double* v = frame.Scalar("input/label_min"); v && std::isfinite(*v)) {
+  if (const double* v = frame.Scalar(tags::kInputLabelMax); v && std::isfinite(*v)) label_max_ = std::max(label_max_, *v);
+  if (const double* v = frame.Scalar(tags::kInputLabelMin); v && std::isfinite(*v)) {
     label_min_ = std::isnan(label_min_) ? *v : std::min(label_min_, *v);
   }
   for (Role role : {Role::kAcc, Role::kValAcc}) {  // the validation accuracy, when there is one, last

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cstring>
 
+#include "core/tag.h"
+
 namespace trainscope::doctor {
 
 namespace {
@@ -52,8 +54,8 @@ bool IsAncestor(const std::string& ancestor, const std::string& module) {
 }  // namespace
 
 bool LabelsOutOfRange(const StepFrame& frame, const RunFacts& facts, double* min_label, double* max_label) {
-  const double* lo = frame.Scalar("input/label_min");
-  const double* hi = frame.Scalar("input/label_max");
+  const double* lo = frame.Scalar(tags::kInputLabelMin);
+  const double* hi = frame.Scalar(tags::kInputLabelMax);
   *min_label = lo ? *lo : kNaN;
   *max_label = hi ? *hi : kNaN;
   // -100 is PyTorch's default ignore_index; any other negative value the run trained on with
@@ -121,14 +123,14 @@ void NonFiniteDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
   std::vector<std::pair<std::string, const TensorStats*>> acts;  // in forward order
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
-    if (HasPrefix(tag, "act/", &rest)) {
+    if (tags::kAct.Holds(tag, &rest)) {
       acts.emplace_back(std::string(rest), &s);
       if (NonFinite(s)) bad_acts.emplace_back(rest);
-    } else if (HasPrefix(tag, "input/", &rest)) {
+    } else if (tags::kInput.Holds(tag, &rest)) {
       if (NonFinite(s)) bad_inputs.emplace_back(rest);
-    } else if (HasPrefix(tag, "grad/", &rest)) {
+    } else if (tags::kGrad.Holds(tag, &rest)) {
       if (NonFinite(s)) bad_grads.emplace_back(rest);
-    } else if (HasPrefix(tag, "weight/", &rest)) {
+    } else if (tags::kWeight.Holds(tag, &rest)) {
       if (NonFinite(s)) {
         if (Contains(std::string(rest), {"running_mean", "running_var"})) bad_buffers.emplace_back(rest);
         else bad_weights.emplace_back(rest);
@@ -217,7 +219,7 @@ void NonFiniteDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
     producer_module = RunFacts::ModuleOfParam(best);
   } else if (grad_norm_bad || grad_norm_nan) {
     code = "NONFINITE_GRAD";
-    location = facts.roles.Get(Role::kGradNorm).empty() ? "grad/global_norm" : facts.roles.Get(Role::kGradNorm);
+    location = facts.roles.Get(Role::kGradNorm).empty() ? tags::kGradGlobalNorm : facts.roles.Get(Role::kGradNorm);
     phase = "backward";
     kind = "gradient";
   } else {
@@ -378,7 +380,7 @@ void NonFiniteDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
   if (evidence.contains("nonfinite_producer_weights")) {
     const std::string weight = evidence["nonfinite_producer_weights"][0].get<std::string>();
     std::vector<double> norms;
-    for (const auto& [step, v] : ctx.flight.NormHistory("grad/" + weight)) {
+    for (const auto& [step, v] : ctx.flight.NormHistory(tags::kGrad.Of(weight))) {
       if (step < frame.step && std::isfinite(v)) norms.push_back(v);
     }
     const double last = norms.empty() ? kNaN : norms.back();
@@ -420,11 +422,10 @@ void NonFiniteDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
 
   // The flight recorder: the last steps of everything involved.
   std::vector<std::string> focus;
-  auto add_focus = [&](const std::string& prefix, const std::string& name) { focus.push_back(prefix + name); };
-  if (kind == "activation") add_focus("act/", location);
-  if (kind == "gradient") add_focus("grad/", location);
-  if (kind == "weight") add_focus("weight/", location);
-  for (const auto& i : bad_inputs) add_focus("input/", i);
+  if (kind == "activation") focus.push_back(tags::kAct.Of(location));
+  if (kind == "gradient") focus.push_back(tags::kGrad.Of(location));
+  if (kind == "weight") focus.push_back(tags::kWeight.Of(location));
+  for (const auto& i : bad_inputs) focus.push_back(tags::kInput.Of(i));
   evidence["flight_recorder"] = ctx.flight.Snapshot(focus, 8);
 
   Finding f;
@@ -471,7 +472,7 @@ void NonFiniteDetector::OutputCauses(const DetectorContext& ctx, std::vector<Cau
   // The model's output: the last module in forward order that has recorded statistics.
   for (auto it = facts.module_order.rbegin(); it != facts.module_order.rend(); ++it) {
     std::vector<std::pair<int64_t, double>> history;
-    for (const auto& [step, v] : ctx.flight.AbsMaxHistory("act/" + *it)) {
+    for (const auto& [step, v] : ctx.flight.AbsMaxHistory(tags::kAct.Of(*it))) {
       if (std::isfinite(v)) history.emplace_back(step, v);
     }
     if (history.empty()) continue;

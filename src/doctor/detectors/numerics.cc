@@ -346,6 +346,7 @@ bool IsSixteenBitFloat(const std::string& dtype) {
 #ifdef TRAINSCOPE_WITH_NUMERICS
 #include <set>
 
+#include "core/tag.h"
 #include "numerics/fit.h"
 #include "numerics/formats.h"
 #include "doctor/param_roles.h"
@@ -496,7 +497,7 @@ void PrecisionFitDetector::OnStep(const StepFrame& frame, const DetectorContext&
   if (!st.cast_signature) {
     const std::pair<std::string, TensorStats>* previous = nullptr;
     for (const auto& item : frame.stats) {
-      if (!HasPrefix(item.first, "act/")) continue;
+      if (!tags::kAct.Holds(item.first)) continue;
       const TensorStats& s = item.second;
       if (previous && s.inf > 0 && s.abs_max <= st.fp16->max_finite) {
         const TensorStats& p = previous->second;
@@ -516,7 +517,7 @@ void PrecisionFitDetector::OnStep(const StepFrame& frame, const DetectorContext&
   // overflow opens after that step (NONFINITE_* tells that story).
   if (st.nonfinite_step < 0) {
     for (const auto& [tag, s] : frame.stats) {
-      if ((HasPrefix(tag, "weight/") || HasPrefix(tag, "grad/")) && s.nan + s.inf > 0 && !skipped) {
+      if ((tags::kWeight.Holds(tag) || tags::kGrad.Holds(tag)) && s.nan + s.inf > 0 && !skipped) {
         st.nonfinite_step = frame.step;
         break;
       }
@@ -527,8 +528,8 @@ void PrecisionFitDetector::OnStep(const StepFrame& frame, const DetectorContext&
   const int used_k = st.loss_scaling ? static_cast<int>(std::floor(std::log2(st.loss_scale))) : 0;
   const double lr = facts.lr;
   for (const auto& [tag, s] : frame.stats) {
-    const bool act = HasPrefix(tag, "act/");
-    const bool grad = HasPrefix(tag, "grad/");
+    const bool act = tags::kAct.Holds(tag);
+    const bool grad = tags::kGrad.Holds(tag);
     // FP16_OVERFLOW: the first point of each activation or gradient past the range.
     if ((act || (grad && !skipped)) && !after_nonfinite && s.finite() > s.zeros && std::isfinite(s.abs_max) && s.abs_max >= fp16_limit &&
         !st.overflow_reported.count(tag) && !st.overflow_pending.count(tag)) {
@@ -569,10 +570,10 @@ void PrecisionFitDetector::OnStep(const StepFrame& frame, const DetectorContext&
     }
     // BF16_STALE_UPDATE: update/<p> beside weight/<p> and grad/<p> of the same step.
     std::string_view param;
-    if (HasPrefix(tag, "update/", &param) && s.numel >= options_.min_numel && !skipped &&
+    if (tags::kUpdate.Holds(tag, &param) && s.numel >= options_.min_numel && !skipped &&
         !(std::isfinite(lr) && lr <= 0)) {
-      const TensorStats* w = frame.Stats("weight/" + std::string(param));
-      const TensorStats* g = frame.Stats("grad/" + std::string(param));
+      const TensorStats* w = frame.Stats(tags::kWeight.Of(param));
+      const TensorStats* g = frame.Stats(tags::kGrad.Of(param));
       if (w && g && g->numel == s.numel && s.finite() == s.numel && g->finite() == g->numel) {
         auto [it, fresh] = st.stale.try_emplace(std::string(param));
         if (fresh) st.stale_order.emplace_back(param);
@@ -600,7 +601,7 @@ void PrecisionFitDetector::OnStep(const StepFrame& frame, const DetectorContext&
       }
     }
     // FP8 readiness, only when the run considers FP8.
-    if (st.declared.fp8 && (act || grad || HasPrefix(tag, "weight/"))) {
+    if (st.declared.fp8 && (act || grad || tags::kWeight.Holds(tag))) {
       State::Fp8& f = st.fp8[tag];
       f.format = grad ? st.e5m2 : st.e4m3;
       const double amax = s.finite() > s.zeros && std::isfinite(s.abs_max) ? s.abs_max : 0.0;
@@ -634,14 +635,14 @@ void PrecisionFitDetector::OnStep(const StepFrame& frame, const DetectorContext&
     for (size_t i = 1; i < facts.module_order.size(); ++i) {
       const std::string& module = facts.module_order[i];
       if (!IsMatmulModule(module, facts.ModuleType(module))) continue;
-      const TensorStats* in = frame.Stats("act/" + facts.module_order[i - 1]);
+      const TensorStats* in = frame.Stats(tags::kAct.Of(facts.module_order[i - 1]));
       if (!in || in->finite() < 2) continue;
       const double mean = in->mean();
       const double sd = in->stddev();
       if (!(sd > 0) || !std::isfinite(mean) || mean == 0) continue;
       const double bits = std::log2(std::fabs(mean) / sd) + 3;
       State::Tf32& t = st.tf32[module];
-      if (bits > t.bits) t = {bits, mean, sd, frame.step, "act/" + facts.module_order[i - 1]};
+      if (bits > t.bits) t = {bits, mean, sd, frame.step, tags::kAct.Of(facts.module_order[i - 1])};
     }
   }
 

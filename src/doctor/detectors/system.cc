@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/tag.h"
 #include "doctor/doctor.h"
 
 namespace trainscope::doctor {
@@ -18,7 +19,7 @@ bool StepTimes(const StepFrame& frame, double* data_wait, double* step) {
   bool any = false;
   for (const auto& [tag, v] : frame.scalars) {
     std::string_view phase;
-    if (!HasPrefix(tag, "time/", &phase) || !std::isfinite(v)) continue;
+    if (!tags::kTime.Holds(tag, &phase) || !std::isfinite(v)) continue;
     any = true;
     if (phase == "step") total = v;
     else {
@@ -76,8 +77,8 @@ void DataloaderDetector::OnStep(const StepFrame& frame, const DetectorContext& c
 }
 
 void PageFaultDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
-  const double* kernel = frame.Scalar("mem/kernel_seconds");
-  const double* faults = frame.Scalar("mem/page_faults");
+  const double* kernel = frame.Scalar(tags::kMemKernelSeconds);
+  const double* faults = frame.Scalar(tags::kMemPageFaults);
   double wait, step;
   if (!kernel || !faults || !StepTimes(frame, &wait, &step) || !(step > 0) || !std::isfinite(*kernel) ||
       !std::isfinite(*faults)) {
@@ -124,7 +125,8 @@ void MemoryLeakDetector::OnStep(const StepFrame& frame, const DetectorContext& c
   // trainscope's own memory (its buffers, the recorder's queue) is not the training's: a
   // series under mem/trainscope (e.g. mem/trainscope_rss) is taken out of the process RSS.
   for (const auto& [tag, v] : frame.scalars) {
-    if (HasPrefix(tag, "mem/trainscope") && std::isfinite(v)) own_rss_ = v;
+    std::string_view what;
+    if (tags::kMem.Holds(tag, &what) && HasPrefix(what, "trainscope") && std::isfinite(v)) own_rss_ = v;
   }
   if (frame.wall_time > 0) {
     if (std::isnan(first_wall_)) first_wall_ = frame.wall_time;
@@ -133,11 +135,11 @@ void MemoryLeakDetector::OnStep(const StepFrame& frame, const DetectorContext& c
   for (const auto& [tag, v] : frame.scalars) {
     if (!std::isfinite(v)) continue;
     Series* s = nullptr;
-    if (tag == "mem/rss" || tag == "mem/cuda_allocated") s = &At(memory_, tag);
-    else if (HasPrefix(tag, "census/")) s = &At(census_, tag);
+    if (tag == tags::kMemRss || tag == tags::kMemCudaAllocated) s = &At(memory_, tag);
+    else if (tags::kCensus.Holds(tag)) s = &At(census_, tag);
     if (!s || !s->thin.Admit()) continue;
     s->steps.push_back(static_cast<double>(frame.step));
-    s->values.push_back(tag == "mem/rss" ? v - own_rss_ : v);
+    s->values.push_back(tag == tags::kMemRss ? v - own_rss_ : v);
     s->thin.Trim(s->steps, s->values);
   }
   if (CheckDue(++frames_, options_.eval_every)) Check(ctx, false);
@@ -157,7 +159,7 @@ void MemoryLeakDetector::Check(const DetectorContext& ctx, bool final) {
     const SlopeFit fit = RobustSlope(xs, ys);
     const double growth = fit.slope * (xs.back() - xs.front());
     const double level = Median(ys);
-    const bool cuda = tag == "mem/cuda_allocated";
+    const bool cuda = tag == tags::kMemCudaAllocated;
     auto big = [&](double bytes) {
       return cuda ? bytes >= options_.cuda_min_growth
                   : bytes >= options_.min_growth && bytes >= options_.rel_growth * level;
@@ -240,18 +242,18 @@ void MemoryLeakDetector::Check(const DetectorContext& ctx, bool final) {
 }
 
 void ThroughputDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
-  for (const char* tag : {"mem/cuda_allocated", "mem/rss", "sys/rss"}) {
+  for (const char* tag : {tags::kMemCudaAllocated, tags::kMemRss, tags::kSysRss}) {
     if (const double* v = frame.Scalar(tag)) {
       memory_ = *v;
       break;
     }
   }
-  if (const double* v = frame.Scalar("sys/cpu_percent")) host_cpu_ = *v;
-  if (const double* v = frame.Scalar("sys/process_cpu_percent")) {
+  if (const double* v = frame.Scalar(tags::kSysCpuPercent)) host_cpu_ = *v;
+  if (const double* v = frame.Scalar(tags::kSysProcessCpuPercent)) {
     process_cpu_ = *v;
     if (std::isnan(first_process_cpu_)) first_process_cpu_ = *v;
   }
-  if (const double* v = frame.Scalar("data/input_elements"); v && *v > 0) elements_ = *v;
+  if (const double* v = frame.Scalar(tags::kDataInputElements); v && *v > 0) elements_ = *v;
   double wait, step;
   if (!StepTimes(frame, &wait, &step) || !(step > 0)) return;
   const size_t i = seen_++;
@@ -306,7 +308,7 @@ void ThroughputDetector::OnStep(const StepFrame& frame, const DetectorContext& c
                    : Severity::kInfo;
   f.step = recent_.front().first;
   f.last_step = frame.step;
-  f.location = "time/step";
+  f.location = tags::kTimeStep;
   f.summary = "steps take " + FormatNumber(now / base, 3) + "x as long as early in the run (" + FormatNumber(1e3 * now, 3) + " ms against " +
               FormatNumber(1e3 * base, 3) + " ms)";
   json evidence = {{"step_ms", Num(1e3 * now)}, {"baseline_step_ms", Num(1e3 * base)}, {"ratio", Num(now / base)}};

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/tag.h"
+
 namespace trainscope::doctor {
 
 namespace {
@@ -13,12 +15,12 @@ void TargetLeakDetector::OnStep(const StepFrame& frame, const DetectorContext& c
   const RunFacts& facts = ctx.facts;
   if (std::isfinite(facts.loss) && facts.loss < 0) negative_seen_ = true;
   if (done_) return;
-  if (const double* copy = frame.Scalar("data/target_copy_fraction")) {
+  if (const double* copy = frame.Scalar(tags::kDataTargetCopyFraction)) {
     if (std::isfinite(*copy)) {
       copy_sum_ += *copy;
       ++copy_points_;
       if (copy_first_step_ < 0) copy_first_step_ = frame.step;
-      if (const double* next = frame.Scalar("data/target_next_fraction")) next_sum_ += std::isfinite(*next) ? *next : 0;
+      if (const double* next = frame.Scalar(tags::kDataTargetNextFraction)) next_sum_ += std::isfinite(*next) ? *next : 0;
     }
   }
   const std::string& val_tag = facts.roles.Get(Role::kValLoss);

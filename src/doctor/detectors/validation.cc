@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/tag.h"
+
 namespace trainscope::doctor {
 
 namespace {
@@ -138,7 +140,7 @@ std::optional<Finding> OverfittingDetector::Judge(const DetectorContext& ctx) co
 
 bool IsMetricTag(std::string_view tag) {
   const std::string t = Lower(tag);
-  if (HasPrefix(t, "sys/") || HasPrefix(t, "system/") || HasPrefix(t, "time/") || HasPrefix(t, "mem/")) return false;
+  if (tags::kSys.Holds(t) || HasPrefix(t, "system/") || tags::kTime.Holds(t) || tags::kMem.Holds(t)) return false;
   for (const char* not_metric : {"grad", "lr", "learning_rate", "learning rate", "time", "mem", "throughput", "mfu",
                                  "scale", "samples_per", "steps_per", "tokens_per", "_pct"}) {
     if (t.find(not_metric) != std::string::npos) return false;
@@ -234,8 +236,8 @@ void NonfiniteMetricDetector::Finish(const DetectorContext& ctx) {
 // ---- chance level on held-out data ----
 
 void ChanceLevelDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
-  if (const double* v = frame.Scalar("input/label_max"); v && std::isfinite(*v)) label_max_ = std::max(label_max_, *v);
-  if (const double* v = frame.Scalar("input/label_min"); v && std::isfinite(*v)) {
+  if (const double* v = frame.Scalar(tags::kInputLabelMax); v && std::isfinite(*v)) label_max_ = std::max(label_max_, *v);
+  if (const double* v = frame.Scalar(tags::kInputLabelMin); v && std::isfinite(*v)) {
     label_min_ = std::isnan(label_min_) ? *v : std::min(label_min_, *v);
   }
   const std::string& val_tag = ctx.facts.roles.Get(Role::kValLoss);

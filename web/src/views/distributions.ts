@@ -4,6 +4,7 @@
 import { api, TensorSeries } from '../api';
 import { bandChart, lineChart } from '../chart';
 import { ctx, chartWidth, detail, findings, primaryRun, rangeParams, setState, xRange } from '../ctx';
+import { familyTag } from '../groups';
 import { heatmap, LABEL_WIDTH } from '../heatmap';
 import { BAND_PERCENTILES, histogramPercentiles } from '../percentiles';
 import { el } from '../util';
@@ -55,7 +56,7 @@ export async function distributionsView(gen: number, box: HTMLElement): Promise<
   layerSelect.addEventListener('change', () => setState({ layer: layerSelect.value }));
   box.append(el('div', { class: 'toolbar' }, el('b', {}, run), ' · ', familySelect, ' · ', layerSelect));
   const width = chartWidth();
-  const tag = `${family}/${layer}`;
+  const tag = familyTag(family, layer);
   const xr = xRange([d]);
   const [hist, moments] = await Promise.all([
     api<TensorSeries>('tensor_stats', { run, tag, hist: 1, width: Math.round(width - LABEL_WIDTH), ...rangeParams() }),

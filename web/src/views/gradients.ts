@@ -2,6 +2,7 @@
 // layer's exponent histogram over steps, update/weight ratios, per-unit gradient norms.
 import { api, LayerMatrix, TensorSeries, Vectors } from '../api';
 import { ctx, chartWidth, detail, findings, primaryRun, rangeParams, setState, xRange } from '../ctx';
+import { familyRest, familyTag } from '../groups';
 import { heatmap, LABEL_WIDTH } from '../heatmap';
 import { el } from '../util';
 import { histogramHeatmap } from './distributions';
@@ -28,7 +29,7 @@ export async function gradientsView(gen: number, box: HTMLElement): Promise<void
   const xr = xRange([d]);
   const [matrix, hist, ratio] = await Promise.all([
     api<LayerMatrix>('layers', { run, family, metric: 'l2_norm', width: w, ...rangeParams() }),
-    layer ? api<TensorSeries>('tensor_stats', { run, tag: `${family}/${layer}`, hist: 1, width: w, ...rangeParams() }) : null,
+    layer ? api<TensorSeries>('tensor_stats', { run, tag: familyTag(family, layer), hist: 1, width: w, ...rangeParams() }) : null,
     api<LayerMatrix>('layers', { run, family: 'update_ratio', width: w, ...rangeParams() }),
   ]);
   if (gen !== ctx.generation) return;
@@ -37,7 +38,7 @@ export async function gradientsView(gen: number, box: HTMLElement): Promise<void
     values: matrix.values, log: true, selectedRow: matrix.layers.indexOf(layer), markers: markersOf(fs), xRange: xr,
     valueLabel: '‖x‖₂', onRowClick: (r) => setState({ layer: matrix.layers[r] }),
   }));
-  if (hist) box.append(histogramHeatmap(hist, `${family}/${layer}`, markersOf(fs, layer), xr));
+  if (hist) box.append(histogramHeatmap(hist, familyTag(family, layer), markersOf(fs, layer), xr));
   if (ratio.layers.length) {
     box.append(perLayer(ratio, {
       title: 'update / weight norm ratio per layer (healthy band 1e-4…1e-2, 1e-3 dashed)', name: 'update-ratio', width,
@@ -45,7 +46,7 @@ export async function gradientsView(gen: number, box: HTMLElement): Promise<void
       onRowClick: (r) => setState({ layer: ratio.layers[r] }),
     }));
   }
-  const unitsTag = `grad_units/${layer}`;
+  const unitsTag = familyTag('grad_units', layer);
   if (d.series.some((s) => s.tag === unitsTag)) {
     const v = await api<Vectors>('vectors', { run, tag: unitsTag, width: w, ...rangeParams() });
     if (gen !== ctx.generation) return;
@@ -54,7 +55,7 @@ export async function gradientsView(gen: number, box: HTMLElement): Promise<void
     box.append(heatmap({ name: 'unit-norms', title: `${unitsTag}: gradient norm per unit × step (log colour)`, rows,
                          steps: v.step, values, log: true, valueLabel: '‖g_unit‖', xRange: xr }));
   } else {
-    const units = d.series.filter((s) => s.tag.startsWith('grad_units/')).map((s) => s.tag.slice(11));
+    const units = d.series.map((s) => familyRest('grad_units', s.tag)).filter((u): u is string => u !== null);
     box.append(el('p', { class: 'muted' }, units.length ? `Per-unit gradient norms are recorded for: ${units.join(', ')}.`
       : 'No per-unit gradient norms recorded (grad_units/<param>).'));
   }

@@ -6,7 +6,7 @@
 import { api, Buckets, Finding, RunDetail, Spans, TensorSeries } from '../api';
 import { findingMarker, lineChart, Marker, sparkline } from '../chart';
 import { ctx, chartWidth, detail, findings, jumpTo, primaryRun, rangeParams, xRange } from '../ctx';
-import { isUserSeries } from '../groups';
+import { familyTag, isUserSeries } from '../groups';
 import { el, fmt, fmtTime, SEVERITY_RANK } from '../util';
 import { stepTimeChart } from './performance';
 
@@ -53,12 +53,12 @@ export function lossTags(d: RunDetail): { loss?: string; val?: string } {
 
 function lrTag(d: RunDetail): string | undefined {
   const tags = scalarTags(d);
-  return tags.find((t) => t === 'opt/lr') || tags.find((t) => /(^|\/)(lr|learning_rate)(\/|$)/.test(t));
+  return tags.find((t) => t === familyTag('opt', 'lr')) || tags.find((t) => /(^|\/)(lr|learning_rate)(\/|$)/.test(t));
 }
 
 function gradNormTag(d: RunDetail): string | undefined {
   const tags = scalarTags(d);
-  return tags.find((t) => t === 'grad/global_norm') || tags.find((t) => /grad.*norm/.test(t));
+  return tags.find((t) => t === familyTag('grad', 'global_norm')) || tags.find((t) => /grad.*norm/.test(t));
 }
 
 // The series that shows a finding's evidence, and how to read it.
@@ -69,15 +69,18 @@ function evidenceSource(f: Finding, d: RunDetail): { kind: 'scalar' | 'tensor'; 
   if (f.location && has(f.location) && d.series.find((s) => s.tag === f.location)?.kind === 'scalar') {
     return { kind: 'scalar', tag: f.location, log: false };
   }
-  if (f.code === 'DATALOADER_BOTTLENECK' && has('time/data')) return { kind: 'scalar', tag: 'time/data', log: false };
-  if (/UPDATE_RATIO/.test(f.code) && has(`update_ratio/${f.location}`)) return { kind: 'scalar', tag: `update_ratio/${f.location}`, log: true };
-  if (f.code === 'MEMORY_LEAK' && has('mem/rss')) return { kind: 'scalar', tag: 'mem/rss', log: false };
-  if (f.location && has(`act/${f.location}`)) {
+  const dataWait = familyTag('time', 'data'), rss = familyTag('mem', 'rss'), ratio = familyTag('update_ratio', f.location);
+  if (f.code === 'DATALOADER_BOTTLENECK' && has(dataWait)) return { kind: 'scalar', tag: dataWait, log: false };
+  if (/UPDATE_RATIO/.test(f.code) && has(ratio)) return { kind: 'scalar', tag: ratio, log: true };
+  if (f.code === 'MEMORY_LEAK' && has(rss)) return { kind: 'scalar', tag: rss, log: false };
+  const act = familyTag('act', f.location);
+  if (f.location && has(act)) {
     const metric = /SATUR/.test(f.code) ? 'saturated_fraction' : /DEAD/.test(f.code) ? 'dead_fraction' : 'l2_norm';
-    return { kind: 'tensor', tag: `act/${f.location}`, metric, log: metric === 'l2_norm' };
+    return { kind: 'tensor', tag: act, metric, log: metric === 'l2_norm' };
   }
   for (const family of ['grad', 'update', 'weight']) {
-    if (f.location && has(`${family}/${f.location}`)) return { kind: 'tensor', tag: `${family}/${f.location}`, metric: 'l2_norm', log: true };
+    const tag = familyTag(family, f.location);
+    if (f.location && has(tag)) return { kind: 'tensor', tag, metric: 'l2_norm', log: true };
   }
   if (/GRAD/.test(f.code) && gradNormTag(d)) return { kind: 'scalar', tag: gradNormTag(d)!, log: true };
   if (/LR/.test(f.code) && lrTag(d)) return { kind: 'scalar', tag: lrTag(d)!, log: false };

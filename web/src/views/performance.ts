@@ -3,6 +3,7 @@
 // census/ ones.
 import { api, Spans } from '../api';
 import { findingMarker, lineChart, stackedChart } from '../chart';
+import { codeView } from '../codes';
 import { ctx, chartWidth, detail, findings, jumpTo, primaryRun, rangeParams, xRange } from '../ctx';
 import { isPerformance } from '../groups';
 import { el, fmt, runColor } from '../util';
@@ -26,7 +27,7 @@ export async function performanceView(gen: number, box: HTMLElement): Promise<vo
   const [spans, fs, d] = await Promise.all([api<Spans>('spans', { run, width: Math.round(width), ...rangeParams() }), findings(run), detail(run)]);
   if (gen !== ctx.generation) return;
   const xr = xRange([d]);
-  const perfMarkers = fs.filter((f) => ['DATALOADER_BOTTLENECK', 'THROUGHPUT_DROP', 'LOW_MFU', 'STRAGGLER', 'MEMORY_LEAK'].includes(f.code))
+  const perfMarkers = fs.filter((f) => codeView(f.code) === 'performance')
     .map((f) => findingMarker(f, () => jumpTo(f)));
   box.append(el('div', { class: 'toolbar' }, el('b', {}, run)));
   box.append(stepTimeChart(spans, width, xr, perfMarkers));

@@ -6,7 +6,7 @@
 import { api, Buckets, Finding, RunDetail } from '../api';
 import { RunCurve, scalarChart } from '../chart';
 import { ctx, chartWidth, detail, errorBox, findings, jumpTo, pooled, rangeParams, runStart, setState, xRange } from '../ctx';
-import { Section, sections } from '../groups';
+import { familyRest, familyTag, Section, sections } from '../groups';
 import { writeState } from '../state';
 import { el, regex, runColor } from '../util';
 
@@ -14,8 +14,8 @@ import { el, regex, runColor } from '../util';
 export function findingsFor(tag: string, all: Finding[]): Finding[] {
   return all.filter((f) => f.location === tag
     || (/loss/.test(tag) && (f.code.startsWith('LOSS_') || f.code === 'NONFINITE_LOSS' || f.location === 'loss'))
-    || (tag.startsWith('mem/') && f.code === 'MEMORY_LEAK')
-    || (tag === 'time/data' && f.code === 'DATALOADER_BOTTLENECK'));
+    || (familyRest('mem', tag) !== null && f.code === 'MEMORY_LEAK')
+    || (tag === familyTag('time', 'data') && f.code === 'DATALOADER_BOTTLENECK'));
 }
 
 function isOpen(s: Section, byDefault: boolean): boolean {
