@@ -368,15 +368,14 @@ class Watcher:
         """fn(*args, **kwargs), skipped once `part` failed, its failure reported, never raised."""
         if part in self.failures.off:
             return None
-        own = self.self_time
-        own.enter()
+        self.self_time.enter()
         try:
             return fn(*args, **kwargs)
         except Exception as error:  # the monitor never kills the training
             self.failures.report(part, error)
             return None
         finally:
-            own.leave()
+            self.self_time.leave()
 
     def _guarded(self, part, fn):
         """fn as a hook for torch (or a listener) to call: _call_guarded(part, fn, ...)."""
@@ -644,11 +643,12 @@ class Watcher:
                         self._act_in_place.add(name)
                 ticket.log_activations(keep)
 
-    def _flush_forward(self, finished_only=False):
+    def _flush_forward(self):
+        """Submits the captured forward and logs the statistics of every pending one."""
         if self._captured:
             self._submit_forward()
         if self._forward:
-            self._commit_activations(finished_only)
+            self._commit_activations()
 
     # ---- inputs and labels ----
 
