@@ -1,5 +1,5 @@
 // `trainscope diagnose PATH [--json] [--fail-on SEVERITY]`: findings for a run, a logdir
-// or a log file, as a human report (worst first) or as the JSON of DESIGN.md.
+// or a log file, as a human report (worst first) or as JSON (docs/doctor.md, Outputs).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -21,12 +21,14 @@ void PrintFinding(const Finding& f, const std::string& who) {
              f.last_step != f.step ? fmt::format("-{}", f.last_step) : "",
              f.location.empty() ? "" : " in " + f.location, who);
   if (!f.summary.empty()) fmt::print("    {}\n", f.summary);
-  // The evidence in one line (the flight recorder's steps are for --json and the report).
+  // The evidence under its heading, one `key: value` a line, whole (the flight recorder's steps are for
+  // --json and the report).
   json evidence = FindingToJson(f)["evidence"];
   evidence.erase("flight_recorder");
-  std::string line = evidence.dump();
-  if (line.size() > 200) line = line.substr(0, 197) + "...";
-  if (evidence.size()) fmt::print("    evidence: {}\n", line);
+  if (!evidence.empty()) fmt::print("    evidence:\n");
+  for (const auto& [key, value] : evidence.items()) {
+    fmt::print("      {}: {}\n", key, value.is_string() ? value.get<std::string>() : value.dump());
+  }
   for (const Cause& c : f.causes) fmt::print("    cause: {} ({:.0f}%)\n", c.id, c.confidence * 100);
   for (const std::string& a : f.actions) fmt::print("    do: {}\n", a);
 }
@@ -147,7 +149,7 @@ void AddDiagnoseCommand(CLI::App& app, int* exit_code) {
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("PATH", args->path, "A run directory, a logdir of runs, or a log file")->required();
-  cmd->add_flag("--json", args->json, "Print the findings as JSON (DESIGN.md)");
+  cmd->add_flag("--json", args->json, "Print the findings as JSON (docs/doctor.md)");
   cmd->add_option("--fail-on", args->fail_on, "Exit with 1 if a finding is at least this severe (info|warning|critical)");
   cmd->callback([args, exit_code] { *exit_code = DiagnoseCommand(args->path, args->json, args->fail_on); });
 }

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -75,7 +77,7 @@ void Decimate(Line* line, size_t buckets = 600) {
 
 // Tick labels by the dashboard's rules (web/src/util.ts fmtNum, tickLabels): `digits`
 // significant, plain between 1e-3 and 1e4, SI suffixes up to T above, a short exponent
-// beyond; the fewest digits (2..6) that keep distinct ticks distinct. Same data, same labels.
+// beyond; the fewest digits with which every label reads back as its tick. Same data, same labels.
 std::string Trim(std::string m) {
   if (m.find('.') == std::string::npos) return m;
   while (!m.empty() && m.back() == '0') m.pop_back();
@@ -110,23 +112,48 @@ std::string TickNumber(double v, int digits) {
   return Trim(e.substr(0, at)) + "e" + std::to_string(std::stoi(e.substr(at + 1)));
 }
 
+// A label of TickNumber read back as a number.
+double ReadTickNumber(const std::string& label) {
+  if (label.empty()) return std::nan("");
+  double scale = 1;
+  switch (label.back()) {
+    case 'k': scale = 1e3; break;
+    case 'M': scale = 1e6; break;
+    case 'G': scale = 1e9; break;
+    case 'T': scale = 1e12; break;
+    default: break;
+  }
+  const std::string mantissa = scale == 1 ? label : label.substr(0, label.size() - 1);
+  char* end = nullptr;
+  const double v = std::strtod(mantissa.c_str(), &end);
+  return end && *end == '\0' ? v * scale : std::nan("");
+}
+
 std::vector<std::string> TickLabels(const std::vector<double>& values) {
   std::vector<double> sorted = values;
   std::sort(sorted.begin(), sorted.end());
-  const size_t distinct = std::unique(sorted.begin(), sorted.end()) - sorted.begin();
+  double spacing = std::numeric_limits<double>::infinity();
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    if (sorted[i] > sorted[i - 1]) spacing = std::min(spacing, sorted[i] - sorted[i - 1]);
+  }
+  if (!std::isfinite(spacing)) spacing = sorted.empty() || sorted[0] == 0 ? 1 : std::fabs(sorted[0]);
   std::vector<std::string> labels;
-  for (int digits = 2; digits <= 6; ++digits) {
+  for (int digits = 1; digits <= 15; ++digits) {
     labels.clear();
-    for (double v : values) labels.push_back(TickNumber(v, digits));
-    std::vector<std::string> unique = labels;
-    std::sort(unique.begin(), unique.end());
-    if (static_cast<size_t>(std::unique(unique.begin(), unique.end()) - unique.begin()) >= distinct) break;
+    bool exact = true;
+    for (double v : values) {
+      labels.push_back(TickNumber(v, digits));
+      const double tolerance = 1e-6 * std::min(spacing, v == 0 ? spacing : std::fabs(v));
+      exact = exact && (!std::isfinite(v) || std::fabs(ReadTickNumber(labels.back()) - v) <= tolerance);
+    }
+    if (exact) break;
   }
   return labels;
 }
 
-// "Nice" ticks (1, 2, 5 x 10^k) inside [lo, hi], about `count` of them (web/src/heatmap.ts).
-std::vector<double> NiceTicks(double lo, double hi, int count = 5) {
+// "Nice" ticks (1, 2, 5 x 10^k; whole numbers when `integer`) inside [lo, hi], about `count`
+// of them (web/src/heatmap.ts niceTicks).
+std::vector<double> NiceTicks(double lo, double hi, int count = 5, bool integer = false) {
   if (!(hi > lo)) return {lo};
   const double raw = (hi - lo) / count;
   const double mag = std::pow(10.0, std::floor(std::log10(raw)));
@@ -137,6 +164,7 @@ std::vector<double> NiceTicks(double lo, double hi, int count = 5) {
       break;
     }
   }
+  if (integer) step = std::max(step, 1.0);
   std::vector<double> out;
   for (double t = std::ceil(lo / step) * step; t <= hi + 1e-9 * step; t += step) out.push_back(std::round(t / step) * step);
   return out;
@@ -207,7 +235,7 @@ std::string LineChart(const std::string& title, std::vector<Line> lines, const s
     svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"ax\" text-anchor=\"end\">{}</text>", L - 4, y + 4,
                        ylabels[i]);
   }
-  const std::vector<double> xt = NiceTicks(x0, x1, 6);
+  const std::vector<double> xt = NiceTicks(x0, x1, 6, /*integer=*/true);
   const std::vector<std::string> xlabels = TickLabels(xt);
   for (size_t i = 0; i < xt.size(); ++i) {
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"ax\" text-anchor=\"middle\">{}</text>", px(xt[i]),
@@ -340,7 +368,8 @@ std::string GradHeatmap(const RunData& data, const std::vector<std::string>& for
     const double lv = lo + (hi - lo) * i / 4;
     svg += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"14\" height=\"12\" fill=\"{}\"/>", L + 690,
                        T + 14.0 * i, color(lv));
-    svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"ax\">1e{:.1f}</text>", L + 708, T + 14.0 * i + 10, lv);
+    svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"ax\">{}</text>", L + 708, T + 14.0 * i + 10,
+                       TickNumber(std::pow(10.0, lv), 2));
   }
   return svg + "</svg>";
 }

@@ -108,7 +108,8 @@ int ListRunsCommand(const std::string& logdir) {
       return;
     }
     fmt::print("{:<32} {:<9} {:>8} {:>7} {:<19} {:>8}{}\n", name, row.status, row.steps, row.series,
-               FormatTime(row.start), FormatDuration(row.end - row.start), row.note.empty() ? std::string() : "  " + row.note);
+               FormatTime(row.start), row.start > 0 && row.end > 0 ? FormatDuration(row.end - row.start) : "-",
+               row.note.empty() ? std::string() : "  " + row.note);
   };
   std::vector<std::string> dirs;
   for (const RunEntry& run : runs) dirs.push_back(run.name);

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <limits>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -645,9 +646,14 @@ ApiReply Api::Layers(const std::string& db_path, const QueryParams& params) {
       if (info.kind == SeriesKind::kTensorStats && tags::kWeight.Holds(info.tag, &param)) weights.emplace(param);
     }
   }
+  struct Cell {
+    int64_t step;
+    double value;
+    bool nonfinite;  // the tensor held NaN/Inf: none of its statistics names a finite value
+  };
   struct Layer {
     std::string name;
-    std::vector<std::pair<int64_t, double>> values;  // (step, value)
+    std::vector<Cell> values;
   };
   std::vector<Layer> layers;
   int64_t lo = kStepHi, hi = kStepLo;
@@ -663,19 +669,30 @@ ApiReply Api::Layers(const std::string& db_path, const QueryParams& params) {
       // |update| / |weight| at the same step: the relative size of one optimiser step.
       s = store->ReadTensorStats(tags::kWeight.Of(layer.name), range.min, range.max, &weight_points);
       if (!s.ok()) return Error(s);
-      std::unordered_map<int64_t, double> weight_norm;
-      for (const auto& w : weight_points) weight_norm[w.step] = w.stats.l2_norm();
+      struct WeightNorm {
+        double l2;
+        bool nonfinite;
+      };
+      std::unordered_map<int64_t, WeightNorm> weight_norm;
+      for (const auto& w : weight_points) weight_norm[w.step] = {w.stats.l2_norm(), w.stats.nan + w.stats.inf > 0};
       for (const auto& p : points) {
         auto it = weight_norm.find(p.step);
-        if (it == weight_norm.end() || it->second == 0) continue;
-        layer.values.emplace_back(p.step, p.stats.l2_norm() / it->second);
+        if (it == weight_norm.end()) continue;
+        const bool nonfinite = it->second.nonfinite || p.stats.nan + p.stats.inf > 0;
+        if (!nonfinite && it->second.l2 == 0) continue;
+        const double ratio = nonfinite ? std::numeric_limits<double>::quiet_NaN() : p.stats.l2_norm() / it->second.l2;
+        layer.values.push_back({p.step, ratio, nonfinite || !std::isfinite(ratio)});
       }
     } else {
-      for (const auto& p : points) layer.values.emplace_back(p.step, Metric(p.stats, metric));
+      for (const auto& p : points) {
+        const double value = Metric(p.stats, metric);
+        const bool counts_nonfinite = metric == "nonfinite";
+        layer.values.push_back({p.step, value, !counts_nonfinite && (p.stats.nan + p.stats.inf > 0 || std::isinf(value))});
+      }
     }
-    for (const auto& [step, value] : layer.values) {
-      lo = std::min(lo, step);
-      hi = std::max(hi, step);
+    for (const Cell& cell : layer.values) {
+      lo = std::min(lo, cell.step);
+      hi = std::max(hi, cell.step);
     }
     layers.push_back(std::move(layer));
     if (layers.size() >= 2048) break;  // bounded response
@@ -689,13 +706,11 @@ ApiReply Api::Layers(const std::string& db_path, const QueryParams& params) {
       // Max per bucket (a spike is what a heatmap must not hide); a non-finite value wins.
       std::vector<double> row(buckets.count, std::numeric_limits<double>::quiet_NaN());
       std::vector<char> has(buckets.count, 0), bad(buckets.count, 0);
-      for (const auto& [step, value] : layer.values) {
-        const size_t b = buckets.Of(step);
-        if (!std::isfinite(value)) {
-          if (family == "update_ratio" || metric == "l2_norm" || metric == "abs_max") bad[b] = 1;
-          continue;
-        }
-        row[b] = has[b] ? std::max(row[b], value) : value;
+      for (const Cell& cell : layer.values) {
+        const size_t b = buckets.Of(cell.step);
+        if (cell.nonfinite) bad[b] = 1;
+        if (cell.nonfinite || !std::isfinite(cell.value)) continue;
+        row[b] = has[b] ? std::max(row[b], cell.value) : cell.value;
         has[b] = 1;
       }
       json cells = json::array();
@@ -738,7 +753,9 @@ ApiReply Api::Vectors(const std::string& db_path, const QueryParams& params) {
     units = std::max(units, std::min(values.size(), kMaxVectorUnits));
     steps.push_back(points[i].step);
     json row = json::array();
-    for (size_t u = 0; u < values.size() && u < kMaxVectorUnits; ++u) row.push_back(Num(values[u]));
+    for (size_t u = 0; u < values.size() && u < kMaxVectorUnits; ++u) {
+      row.push_back(std::isfinite(values[u]) ? json(values[u]) : json("nonfinite"));
+    }
     rows.push_back(std::move(row));
   }
   return {200, Dump({{"tag", *tag}, {"points", n}, {"units", units}, {"step", steps}, {"values", rows}})};
@@ -760,6 +777,25 @@ ApiReply Api::Spans(const std::string& db_path, const QueryParams& params) {
     lo = std::min(lo, span.step);
     hi = std::max(hi, span.step);
   }
+  // A step lasts from its first span's start to the next step's: what its phases leave of
+  // that is "other" (logging, evaluation, the Python between them), so the phases add up to
+  // the step and throughput is steps per second of the run's own clock. The last step has
+  // no successor: its phases are its length.
+  std::map<int64_t, double> step_start, phase_sum;
+  for (const Span& span : spans) {
+    auto [it, fresh] = step_start.emplace(span.step, span.start);
+    if (!fresh) it->second = std::min(it->second, span.start);
+    phase_sum[span.step] += span.duration;
+  }
+  std::map<int64_t, double> step_length;
+  for (auto it = step_start.begin(); it != step_start.end(); ++it) {
+    auto next = std::next(it);
+    const double measured = next == step_start.end() ? 0 : next->second - it->second;
+    step_length[it->first] = std::max(measured, phase_sum[it->first]);
+  }
+  bool any_other = false;
+  for (const auto& [step, length] : step_length) any_other = any_other || length > phase_sum[step];
+  if (any_other) phases.push_back("other");
   json steps = json::array(), per_phase = json::object(), step_time = json::array(), starts = json::array();
   if (lo <= hi) {
     Bucketing buckets(lo, hi, range.width);
@@ -774,10 +810,17 @@ ApiReply Api::Spans(const std::string& db_path, const QueryParams& params) {
       seen[b].insert(span.step);
       first_start[b] = std::min(first_start[b], span.start);
     }
+    std::vector<double> length(buckets.count, 0);
+    for (const auto& [step, seconds] : step_length) {
+      const size_t b = buckets.Of(step);
+      length[b] += seconds;
+      if (any_other) total.back()[b] += seconds - phase_sum[step];
+    }
     for (size_t b = 0; b < buckets.count; ++b) {
       if (seen[b].empty()) continue;
       steps.push_back(buckets.Begin(b));
       starts.push_back(first_start[b]);
+      step_time.push_back(length[b] / static_cast<double>(seen[b].size()));
     }
     for (size_t p = 0; p < phases.size(); ++p) {
       json column = json::array();
@@ -786,12 +829,6 @@ ApiReply Api::Spans(const std::string& db_path, const QueryParams& params) {
         column.push_back(total[p][b] / static_cast<double>(seen[b].size()));  // mean seconds per step
       }
       per_phase[phases[p]] = std::move(column);
-    }
-    for (size_t b = 0; b < buckets.count; ++b) {
-      if (seen[b].empty()) continue;
-      double sum = 0;
-      for (size_t p = 0; p < phases.size(); ++p) sum += total[p][b];
-      step_time.push_back(sum / static_cast<double>(seen[b].size()));
     }
   }
   return {200, Dump({{"phases", phases}, {"step", steps}, {"start", starts}, {"mean", per_phase},

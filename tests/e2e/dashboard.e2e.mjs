@@ -434,7 +434,8 @@ try {
           if (c.stepAxis && c.x && (c.x[0] > data.firstStep + 1 || c.x[1] < data.lastStep - 1)) {
             problems.push(`chart "${c.name}" x axis ${c.x.map((v) => v.toFixed(0))} on a run of steps ${data.firstStep}..${data.lastStep}`);
           }
-          if (c.coverage !== null && !c.empty && c.coverage < 0.6) problems.push(`heatmap "${c.name}" fills ${(100 * c.coverage).toFixed(0)} % of its width`);
+          // Columns stand only where something was recorded (truth.e2e.mjs checks where): none is empty.
+          if (c.coverage !== null && !c.empty && c.coverage === 0) problems.push(`heatmap "${c.name}" drew no column`);
         }
         const shotName = `${runName}-${tab}`;
         await page.screenshot({ path: join(artifacts, `p-${shotName}.png`), fullPage: true });

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The dashboard's end-to-end test in headless Chromium: `tests/e2e/run.sh` (make test calls
+# The dashboard's end-to-end tests in headless Chromium (dashboard.e2e.mjs: pages and flows;
+# truth.e2e.mjs: what the charts draw against what was recorded): `tests/e2e/run.sh` (make test calls
 # it). Needs Debian's chromium (scripts/setup.sh installs it from scripts/packages.d/server.txt),
 # node + npm, and a built tree (build/trainscope, build/trainscope_server_gen, build/python);
 # TRAINSCOPE_BUILD_DIR overrides the build directory.
@@ -20,4 +21,7 @@ if [[ ! -f "$repo/web/node_modules/playwright-core/package.json" ]]; then
 fi
 export TRAINSCOPE_BUILD_DIR="$build"
 node --test "$repo/tests/e2e/smooth.test.mjs" "$repo/tests/e2e/views.test.mjs"
-exec node "$repo/tests/e2e/dashboard.e2e.mjs"
+status=0
+node "$repo/tests/e2e/dashboard.e2e.mjs" || status=1
+node "$repo/tests/e2e/truth.e2e.mjs" || status=1
+exit $status

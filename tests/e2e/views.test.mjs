@@ -15,7 +15,7 @@ const load = async (file) => {
   const out = esbuild.buildSync({ entryPoints: [join(repo, 'web/src', file)], bundle: true, format: 'esm', write: false });
   return import('data:text/javascript,' + encodeURIComponent(out.outputFiles[0].text));
 };
-const { fmtNum, tickLabels } = await load('util.ts');
+const { fmtNum, parseNum, tickLabels, timeAxisTitle, timeLabels } = await load('util.ts');
 const { histogramPercentiles, BAND_PERCENTILES } = await load('percentiles.ts');
 const { sections, isInternal, isUserSeries } = await load('groups.ts');
 
@@ -36,6 +36,24 @@ test('tick labels take the fewest digits that keep ticks apart', () => {
   assert.deepEqual(tickLabels([1000.1, 1000.2, 1000.3]), ['1000.1', '1000.2', '1000.3']);
   assert.deepEqual(tickLabels([0, 2e32, 4e32]), ['0', '2e32', '4e32']);
   assert.deepEqual(tickLabels([250000, 500000, 750000]), ['250k', '500k', '750k']);
+});
+
+test('tick labels name the values they sit at, never a rounded neighbour', () => {
+  assert.deepEqual(tickLabels([100, 125, 150, 175]), ['100', '125', '150', '175']);
+  assert.deepEqual(tickLabels([10, 12.5, 15]), ['10', '12.5', '15']);
+  assert.deepEqual(tickLabels([1, 1.25, 1.5]), ['1', '1.25', '1.5']);
+  assert.deepEqual(tickLabels([0.1, 1.3, 10, 100]), ['0.1', '1.3', '10', '100']);
+  for (const vals of [[0, 0.2, 0.4, 0.6], [1e-5, 2e-5, 3e-5], [120000, 125000, 130000], [-1e20, -1e10, 0, 1e10]]) {
+    for (const [i, label] of tickLabels(vals).entries()) assert.ok(Math.abs(parseNum(label) - vals[i]) <= 1e-9 * Math.max(1, Math.abs(vals[i])), `${label} for ${vals[i]}`);
+  }
+});
+
+test('wall-clock labels: time of day to the precision the spacing needs', () => {
+  const t0 = new Date(2026, 11, 3, 12, 5, 0).getTime() / 1000;
+  assert.deepEqual(timeLabels([t0, t0 + 60], 60), ['12:05', '12:06']);
+  assert.deepEqual(timeLabels([t0 + 16, t0 + 17], 1), ['12:05:16', '12:05:17']);
+  assert.deepEqual(timeLabels([t0 + 16, t0 + 16.5], 0.5), ['12:05:16.0', '12:05:16.5']);
+  assert.equal(timeAxisTitle(t0, t0 + 3600), 'wall time, 2026-12-03');
 });
 
 test('percentiles of |x| from an exponent histogram', () => {

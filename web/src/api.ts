@@ -154,7 +154,7 @@ export interface Vectors {
   tag: string;
   units: number;
   step: number[];
-  values: Num[][];
+  values: Cell[][];
 }
 
 export interface Spans {

@@ -10,8 +10,9 @@ import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import { Buckets, Finding, Num } from './api';
 import { XMode } from './state';
+import { unitOf } from './groups';
 import { emaSmooth } from './smooth';
-import { el, fmtNum, tickLabels } from './util';
+import { el, fmtNum, NICE_INCRS, NONFINITE_COLOR, STEP_INCRS, themeColor, tickLabels, TIME_INCRS, timeAxisTitle, timeLabels } from './util';
 
 export { emaSmooth };
 
@@ -59,26 +60,88 @@ function logSplits(_u: uPlot, _i: number, min: number, max: number): number[] {
   return out.length >= 2 ? out : [min, max];
 }
 
-// The value axis: labels from tickLabels, the axis as wide as its widest label.
-function valueAxis(label?: string, log = false): uPlot.Axis {
+// How a value axis is drawn: linear; log when every value is positive and they span more
+// than two decades (the report's rule, cli/report_command.cc); symlog (asinh) when signed
+// values reach three decades past their median magnitude (a diverging activation mean).
+export interface YScale {
+  kind: 'linear' | 'log' | 'symlog';
+  linthresh: number;  // symlog: linear within ±linthresh
+  decades: number;
+}
+
+export function chooseScale(series: ArrayLike<Num | undefined>[], forceLog = false): YScale {
+  let lo = Infinity, hi = -Infinity, nonPositive = false;
+  const magnitudes: number[] = [];
+  for (const values of series) {
+    for (let i = 0; i < values.length; i++) {
+      const v = values[i];
+      if (v === null || v === undefined || !Number.isFinite(v)) continue;
+      if (v <= 0) nonPositive = true;
+      else {
+        lo = Math.min(lo, v);
+        hi = Math.max(hi, v);
+      }
+      if (v !== 0) magnitudes.push(Math.abs(v));
+    }
+  }
+  if (forceLog) return { kind: 'log', linthresh: 1, decades: hi > lo ? Math.log10(hi / lo) : 0 };
+  if (!nonPositive) {
+    const decades = hi > lo ? Math.log10(hi / lo) : 0;
+    return { kind: decades > 2 ? 'log' : 'linear', linthresh: 1, decades };
+  }
+  if (magnitudes.length < 2) return { kind: 'linear', linthresh: 1, decades: 0 };
+  magnitudes.sort((a, b) => a - b);
+  const median = magnitudes[magnitudes.length >> 1], top = magnitudes[magnitudes.length - 1];
+  const decades = Math.log10(top / median);
+  // Linear within the power of ten below the median magnitude (a round tick where it bends).
+  return { kind: decades > 3 ? 'symlog' : 'linear', linthresh: 10 ** Math.floor(Math.log10(median)), decades };
+}
+
+const LINEAR: YScale = { kind: 'linear', linthresh: 1, decades: 0 };
+const LOG: YScale = { kind: 'log', linthresh: 1, decades: 0 };
+
+// Says on the chart that its axis is not linear, and why.
+function noteScale(wrap: HTMLElement, scale: YScale, forced: boolean) {
+  wrap.dataset.yscale = scale.kind;
+  if (scale.kind === 'linear' || forced) return;
+  const title = wrap.querySelector('.panel-title');
+  title?.append(el('span', { class: 'muted scale-note' },
+    ` · ${scale.kind} y: values span ${Math.round(scale.decades)} decades`));
+}
+
+// The value axis: labels from tickLabels at 1-2-5 spacings, the axis as wide as its widest label.
+function valueAxis(label: string | undefined, scale: YScale): uPlot.Axis {
   return {
-    ...(log ? { splits: logSplits, filter: (_u: uPlot, splits: number[]) => splits } : {}),
-    font: AXIS_FONT, label, labelSize: label ? 18 : 0, gap: 4,
+    ...(scale.kind === 'log' ? { splits: logSplits, filter: (_u: uPlot, splits: number[]) => splits }
+      : scale.kind === 'linear' ? { incrs: NICE_INCRS } : {}),
+    font: AXIS_FONT, label, labelSize: label ? 18 : 0, gap: 4, ...themed(),
     values: (_u, vals) => tickLabels(vals),
     size: (_u, values) => (values ? Math.ceil(Math.max(16, ...values.map((v) => textWidth(String(v))))) + 10 + 4 + 6 : 40),
   };
 }
 
-function stepAxis(label = 'step', time = false): uPlot.Axis {
-  return time ? { font: AXIS_FONT, label, labelSize: 16 } : {
-    font: AXIS_FONT, label, labelSize: 16, values: (_u, vals) => tickLabels(vals),
-    space: (_u, _i, _min, _max, dim) => Math.max(60, dim / 8),
-  };
+// Axis text, grid and ticks in the page's theme (read when the chart is made; a theme change redraws).
+function themed(): Partial<uPlot.Axis> {
+  const grid = themeColor('--grid');
+  return { stroke: themeColor('--fg'), grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 } };
+}
+
+// The x axis: whole steps at 1-2-5 spacings; wall time as times of day with the date once,
+// in the axis title; relative time in seconds.
+function xAxis(mode: XMode = 'step', span?: [number, number]): uPlot.Axis {
+  const space = (_u: uPlot, _i: number, _min: number, _max: number, dim: number) => Math.max(60, dim / 8);
+  if (mode === 'wall') {
+    return { ...themed(), font: AXIS_FONT, label: span ? timeAxisTitle(span[0], span[1]) : 'wall time', labelSize: 16, space,
+             incrs: TIME_INCRS, values: (_u, vals, _a, _s, incr) => timeLabels(vals, incr) };
+  }
+  return { ...themed(), font: AXIS_FONT, label: mode === 'step' ? 'step' : 'seconds since start', labelSize: 16, space,
+           incrs: mode === 'step' ? STEP_INCRS : NICE_INCRS, values: (_u, vals) => tickLabels(vals) };
 }
 
 // A linear y range that never crosses below zero when no value is negative.
-function yRange(log: boolean, fromZero = false): uPlot.Scale {
-  if (log) return { distr: 3 };
+function yRange(scale: YScale, fromZero = false): uPlot.Scale {
+  if (scale.kind === 'log') return { distr: 3 };
+  if (scale.kind === 'symlog') return { distr: 4, asinh: scale.linthresh };
   return {
     distr: 1,
     range: (_u, min, max) => {
@@ -90,13 +153,14 @@ function yRange(log: boolean, fromZero = false): uPlot.Scale {
 }
 
 function xScale(xRange?: [number, number], time = false): uPlot.Scale {
-  if (time || !xRange) return { time };
+  // Points logged within one clock tick: a second either side, not uPlot's years.
+  if (time || !xRange) return { time, range: (_u, min, max) => (min < max ? [min, max] : [min - 1, max + 1]) };
   const [lo, hi] = xRange[0] < xRange[1] ? xRange : [xRange[0] - 1, xRange[0] + 1];
   return { time: false, range: () => [lo, hi] };
 }
 
 // Points where a line cannot be seen: a series with at most 3 values (a final test/loss).
-function points(values: ArrayLike<Num>): uPlot.Series.Points {
+function points(values: ArrayLike<Num | undefined>): uPlot.Series.Points {
   let n = 0;
   for (let i = 0; i < values.length && n <= 3; i++) if (values[i] !== null && values[i] !== undefined) n++;
   return n <= 3 ? { show: true, size: 7 } : { show: false };
@@ -107,14 +171,19 @@ export interface Marker {
   color: string;
   code: string;
   title: string;
+  run?: string;
   onClick?: () => void;
 }
+
+// A value as uPlot draws it: null a gap (NaN/Inf there), undefined joined over (not recorded).
+type Cell = number | null | undefined;
 
 // Finding markers: a thin bar per finding at its step, over the plot; x(step) maps a step to
 // the chart's x value (the step itself unless x is time).
 function markerLayer(wrap: HTMLElement, markers: Marker[], x: (step: number) => number | null) {
   const bars = markers.map((mk) => {
-    const m = el('div', { class: 'finding-marker', title: mk.title, 'data-code': mk.code, 'data-step': String(mk.step) });
+    const m = el('div', { class: 'finding-marker', title: mk.title, 'data-code': mk.code, 'data-step': String(mk.step),
+                          ...(mk.run ? { 'data-run': mk.run } : {}) });
     m.style.background = mk.color;
     if (mk.onClick) {
       m.addEventListener('click', (e) => {
@@ -178,6 +247,99 @@ export function findingMarker(f: Finding, onClick?: () => void): Marker {
            title: `${f.code} @ ${f.step}: ${f.summary}`, onClick };
 }
 
+// Values at the cursor, as W&B's tooltip: the x value and each shown series' value at the
+// cursor's index, beside the cursor, on the chart the mouse is over (the others follow its
+// crosshair through the cursor sync but keep quiet).
+function hoverValues(wrap: HTMLElement, label: (x: number) => string,
+                     rows: { name: string; color: string; series: number }[]): uPlot.Hooks.Arrays {
+  const tip = el('div', { class: 'tip hover-values' });
+  let inside = false;
+  return {
+    ready: [(u: uPlot) => {
+      u.over.append(tip);
+      u.over.addEventListener('mouseenter', () => (inside = true));
+      u.over.addEventListener('mouseleave', () => { inside = false; tip.style.display = 'none'; });
+    }],
+    setCursor: [(u: uPlot) => {
+      const i = u.cursor.idx;
+      if (!inside || i === null || i === undefined) {
+        tip.style.display = 'none';
+        return;
+      }
+      const lines = rows.filter((r) => u.series[r.series].show !== false).map((r) => {
+        const v = u.data[r.series][i];
+        return el('div', {}, el('span', { style: `color:${r.color}` }, '■ '), `${r.name}: `,
+                  el('b', {}, v === null ? 'NaN/Inf' : v === undefined ? '–' : fmtNum(v, 4)));
+      });
+      tip.replaceChildren(el('div', { class: 'muted-light' }, label(u.data[0][i])), ...lines);
+      tip.style.display = 'block';
+      const left = u.cursor.left ?? 0, top = u.cursor.top ?? 0;
+      tip.style.left = Math.min(left + 12, u.over.clientWidth - tip.offsetWidth) + 'px';
+      tip.style.top = Math.max(0, top - tip.offsetHeight - 8) + 'px';
+    }],
+  };
+}
+
+// A legend entry that hides or shows its series when clicked (W&B, TensorBoard).
+function toggles(key: HTMLElement, series: number[], plot: () => uPlot | undefined) {
+  key.classList.add('toggle');
+  key.title = 'click to hide or show';
+  key.addEventListener('click', () => {
+    const u = plot();
+    if (!u) return;
+    const show = u.series[series[0]].show === false;
+    for (const i of series) u.setSeries(i, { show });
+    key.classList.toggle('hidden', !show);
+  });
+}
+
+// A chart's own tools, at the right of its title: its data as CSV (x and every series, as
+// drawn), its canvas as PNG, and expand (full width, taller) and back.
+function chartTools(wrap: HTMLElement, name: string, plot: () => uPlot | undefined) {
+  const save = (href: string, file: string) => {
+    const a = el('a', { href, download: file });
+    document.body.append(a);
+    a.click();
+    a.remove();
+  };
+  const file = name.replace(/[^A-Za-z0-9_.-]+/g, '_');
+  const csv = el('button', { class: 'tool', 'data-tool': 'csv', title: 'the data as CSV' }, 'CSV');
+  csv.addEventListener('click', () => {
+    const u = plot();
+    if (!u) return;
+    const head = u.series.map((x, i) => (i === 0 ? 'x' : String(x.label ?? `series ${i}`)));
+    const rows = [head.map((h) => JSON.stringify(h)).join(',')];
+    for (let i = 0; i < u.data[0].length; i++) {
+      rows.push(u.data.map((col) => { const v = col[i]; return v === null ? 'nan' : v === undefined ? '' : String(v); }).join(','));
+    }
+    save(URL.createObjectURL(new Blob([rows.join('\n') + '\n'], { type: 'text/csv' })), file + '.csv');
+  });
+  const png = el('button', { class: 'tool', 'data-tool': 'png', title: 'the chart as PNG' }, 'PNG');
+  png.addEventListener('click', () => { const u = plot(); if (u) save(u.ctx.canvas.toDataURL('image/png'), file + '.png'); });
+  const expand = el('button', { class: 'tool', 'data-tool': 'expand', title: 'expand or shrink' }, '⤢');
+  let small: { width: number; height: number } | null = null;
+  expand.addEventListener('click', () => {
+    const u = plot();
+    if (!u) return;
+    if (small) {
+      u.setSize(small);
+      small = null;
+    } else {
+      small = { width: u.width, height: u.height };
+      u.setSize({ width: Math.max(u.width, (wrap.closest('.tab-body') as HTMLElement | null)?.clientWidth ?? u.width) - 24,
+                  height: Math.round(u.height * 2) });
+    }
+    wrap.classList.toggle('expanded', small !== null);
+  });
+  wrap.querySelector('.panel-title')?.append(el('span', { class: 'tools' }, csv, png, expand));
+}
+
+function mergeHooks(...all: uPlot.Hooks.Arrays[]): uPlot.Hooks.Arrays {
+  const out: Record<string, unknown[]> = {};
+  for (const h of all) for (const [k, fns] of Object.entries(h)) (out[k] ??= []).push(...(fns as unknown[]));
+  return out as uPlot.Hooks.Arrays;
+}
+
 export function scalarChart(o: ScalarChartOptions): HTMLElement {
   const wrap = el('div', { class: 'chart', 'data-tag': o.tag });
   const legend = el('div', { class: 'chart-legend' });
@@ -193,24 +355,31 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
     const x = xOf(c.data, i, o.x, c.start_time);
     if (x !== null) xs.add(x);
   }
-  const xAxis = Float64Array.from(xs).sort();
+  const xValues = Float64Array.from(xs).sort();
   const index = new Map<number, number>();
-  xAxis.forEach((x, i) => index.set(x, i));
-  const data: (Num[] | Float64Array)[] = [xAxis];
+  xValues.forEach((x, i) => index.set(x, i));
+  const data: (Cell[] | Float64Array)[] = [xValues];
   const series: uPlot.Series[] = [{ label: o.x }];
   const bands: uPlot.Band[] = [];
-  const positive = (v: Num) => (o.log && v !== null && v <= 0 ? null : v);
-  let nonfinite = 0;
+  const scale = chooseScale(curves.flatMap((c) => [c.data.min, c.data.max, c.data.last]), o.log);
+  noteScale(wrap, scale, o.log);
+  const tipRows: { name: string; color: string; series: number }[] = [];
+  let plot: uPlot | undefined;
   for (const c of curves) {
+    // A gap (null) where a bucket held only NaN/Inf; joined over (undefined) where this run
+    // has no bucket or the value cannot sit on a log axis.
     const align = (values: Num[]) => {
-      const out: Num[] = new Array(xAxis.length).fill(null);
+      const out: Cell[] = new Array(xValues.length).fill(undefined);
       for (let i = 0; i < values.length; i++) {
         const x = xOf(c.data, i, o.x, c.start_time);
-        if (x !== null) out[index.get(x)!] = positive(values[i]);
+        if (x === null) continue;
+        const v = values[i];
+        out[index.get(x)!] = v === null ? (c.data.nonfinite[i] ? null : undefined)
+          : scale.kind === 'log' && v <= 0 ? undefined : v;
       }
       return out;
     };
-    nonfinite += c.data.nonfinite.reduce((a, b) => a + b, 0);
+    const nonfinite = c.data.nonfinite.reduce((a, b) => a + b, 0);
     const maxIdx = data.length;
     data.push(align(c.data.max), align(c.data.min));
     series.push({ label: `${c.run} max`, stroke: 'transparent', points: { show: false } },
@@ -218,22 +387,32 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
     bands.push({ series: [maxIdx, maxIdx + 1], fill: c.color + '30' });
     if (o.smooth > 0) {
       data.push(align(c.data.last));
-      series.push({ label: `${c.run} raw`, stroke: c.color + '55', width: 1, spanGaps: true, points: { show: false } });
+      series.push({ label: `${c.run} raw`, stroke: c.color + '55', width: 1, points: { show: false } });
     }
     const smoothed = align(emaSmooth(c.data.last, o.smooth));
+    tipRows.push({ name: c.run, color: c.color, series: data.length });
     data.push(smoothed);
-    series.push({ label: c.run, stroke: c.color, width: 1.5, spanGaps: true, points: { ...points(smoothed), fill: c.color } });
-    legend.append(el('span', { class: 'key', style: `color:${c.color}` }, `■ ${c.run}`),
-                  el('span', { class: 'muted' }, ` ${c.data.points.toLocaleString()} pts `));
+    series.push({ label: c.run, stroke: c.color, width: 1.5, points: { ...points(smoothed), fill: c.color } });
+    const own = Array.from({ length: data.length - maxIdx }, (_, k) => maxIdx + k);
+    const key = el('span', { class: 'run-key', 'data-run': c.run },
+                   el('span', { class: 'key', style: `color:${c.color}` }, `■ ${c.run}`),
+                   el('span', { class: 'muted' }, ` ${c.data.points.toLocaleString()} pts `));
+    // The run's own NaN/Inf count, beside its name.
+    if (nonfinite) key.append(el('span', { class: 'badge nonfinite' }, `${nonfinite} NaN/Inf`), ' ');
+    toggles(key, own, () => plot);
+    legend.append(key);
   }
-  if (nonfinite) legend.append(el('span', { class: 'badge critical' }, `${nonfinite} NaN/Inf`));
 
   let ready = false;
   const primary = curves[0];
-  // Each marker on its own run's curve (runs differ in wall time).
-  const drawMarkers = o.findings.map((f) => {
-    const c = curves.find((k) => k.run === f.run) || primary;
-    return markerLayer(wrap, [findingMarker(f, () => o.onFinding(f))], (step) => xAtStep(c.data, step, o.x, c.start_time));
+  // Each marker on its own run's curve (runs differ in wall time), in the run's colour when
+  // runs are compared; findings of runs this chart does not show are not drawn.
+  const drawMarkers = o.findings.flatMap((f) => {
+    const c = curves.length === 1 && !f.run ? primary : curves.find((k) => k.run === f.run);
+    if (!c) return [];
+    const mk = { ...findingMarker(f, () => o.onFinding(f)), run: c.run };
+    if (curves.length > 1) mk.color = c.color;
+    return [markerLayer(wrap, [mk], (step) => xAtStep(c.data, step, o.x, c.start_time))];
   });
   // x values -> the step range asked of the server (scales are not read back: uPlot applies
   // setScale after the hook returns).
@@ -250,16 +429,17 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
     bands,
     legend: { show: false },
     cursor: { sync: { key: 'trainscope' }, drag: { x: true, y: false }, bind: { dblclick: () => () => null } },
-    scales: { x: xScale(o.x === 'step' ? o.xRange : undefined, o.x === 'wall'), y: yRange(o.log) },
-    axes: [stepAxis(o.x === 'relative' ? 'seconds since start' : o.x === 'step' ? 'step' : 'wall time', o.x === 'wall'),
-           valueAxis(undefined, o.log)],
-    hooks: {
+    scales: { x: xScale(o.x === 'step' ? o.xRange : undefined, o.x === 'wall'), y: yRange(scale) },
+    axes: [xAxis(o.x, [xValues[0], xValues[xValues.length - 1]]), valueAxis(unitOf(o.tag) || undefined, scale)],
+    hooks: mergeHooks(hoverValues(wrap, (x) => (o.x === 'step' ? `step ${x}` : o.x === 'wall' ? new Date(x * 1000).toLocaleTimeString()
+      : `${fmtNum(x, 4)} s`), tipRows), {
       draw: [(u) => {
         for (const d of drawMarkers) d(u);
-        // Buckets holding NaN/Inf: a red tick on the top edge at their steps (the curve has a gap there).
+        // Buckets holding NaN/Inf: a tick on the top edge at their steps, in the non-finite
+        // colour (the curve has a gap where a bucket held nothing else).
         const ctx = u.ctx;
         ctx.save();
-        ctx.fillStyle = '#d62728';
+        ctx.fillStyle = NONFINITE_COLOR;
         for (const c of curves) {
           for (let i = 0; i < c.data.step.length; i++) {
             if (!c.data.nonfinite[i]) continue;
@@ -281,10 +461,11 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
           zoomTo(min, max);
         }
       }],
-    },
+    }),
   };
   opts.cursor!.drag!.setScale = false;
-  const plot = new uPlot(opts, data as uPlot.AlignedData, wrap);
+  plot = new uPlot(opts, data as uPlot.AlignedData, wrap);
+  chartTools(wrap, o.tag, () => plot);
   plot.over.addEventListener('dblclick', () => o.onZoom(null));
   ready = true;
   (wrap as HTMLElement & { plot?: uPlot }).plot = plot;
@@ -296,6 +477,42 @@ export interface LineSeries {
   color: string;
   values: Num[];
   dash?: number[];
+  nonfinite?: boolean[];  // steps whose value was NaN/Inf (values[i] is null there)
+}
+
+// One series' values as uPlot draws them (see Cell): a gap where only NaN/Inf was recorded.
+function drawable(l: LineSeries, scale?: YScale): Cell[] {
+  return l.values.map((v, i) => (v === null ? (l.nonfinite?.[i] ? null : undefined)
+    : scale?.kind === 'log' && v <= 0 ? undefined : v));
+}
+
+// A scalar series' buckets as a line (their `last` or `max`), NaN/Inf buckets flagged; on
+// the steps `xs` when given (undefined where the series has no bucket).
+export function bucketLine(b: Buckets, label: string, color: string,
+                           o: { pick?: 'last' | 'max'; xs?: number[]; dash?: number[] } = {}): LineSeries {
+  const values = b[o.pick ?? 'last'];
+  if (!o.xs) return { label, color, dash: o.dash, values, nonfinite: b.nonfinite.map((n) => n > 0) };
+  const at = new Map<number, number>();
+  b.step.forEach((s, i) => at.set(s, i));
+  const index = o.xs.map((s) => at.get(s));
+  return { label, color, dash: o.dash, values: index.map((i) => (i === undefined ? null : values[i])),
+           nonfinite: index.map((i) => i !== undefined && b.nonfinite[i] > 0) };
+}
+
+// NaN/Inf steps: a tick on the top edge of the plot in the non-finite colour.
+function drawNonfinite(u: uPlot, x: ArrayLike<number>, lines: LineSeries[]) {
+  const ctx = u.ctx;
+  ctx.save();
+  ctx.fillStyle = NONFINITE_COLOR;
+  for (const l of lines) {
+    if (!l.nonfinite) continue;
+    for (let i = 0; i < x.length; i++) {
+      if (!l.nonfinite[i]) continue;
+      const px = u.valToPos(x[i], 'x', true);
+      if (px >= u.bbox.left && px <= u.bbox.left + u.bbox.width) ctx.fillRect(px - 1, u.bbox.top, 2, 6 * devicePixelRatio);
+    }
+  }
+  ctx.restore();
 }
 
 export interface LineChartOptions {
@@ -317,7 +534,7 @@ function chartBox(title: string, name: string): HTMLElement {
   return wrap;
 }
 
-function hasData(lines: { values: Num[] }[]): boolean {
+function hasData(lines: { values: (Num | undefined)[] }[]): boolean {
   return lines.some((l) => l.values.some((v) => v !== null && v !== undefined));
 }
 
@@ -325,16 +542,24 @@ function hasData(lines: { values: Num[] }[]): boolean {
 // horizontal band (a healthy range) and a dashed reference line.
 export function lineChart(title: string, x: number[], lines: LineSeries[], opts: LineChartOptions): HTMLElement {
   const wrap = chartBox(title, opts.name);
-  const clean = (v: Num) => (opts.log && v !== null && v <= 0 ? null : v);
-  const values = lines.map((l) => l.values.map(clean));
-  if (!x.length || !hasData(values.map((v) => ({ values: v })))) {
+  const anyNonfinite = lines.some((l) => l.nonfinite?.some(Boolean));
+  if (!x.length || (!hasData(lines) && !anyNonfinite)) {
     wrap.append(el('p', { class: 'empty' }, 'No data recorded for this view.'));
     return wrap;
   }
+  const scale = chooseScale(lines.map((l) => l.values), !!opts.log);
+  noteScale(wrap, scale, !!opts.log);
+  const values = lines.map((l) => drawable(l, scale));
+  let plot: uPlot | undefined;
   if (opts.legend !== false) {
     const legend = el('div', { class: 'chart-legend' });
-    for (const l of lines.slice(0, 24)) legend.append(el('span', { class: 'key', style: `color:${l.color}` }, `■ ${l.label} `));
+    lines.slice(0, 24).forEach((l, i) => {
+      const key = el('span', { class: 'key', style: `color:${l.color}` }, `■ ${l.label} `);
+      toggles(key, [i + 1], () => plot);
+      legend.append(key);
+    });
     if (lines.length > 24) legend.append(el('span', { class: 'muted' }, `+${lines.length - 24} more`));
+    if (anyNonfinite) legend.append(el('span', { class: 'badge nonfinite' }, 'NaN/Inf'));
     wrap.append(legend);
   }
   const drawMarkers = markerLayer(wrap, opts.markers || [], (s) => s);
@@ -344,13 +569,13 @@ export function lineChart(title: string, x: number[], lines: LineSeries[], opts:
     padding: PADDING,
     legend: { show: false },
     cursor: { sync: { key: 'trainscope' } },
-    scales: { x: xScale(opts.xRange), y: yRange(!!opts.log) },
-    axes: [stepAxis(), valueAxis(opts.yLabel, !!opts.log)],
+    scales: { x: xScale(opts.xRange), y: yRange(scale) },
+    axes: [xAxis(), valueAxis(opts.yLabel, scale)],
     series: [{}, ...lines.map((l, i) => ({
-      label: l.label, stroke: l.color, width: 1.25, spanGaps: true, dash: l.dash, points: { ...points(values[i]), fill: l.color },
+      label: l.label, stroke: l.color, width: 1.25, dash: l.dash, points: { ...points(values[i]), fill: l.color },
     }))],
-    hooks: {
-      draw: [drawMarkers],
+    hooks: mergeHooks(hoverValues(wrap, (v) => `step ${v}`, lines.slice(0, 24).map((l, i) => ({ name: l.label, color: l.color, series: i + 1 }))), {
+      draw: [drawMarkers, (u: uPlot) => drawNonfinite(u, x, lines)],
       drawClear: [(u: uPlot) => {
         if (!opts.band && opts.reference === undefined) return;
         const ctx = u.ctx;
@@ -374,8 +599,10 @@ export function lineChart(title: string, x: number[], lines: LineSeries[], opts:
         }
         ctx.restore();
       }],
-    },
+    }),
   }, [x, ...values] as uPlot.AlignedData, wrap);
+  plot = u;
+  chartTools(wrap, opts.name, () => plot);
   (wrap as HTMLElement & { plot?: uPlot }).plot = u;
   return wrap;
 }
@@ -408,8 +635,8 @@ export function stackedChart(title: string, x: number[], layers: LineSeries[], w
   wrap.append(legend);
   const u = new uPlot({
     width, height: extra.height ?? 220, padding: PADDING, legend: { show: false }, series, cursor: { sync: { key: 'trainscope' } },
-    scales: { x: xScale(extra.xRange), y: yRange(false, true) },  // areas stand on zero
-    axes: [stepAxis(), valueAxis('seconds / step')],
+    scales: { x: xScale(extra.xRange), y: yRange(LINEAR, true) },  // areas stand on zero
+    axes: [xAxis(), valueAxis('seconds / step', LINEAR)],
     hooks: { draw: [markerLayer(wrap, extra.markers || [], (s) => s)] },
   }, data as uPlot.AlignedData, wrap);
   (wrap as HTMLElement & { plot?: uPlot }).plot = u;
@@ -420,22 +647,24 @@ export function stackedChart(title: string, x: number[], layers: LineSeries[], w
 // median line over steps. percentiles[k] is the k-th percentile row (ascending), same
 // length as x; the middle row is the median.
 export function bandChart(title: string, x: number[], percentiles: Num[][], opts: LineChartOptions & { color?: string;
-  extra?: LineSeries[] }): HTMLElement {
+  extra?: LineSeries[]; nonfinite?: boolean[] }): HTMLElement {
   const wrap = chartBox(title, opts.name);
-  const clean = (v: Num) => (opts.log && v !== null && v <= 0 ? null : v);
-  const rows = percentiles.map((r) => r.map(clean));
-  if (!x.length || !hasData(rows.map((v) => ({ values: v })))) {
+  const rows = percentiles.map((r) => drawable({ label: '', color: '', values: r, nonfinite: opts.nonfinite },
+                                                opts.log ? LOG : undefined));
+  const flagged = { label: '', color: '', values: [], nonfinite: opts.nonfinite };
+  if (!x.length || (!hasData(rows.map((v) => ({ values: v }))) && !opts.nonfinite?.some(Boolean))) {
     wrap.append(el('p', { class: 'empty' }, 'No histograms recorded for this view.'));
     return wrap;
   }
   const color = opts.color || '#e8590c';
+  const scale = chooseScale(rows, !!opts.log);
   const n = rows.length, mid = Math.floor(n / 2);
   const series: uPlot.Series[] = [{}];
-  const data: Num[][] = [x];
+  const data: Cell[][] = [x];
   const bands: uPlot.Band[] = [];
   for (let k = 0; k < n; k++) {
     data.push(rows[k]);
-    series.push({ label: `p${k}`, stroke: k === mid ? color : 'transparent', width: k === mid ? 1.5 : 0, spanGaps: true,
+    series.push({ label: `p${k}`, stroke: k === mid ? color : 'transparent', width: k === mid ? 1.5 : 0,
                   points: k === mid ? { ...points(rows[k]), fill: color } : { show: false } });
   }
   for (let k = 0; k < mid; k++) {
@@ -443,18 +672,19 @@ export function bandChart(title: string, x: number[], percentiles: Num[][], opts
     bands.push({ series: [n - k, k + 1], fill: color + alpha });
   }
   for (const l of opts.extra || []) {
-    data.push(l.values.map(clean));
-    series.push({ label: l.label, stroke: l.color, width: 1.25, dash: l.dash, spanGaps: true, points: { ...points(l.values), fill: l.color } });
+    data.push(drawable(l, scale));
+    series.push({ label: l.label, stroke: l.color, width: 1.25, dash: l.dash, points: { ...points(l.values), fill: l.color } });
   }
   const legend = el('div', { class: 'chart-legend' }, el('span', { class: 'key', style: `color:${color}` }, '■ median, bands: percentiles '),
                     ...(opts.extra || []).map((l) => el('span', { class: 'key', style: `color:${l.color}` }, `■ ${l.label} `)));
+  if (opts.nonfinite?.some(Boolean)) legend.append(el('span', { class: 'badge nonfinite' }, 'NaN/Inf'));
   wrap.append(legend);
   const u = new uPlot({
     width: opts.width, height: opts.height ?? 220, padding: PADDING, legend: { show: false }, series, bands,
     cursor: { sync: { key: 'trainscope' } },
-    scales: { x: xScale(opts.xRange), y: yRange(!!opts.log) },
-    axes: [stepAxis(), valueAxis(opts.yLabel, !!opts.log)],
-    hooks: { draw: [markerLayer(wrap, opts.markers || [], (s) => s)] },
+    scales: { x: xScale(opts.xRange), y: yRange(scale) },
+    axes: [xAxis(), valueAxis(opts.yLabel, scale)],
+    hooks: { draw: [markerLayer(wrap, opts.markers || [], (s) => s), (u: uPlot) => drawNonfinite(u, x, [flagged])] },
   }, data as uPlot.AlignedData, wrap);
   (wrap as HTMLElement & { plot?: uPlot }).plot = u;
   return wrap;
@@ -464,17 +694,17 @@ export function bandChart(title: string, x: number[], percentiles: Num[][], opts
 export function sparkline(x: number[], values: Num[], o: { width: number; height?: number; color?: string; mark?: number;
   markColor?: string; log?: boolean; name: string; xRange?: [number, number] }): HTMLElement {
   const wrap = el('div', { class: 'spark', 'data-name': o.name });
-  const vals = values.map((v) => (o.log && v !== null && v <= 0 ? null : v));
-  const finite = vals.filter((v): v is number => v !== null && Number.isFinite(v));
+  const vals = values.map((v) => (v === null || (o.log && v <= 0) ? undefined : v));
+  const finite = vals.filter((v): v is number => v !== undefined && Number.isFinite(v));
   if (!x.length || !finite.length) {
     wrap.append(el('span', { class: 'empty' }, 'no series'));
     return wrap;
   }
   const u = new uPlot({
     width: o.width, height: o.height ?? 48, padding: [4, 4, 4, 4], legend: { show: false }, cursor: { show: false },
-    scales: { x: xScale(o.xRange), y: yRange(!!o.log) },
+    scales: { x: xScale(o.xRange), y: yRange(o.log ? LOG : LINEAR) },
     axes: [{ show: false }, { show: false }],
-    series: [{}, { stroke: o.color || '#1f77b4', width: 1.25, spanGaps: true, points: { ...points(vals), fill: o.color || '#1f77b4' } }],
+    series: [{}, { stroke: o.color || '#1f77b4', width: 1.25, points: { ...points(vals), fill: o.color || '#1f77b4' } }],
     hooks: {
       draw: [(u: uPlot) => {
         if (o.mark === undefined) return;

@@ -2,9 +2,12 @@
 // sections (by tag prefix) the charts are grouped in. The runs table, the Scalars and the
 // Performance views all ask here, so a tag is classified once; the groups themselves are
 // data/tag_families.json, which C++ compiles in too (core/tag.h).
-import table from '../../data/tag_families.json';
+import tableJson from '../../data/tag_families.json';
 
 type Group = 'internal' | 'watch' | 'performance';
+interface Family { name: string; prefix: string; groups: string[]; unit?: string }
+interface KnownTag { tag: string; groups: string[]; unit?: string }
+const table = tableJson as { families: Family[]; tags: KnownTag[] };
 
 // A family's tags start with its prefix; a known tag is one whole tag.
 function matcher(group: Group): (tag: string) => boolean {
@@ -88,4 +91,11 @@ export function sections(tags: string[]): Section[] {
     || sa.key.localeCompare(sb.key));
   for (const [, s] of list) s.tags.sort((a, b) => tagRank(a) - tagRank(b) || a.localeCompare(b));
   return list.map(([, s]) => s);
+}
+
+// What a series' values count in (seconds, bytes, %), or '' when the table does not say:
+// a known tag's unit, else its family's.
+const TAG_UNIT = new Map(table.tags.map((t) => [t.tag, t.unit ?? '']));
+export function unitOf(tag: string): string {
+  return TAG_UNIT.get(tag) || table.families.find((f) => f.unit && tag.startsWith(f.prefix))?.unit || '';
 }

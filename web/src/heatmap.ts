@@ -2,13 +2,14 @@
 // scale for quantities spanning decades (gradient norms, counts); non-finite cells in
 // magenta so a NaN never hides as "no data".
 //
-// Columns sit at their steps on the chart's step range (xRange), each reaching to the next
-// column's step: a histogram taken every 10 steps fills the panel and lines up with the
-// curves above and below it. Row labels are HTML beside the canvas, one row at least 12 px
+// Columns sit at their steps on the chart's step range (xRange), lined up with the curves
+// above and below, each as wide as the steps it stands for (stepWidth: a bucket of the
+// server's grid, or one step for a sample) and never wider: a histogram taken every 100th
+// step is a thin column every 100 steps, and steps with nothing recorded stay white. Row labels are HTML beside the canvas, one row at least 12 px
 // tall so labels never overlap; past 40 rows the body scrolls (hundreds of parameters).
 
 import { Cell } from './api';
-import { el, fmt, fmtNum, tickLabels, viridis } from './util';
+import { el, fmt, fmtNum, NONFINITE_RGB, themeColor, tickLabels, viridis } from './util';
 import { AXIS_FONT, textWidth } from './chart';
 
 export interface HeatmapOptions {
@@ -24,18 +25,18 @@ export interface HeatmapOptions {
   valueLabel?: string;
   name: string;  // data-name, for tests and styling
   xRange?: [number, number];  // steps shown; default the columns' own
+  stepWidth?: number;  // steps one column stands for; default the smallest gap between columns
 }
 
 export const LABEL_WIDTH = 150;
-const NONFINITE: [number, number, number] = [255, 0, 255];
 const MAX_BODY_HEIGHT = 480;
 
-// "Nice" ticks (1, 2, 5 x 10^k) over [lo, hi], about `count` of them.
-export function niceTicks(lo: number, hi: number, count = 6): number[] {
+// "Nice" ticks (1, 2, 5 x 10^k, whole numbers when `integer`) over [lo, hi], about `count` of them.
+export function niceTicks(lo: number, hi: number, count = 6, integer = false): number[] {
   if (!(hi > lo)) return [lo];
   const raw = (hi - lo) / count;
   const mag = 10 ** Math.floor(Math.log10(raw));
-  const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) || 10 * mag;
+  const step = Math.max(integer ? 1 : 0, [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) || 10 * mag);
   const out: number[] = [];
   for (let t = Math.ceil(lo / step) * step; t <= hi + 1e-9 * step; t += step) out.push(Math.round(t * 1e9) / 1e9);
   return out;
@@ -97,17 +98,17 @@ export function heatmap(o: HeatmapOptions): HTMLElement {
     labels.append(label);
   });
 
-  // Only columns with a value: statistics taken every Nth step leave empty buckets between
-  // them, and each kept column reaches to the next.
+  let stepWidth = o.stepWidth ?? Infinity;
+  if (o.stepWidth === undefined) for (let c = 1; c < o.steps.length; c++) stepWidth = Math.min(stepWidth, o.steps[c] - o.steps[c - 1]);
+  if (!(stepWidth > 0 && Number.isFinite(stepWidth))) stepWidth = 1;
+  // Only columns with a value (statistics taken every Nth step leave empty buckets between them).
   const keep = o.steps.map((_, c) => c).filter((c) => o.values.some((row) => row[c] !== null && row[c] !== undefined));
   if (keep.length && keep.length < o.steps.length) {
     o = { ...o, steps: keep.map((c) => o.steps[c]), values: o.values.map((row) => keep.map((c) => row[c])) };
   }
   const cols = o.steps.length;
   const first = o.xRange ? Math.min(o.xRange[0], o.steps[0]) : o.steps[0];
-  // A column reaches to the next one's step; the last one as wide as the one before it.
-  const lastWidth = cols > 1 ? o.steps[cols - 1] - o.steps[cols - 2] : 1;
-  const end = Math.max(o.xRange ? o.xRange[1] + 1 : o.steps[cols - 1] + lastWidth, o.steps[cols - 1] + 1);
+  const end = Math.max(o.xRange ? o.xRange[1] + 1 : o.steps[cols - 1] + stepWidth, o.steps[cols - 1] + 1);
   const span = Math.max(1, end - first);
 
   const draw = () => {
@@ -120,16 +121,19 @@ export function heatmap(o: HeatmapOptions): HTMLElement {
     canvas.style.width = plotW + 'px';
     canvas.style.height = plotH + 'px';
     const ctx = canvas.getContext('2d')!;
-    ctx.fillStyle = '#fff';
+    ctx.fillStyle = themeColor('--panel');
     ctx.fillRect(0, 0, canvas.width, canvas.height);
     // One image pixel per device pixel across, one per row down (then scaled): each pixel
-    // column takes the data column whose steps cover it.
+    // column takes the data column whose steps cover it; a column is at least 2 pixels wide
+    // so that a single sample shows.
     const colOf = new Int32Array(pixels).fill(-1);
+    const columnSteps = Math.max(stepWidth, (2 * span) / pixels);
     let c = 0;
     for (let p = 0; p < pixels; p++) {
       const step = first + ((p + 0.5) / pixels) * span;
       while (c + 1 < cols && o.steps[c + 1] <= step) c++;
-      if (step >= o.steps[c] && step < (c + 1 < cols ? o.steps[c + 1] : end)) colOf[p] = c;
+      const stop = Math.min(c + 1 < cols ? o.steps[c + 1] : end, o.steps[c] + columnSteps);
+      if (step >= o.steps[c] && step < stop) colOf[p] = c;
     }
     const img = new ImageData(pixels, o.rows.length);
     for (let r = 0; r < o.rows.length; r++) {
@@ -138,7 +142,7 @@ export function heatmap(o: HeatmapOptions): HTMLElement {
         const k = (r * pixels + p) * 4;
         const v = colOf[p] < 0 ? undefined : row[colOf[p]];
         let rgb: [number, number, number] | null = null;
-        if (v === 'nonfinite') rgb = NONFINITE;
+        if (v === 'nonfinite') rgb = NONFINITE_RGB;
         else if (typeof v === 'number' && (!o.log || v > 0)) rgb = viridis(scale(v));
         if (rgb) {
           img.data[k] = rgb[0];
@@ -170,15 +174,18 @@ export function heatmap(o: HeatmapOptions): HTMLElement {
       ctx.stroke();
       ctx.setLineDash([]);
     }
-    // The step axis, in HTML under the canvas: ticks kept inside the panel.
-    const ticks = niceTicks(first, end - 1, Math.max(2, Math.floor(plotW / 110)));
+    // The step axis, in HTML under the canvas, each label centred on its step (one at the
+    // left edge reaches under the row labels; one that would pass the right edge is left out).
+    const ticks = niceTicks(first, end - 1, Math.max(2, Math.floor(plotW / 110)), true);
     const text = tickLabels(ticks);
-    axis.replaceChildren(...ticks.map((t, i) => {
+    axis.replaceChildren(...ticks.flatMap((t, i) => {
       const w = textWidth(text[i], AXIS_FONT);
-      const left = Math.min(plotW - w, Math.max(0, xOf(t) - w / 2));
-      return el('span', { class: 'hm-tick', style: `left:${left}px` }, text[i]);
+      if (xOf(t) + w / 2 > plotW + 8) return [];
+      return [el('span', { class: 'hm-tick', 'data-value': String(t), style: `left:${xOf(t) - w / 2}px` }, text[i])];
     }), el('span', { class: 'hm-axis-label', style: `left:${Math.max(0, plotW / 2 - 12)}px` }, 'step'));
     axis.style.width = plotW + 'px';
+    wrap.dataset.x0 = String(first);
+    wrap.dataset.x1 = String(end);
   };
   const cellAt = (ev: MouseEvent) => {
     const rect = canvas.getBoundingClientRect();

@@ -7,14 +7,28 @@ import { api, ApiError, captureToken, events, LiveEvent, RunSummary } from './ap
 import { ctx, errorBox, forget, setState } from './ctx';
 import { runsTable } from './runs';
 import { readState, State, writeState } from './state';
-import { el, throttle } from './util';
+import { applyTheme, currentTheme, el, runColor, Theme, throttle } from './util';
 import { VIEWS } from './views';
 import './style.css';
 
 captureToken();
+applyTheme(currentTheme());
 
 const app = document.getElementById('app')!;
 const tabs = document.getElementById('tabs')!;
+// The theme toggle: the system's setting, dark, light; canvases are redrawn in the new colours.
+const THEMES: Theme[] = ['auto', 'dark', 'light'];
+const themeButton = el('button', { id: 'theme', title: 'colour theme' });
+const showTheme = () => (themeButton.textContent = `theme: ${currentTheme()}`);
+themeButton.addEventListener('click', () => {
+  const next = THEMES[(THEMES.indexOf(currentTheme()) + 1) % THEMES.length];
+  localStorage.setItem('trainscope-theme', next);
+  applyTheme(next);
+  showTheme();
+  ctx.rerender('all');
+});
+showTheme();
+document.getElementById('top')?.append(themeButton);
 const runsBox = el('div', { id: 'runs-box' });
 const controls = el('div', { id: 'controls' });
 const view = el('div', { id: 'view' });
@@ -89,11 +103,23 @@ async function renderView(): Promise<void> {
   if (!ctx.state.runs.length) {
     box.append(el('p', { class: 'empty' }, ctx.runs.length ? 'Select a run above.' : 'No runs in this logdir yet; they appear here as they start.'));
   } else {
-    try {
-      await (VIEWS.find((v) => v.id === ctx.state.tab) || VIEWS[0]).render(gen, box);
-    } catch (e) {
-      if (gen === ctx.generation) box.append(errorBox(e));
-    }
+    const v = VIEWS.find((x) => x.id === ctx.state.tab) || VIEWS[0];
+    // Several runs: a view of one run once per run, each block headed by the run's name in
+    // its colour (the colour its curves have on Scalars).
+    const runs = v.perRun ? ctx.state.runs : [ctx.state.runs[0]];
+    await Promise.all(runs.map(async (run, i) => {
+      let block: HTMLElement = box;
+      if (v.perRun && runs.length > 1) {
+        block = el('section', { class: 'run-block', 'data-run': run, style: `border-left-color:${runColor(i)}` },
+                   el('h3', { class: 'run-head', style: `color:${runColor(i)}` }, `■ ${run}`));
+        box.append(block);
+      }
+      try {
+        await v.render(gen, block, run);
+      } catch (e) {
+        if (gen === ctx.generation) block.append(errorBox(e));
+      }
+    }));
   }
   if (gen === ctx.generation) {
     view.style.minHeight = '';

@@ -1,5 +1,6 @@
-// The runs table: health badges from the findings, config and final-metric columns,
-// sortable, filtered by a regex, several selected to compare; a diff of two runs' configs.
+// The runs table: health badges from the findings, config and final-metric columns (a few
+// chosen, or the user's pick from every key), sortable, filtered by a regex, several
+// selected to compare, folded away to give the charts the screen; a diff of two runs' configs.
 
 import { RunSummary } from './api';
 import { State } from './state';
@@ -21,7 +22,10 @@ const METRIC_PREFERENCE = [/^val\//, /^test\//, /^train\//, /^eval\//];
 // Columns: the config keys that differ between runs first (what a comparison is about),
 // then the final values of the user's own metrics, losses and accuracies first; trainscope's
 // own series (census/, sys/, input/, train/grad_zeroed, opt/, grad/ ...) only when asked.
-function pickColumns(runs: RunSummary[], internal: boolean): { config: string[]; metrics: string[] } {
+// `all` lists every candidate for the column picker; config and metrics are those shown:
+// the user's pick, else the 4 most telling of each.
+function pickColumns(runs: RunSummary[], internal: boolean, picked: string[]):
+    { config: string[]; metrics: string[]; all: { config: string[]; metrics: string[] } } {
   const configCount = new Map<string, Set<string>>();
   const metricCount = new Map<string, number>();
   for (const r of runs) {
@@ -32,16 +36,41 @@ function pickColumns(runs: RunSummary[], internal: boolean): { config: string[];
     for (const k of Object.keys(r.final || {})) if (internal || isUserSeries(k)) metricCount.set(k, (metricCount.get(k) || 0) + 1);
   }
   // Config keys that differ between runs first: they are what a comparison is about.
-  const config = [...configCount.keys()]
-    .sort((a, b) => (configCount.get(b)!.size - configCount.get(a)!.size) || a.localeCompare(b))
-    .slice(0, 8);
+  const allConfig = [...configCount.keys()]
+    .sort((a, b) => (configCount.get(b)!.size - configCount.get(a)!.size) || a.localeCompare(b));
   const rank = (k: string) => {
     const i = METRIC_PREFERENCE.findIndex((re) => re.test(k));
     return (i < 0 ? METRIC_PREFERENCE.length : i) * 3 + (/loss/.test(k) ? 0 : /acc/.test(k) ? 1 : 2);
   };
-  const metrics = [...metricCount.keys()].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b)).slice(0, internal ? 40 : 8);
-  return { config, metrics };
+  const allMetrics = [...metricCount.keys()].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
+  const all = { config: allConfig, metrics: allMetrics };
+  if (picked.length) {
+    return { config: allConfig.filter((k) => picked.includes('c:' + k)), metrics: allMetrics.filter((k) => picked.includes('m:' + k)), all };
+  }
+  return { config: allConfig.slice(0, 4), metrics: allMetrics.slice(0, internal ? 40 : 4), all };
 }
+
+// The column picker: every config key and final metric, ticked when shown.
+function columnPicker(all: { config: string[]; metrics: string[] }, shown: Set<string>, onPick: (keys: string[]) => void): HTMLElement {
+  const picker = el('details', { class: 'column-picker' }, el('summary', {}, 'columns'));
+  const list = el('div', { class: 'column-list' });
+  const boxes: [string, HTMLInputElement][] = [];
+  const add = (key: string, label: string) => {
+    const box = el('input', { type: 'checkbox', 'data-key': key });
+    box.checked = shown.has(key);
+    box.addEventListener('change', () => onPick(boxes.filter(([, b]) => b.checked).map(([k]) => k)));
+    boxes.push([key, box]);
+    list.append(el('label', {}, box, ' ', label));
+  };
+  all.config.forEach((k) => add('c:' + k, `config ${k}`));
+  all.metrics.forEach((k) => add('m:' + k, k));
+  const auto = el('button', { title: 'the columns trainscope picks' }, 'automatic');
+  auto.addEventListener('click', () => onPick([]));
+  picker.append(list, auto);
+  return picker;
+}
+
+const FOLDED_KEY = 'trainscope-runs-folded';
 
 export interface RunsTableHandlers {
   onSelect: (runs: string[]) => void;
@@ -61,19 +90,28 @@ export function runsTable(runs: RunSummary[], state: State, h: RunsTableHandlers
   const internalBox = el('input', { id: 'internal-columns', type: 'checkbox' });
   internalBox.checked = state.internal;
   internalBox.addEventListener('change', () => h.onState({ internal: internalBox.checked }));
-  const toolbar = el('div', { class: 'toolbar' }, filterInput, diffButton,
+  const { config, metrics, all } = pickColumns(runs, state.internal, state.columns);
+  const shownKeys = new Set([...config.map((k) => 'c:' + k), ...metrics.map((k) => 'm:' + k)]);
+  const folded = localStorage.getItem(FOLDED_KEY) === '1';
+  const fold = el('button', { id: 'fold-runs', title: 'fold the runs table away (the charts get the screen)' }, folded ? '▸ runs' : '▾ runs');
+  fold.addEventListener('click', () => {
+    localStorage.setItem(FOLDED_KEY, folded ? '0' : '1');
+    h.onState({});
+  });
+  const toolbar = el('div', { class: 'toolbar' }, fold, filterInput, diffButton,
                      el('label', { title: `${internalPrefixes().join(', ')} as columns` }, internalBox, ' trainscope\'s own series'),
+                     columnPicker(all, shownKeys, (keys) => h.onState({ columns: keys })),
                      el('span', { class: 'muted' }, `${runs.length} runs · ${selected.size} selected`));
   wrap.append(toolbar);
-  const { config, metrics } = pickColumns(runs, state.internal);
+  if (folded) wrap.classList.add('folded');
   const shown = runs.filter((r) => !re || re.test(r.name) || re.test(JSON.stringify(r.config || {})));
   const columns: { key: string; label: string; value: (r: RunSummary) => unknown }[] = [
     { key: 'name', label: 'run', value: (r) => r.name },
     { key: 'health', label: 'health', value: (r) => ({ critical: 4, damaged: 3, warning: 2, ok: 1 } as Record<string, number>)[r.health] || 0 },
     { key: 'status', label: 'status', value: (r) => r.status },
-    { key: 'step', label: 'steps', value: (r) => r.max_step ?? 0 },
+    { key: 'step', label: 'last step', value: (r) => r.max_step ?? 0 },
     { key: 'start', label: 'started', value: (r) => r.start_time ?? 0 },
-    ...config.map((k) => ({ key: 'c:' + k, label: k, value: (r: RunSummary) => flatten(r.config || {})[k] })),
+    ...config.map((k) => ({ key: 'c:' + k, label: k, value: (r: RunSummary) => flatten(r.config || {})[k] })),  // th.config: italic
     ...metrics.map((k) => ({ key: 'm:' + k, label: k, value: (r: RunSummary) => r.final?.[k] })),
   ];
   const desc = state.sort.startsWith('-');

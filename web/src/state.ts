@@ -18,6 +18,7 @@ export interface State {
   family: string;  // heatmap family: grad | weight | update
   internal: boolean;  // the runs table shows trainscope's own series as columns too
   open: string;  // sections opened or closed by the user: '+key' / '-key', comma-separated
+  columns: string[];  // the runs table's columns picked by the user ('c:lr', 'm:val/loss'); [] = chosen for them
 }
 
 export const TABS: Tab[] = ['overview', 'scalars', 'distributions', 'gradients', 'activations', 'findings', 'performance', 'numerics'];
@@ -41,6 +42,7 @@ export function readState(): State {
     family: h.get('family') || 'grad',
     internal: h.get('internal') === '1',
     open: h.get('open') || '',
+    columns: (h.get('cols') || '').split(',').filter(Boolean),
   };
 }
 
@@ -59,6 +61,7 @@ export function writeState(s: State): void {
   if (s.family !== 'grad') h.set('family', s.family);
   if (s.internal) h.set('internal', '1');
   if (s.open) h.set('open', s.open);
+  if (s.columns.length) h.set('cols', s.columns.join(','));
   const hash = '#' + h.toString();
   if (location.hash !== hash) history.replaceState(null, '', hash);
 }

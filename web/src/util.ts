@@ -59,15 +59,67 @@ export function fmtNum(v: number, digits = 3): string {
   return `${trim(m)}e${Number(e)}`;
 }
 
-// Tick labels: the fewest significant digits (2..6) that keep distinct ticks distinct.
+// A label of fmtNum read back as a number (SI suffixes and short exponents included).
+const SI_VALUE: Record<string, number> = { k: 1e3, M: 1e6, G: 1e9, T: 1e12 };
+export function parseNum(label: string): number {
+  const m = /^(-?[0-9.]+(?:e-?[0-9]+)?)([kMGT]?)$/.exec(label.trim());
+  return m ? Number(m[1]) * (SI_VALUE[m[2]] ?? 1) : NaN;
+}
+
+// Tick labels that name the values they sit at: the fewest significant digits with which
+// every label reads back as its tick, so 125 is never labelled "130".
 export function tickLabels(vals: (number | null)[]): string[] {
-  const distinct = new Set(vals.filter((v) => v !== null)).size;
+  const finite = vals.filter((v): v is number => v !== null && Number.isFinite(v)).sort((a, b) => a - b);
+  let spacing = Infinity;
+  for (let i = 1; i < finite.length; i++) if (finite[i] > finite[i - 1]) spacing = Math.min(spacing, finite[i] - finite[i - 1]);
+  if (!Number.isFinite(spacing)) spacing = Math.abs(finite[0] ?? 1) || 1;
+  // Within a millionth of the spacing, and of the value itself on log-like axes whose
+  // spacing grows with the values.
+  const close = (v: number, label: string) => Math.abs(parseNum(label) - v) <= 1e-6 * Math.min(spacing, Math.abs(v) || spacing);
   let labels: string[] = [];
-  for (let digits = 2; digits <= 6; digits++) {
+  for (let digits = 1; digits <= 15; digits++) {
     labels = vals.map((v) => (v === null ? '' : fmtNum(v, digits)));
-    if (new Set(labels.filter(Boolean)).size >= distinct) break;
+    if (vals.every((v, i) => v === null || !Number.isFinite(v) || close(v, labels[i]))) break;
   }
   return labels;
+}
+
+// Tick spacings of linear axes: 1, 2 and 5 x 10^k; on step axes whole steps only.
+export const NICE_INCRS: number[] = [];
+for (let e = -15; e <= 30; e++) for (const m of [1, 2, 5]) NICE_INCRS.push(Number((m * 10 ** e).toPrecision(1)));
+export const STEP_INCRS = NICE_INCRS.filter((v) => v >= 1);
+
+// Wall-clock axis ticks (seconds): round seconds, minutes, hours and days.
+export const TIME_INCRS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30,
+  60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 2 * 86400, 7 * 86400, 14 * 86400,
+  30 * 86400, 91 * 86400, 365 * 86400];
+
+const pad2 = (n: number) => String(n).padStart(2, '0');
+// YYYY-MM-DD of a unix time, in the browser's time zone (as the tick labels).
+export function localDate(unix: number): string {
+  const d = new Date(unix * 1000);
+  return `${d.getFullYear()}-${pad2(d.getMonth() + 1)}-${pad2(d.getDate())}`;
+}
+
+// Wall-clock tick labels for ticks `incr` seconds apart: the time of day to the precision
+// the spacing needs (HH:MM, HH:MM:SS, HH:MM:SS.s); dates once ticks are a day or more apart.
+// The date of the range itself goes in the axis title (timeAxisTitle), once.
+export function timeLabels(vals: number[], incr: number): string[] {
+  return vals.map((v) => {
+    const d = new Date(v * 1000);
+    if (incr >= 86400) return `${d.getMonth() + 1}/${d.getDate()}`;
+    const hm = `${pad2(d.getHours())}:${pad2(d.getMinutes())}`;
+    if (incr >= 60 && d.getSeconds() === 0) return hm;
+    const decimals = incr >= 1 ? 0 : Math.min(3, Math.ceil(-Math.log10(incr) - 1e-9));
+    const sec = decimals ? (d.getSeconds() + d.getMilliseconds() / 1000).toFixed(decimals).padStart(3 + decimals, '0')
+      : pad2(d.getSeconds());
+    return `${hm}:${sec}`;
+  });
+}
+
+export function timeAxisTitle(lo: number, hi: number): string {
+  const a = localDate(lo), b = localDate(hi);
+  return `wall time, ${a === b ? a : `${a} … ${b}`}`;
 }
 
 export function fmtTime(unix?: number): string {
@@ -86,7 +138,10 @@ export function regex(text: string): RegExp | null {
 }
 
 // A run's colour: stable by its position in the selection.
-const PALETTE = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#17becf', '#8c564b', '#e377c2'];
+const PALETTE = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#17becf', '#8c564b', '#bcbd22'];
+// NaN and Inf, in every view: a colour no run ever gets (magenta, far from every palette entry).
+export const NONFINITE_COLOR = '#ff00ff';
+export const NONFINITE_RGB: [number, number, number] = [255, 0, 255];
 export function runColor(i: number): string {
   return PALETTE[i % PALETTE.length];
 }
@@ -126,6 +181,23 @@ export function throttle(fn: () => void, ms: number): () => void {
       fn();
     }, wait);
   };
+}
+
+// A colour of the page's theme (style.css custom properties), for what is drawn on canvases.
+export function themeColor(name: '--fg' | '--grid' | '--panel' | '--soft'): string {
+  return getComputedStyle(document.documentElement).getPropertyValue(name).trim() || (name === '--panel' ? '#fff' : '#222');
+}
+
+// The theme: the system's setting ('auto'), or dark or light as chosen in the header
+// (kept in localStorage; ?theme=dark|light overrides it, for screenshots).
+export type Theme = 'auto' | 'dark' | 'light';
+export function currentTheme(): Theme {
+  const asked = new URLSearchParams(location.search).get('theme') || localStorage.getItem('trainscope-theme') || 'auto';
+  return asked === 'dark' || asked === 'light' ? asked : 'auto';
+}
+export function applyTheme(theme: Theme): void {
+  if (theme === 'auto') delete document.documentElement.dataset.theme;
+  else document.documentElement.dataset.theme = theme;
 }
 
 export const SEVERITY_RANK: Record<string, number> = { critical: 2, warning: 1, info: 0 };

@@ -3,14 +3,12 @@
 // growing and its saturated fraction turning yellow before the loss goes NaN.
 import { api, LayerMatrix } from '../api';
 import { findingMarker } from '../chart';
-import { ctx, chartWidth, detail, findings, jumpTo, primaryRun, rangeParams, setState, xRange } from '../ctx';
+import { ctx, chartWidth, detail, findings, jumpTo, rangeParams, setState, xRange } from '../ctx';
 import { heatmap, LABEL_WIDTH } from '../heatmap';
 import { el } from '../util';
 import { markersOf, perLayer } from './layers';
 
-export async function activationsView(gen: number, box: HTMLElement): Promise<void> {
-  const run = primaryRun();
-  if (!run) return;
+export async function activationsView(gen: number, box: HTMLElement, run: string): Promise<void> {
   const width = chartWidth();
   const w = Math.round(width - LABEL_WIDTH);
   const [fs, d] = await Promise.all([findings(run), detail(run)]);

@@ -1,9 +1,9 @@
 // Distributions over time of any tensor family and layer, as TensorBoard's Distributions
 // and Histograms dashboards: percentile bands of |x| from the exponent histograms, the
 // histogram over steps as a heatmap, and the signed mean ± std from the moments.
-import { api, TensorSeries } from '../api';
+import { api, Cell, TensorSeries } from '../api';
 import { bandChart, lineChart } from '../chart';
-import { ctx, chartWidth, detail, findings, primaryRun, rangeParams, setState, xRange } from '../ctx';
+import { ctx, chartWidth, detail, findings, rangeParams, setState, xRange } from '../ctx';
 import { familyTag } from '../groups';
 import { heatmap, LABEL_WIDTH } from '../heatmap';
 import { BAND_PERCENTILES, histogramPercentiles } from '../percentiles';
@@ -21,17 +21,21 @@ export function histogramHeatmap(hist: TensorSeries, tag: string, markers: { ste
   const bins = hist.hist?.[0]?.length ?? 0;
   const rows: string[] = [];
   for (let b = bins - 1; b >= 0; b--) rows.push(`2^${(hist.exponent_lo ?? 0) + b}`);
-  const values = rows.map((_, r) => cols.map((i) => hist.hist![i][bins - 1 - r] || null));
+  const values: Cell[][] = rows.map((_, r) => cols.map((i) => hist.hist![i][bins - 1 - r] || null));
+  // NaN/Inf elements have no power of two: a row of their own, on top, when any step had them.
+  const nonfinite = cols.map((i) => ((hist.nan[i] ?? 0) + (hist.inf[i] ?? 0) > 0 ? 'nonfinite' as const : null));
+  if (nonfinite.some((v) => v !== null)) {
+    rows.unshift('NaN/Inf');
+    values.unshift(nonfinite);
+  }
   return heatmap({
     name: 'exponent-histogram', title: `${tag}: |x| by power of two over steps (count, log colour; ${cols.length} histograms)`,
     rows: hist.hist && cols.length ? rows : [], steps: cols.map((i) => hist.step[i]), values, log: true, markers,
-    valueLabel: 'count', xRange: xr,
+    valueLabel: 'count', xRange: xr, stepWidth: 1,
   });
 }
 
-export async function distributionsView(gen: number, box: HTMLElement): Promise<void> {
-  const run = primaryRun();
-  if (!run) return;
+export async function distributionsView(gen: number, box: HTMLElement, run: string): Promise<void> {
   const [d, fs] = await Promise.all([detail(run), findings(run)]);
   if (gen !== ctx.generation) return;
   const present = FAMILIES.filter(([f]) => d.series.some((s) => s.kind === 'tensor_stats' && s.tag.startsWith(f + '/')));
@@ -66,20 +70,25 @@ export async function distributionsView(gen: number, box: HTMLElement): Promise<
   const markers = markersOf(fs, layer).map((m) => ({ ...m, code: '', title: '' }));
   // Percentile bands at the steps with a histogram.
   const cols = hist.step.map((_, i) => i).filter((i) => hist.hist && (!hist.has_hist || hist.has_hist[i]));
+  // Steps whose tensor held NaN/Inf have no percentiles: a gap, marked in the non-finite colour.
+  const nonfiniteAt = (t: TensorSeries, i: number) => (t.nan[i] ?? 0) + (t.inf[i] ?? 0) > 0;
   const rows = BAND_PERCENTILES.map(() => [] as (number | null)[]);
   for (const i of cols) {
-    const p = histogramPercentiles(hist.hist![i], hist.exponent_lo ?? 0, hist.zeros[i], BAND_PERCENTILES, hist.abs_max?.[i]);
+    const p = nonfiniteAt(hist, i) ? BAND_PERCENTILES.map(() => null)
+      : histogramPercentiles(hist.hist![i], hist.exponent_lo ?? 0, hist.zeros[i], BAND_PERCENTILES, hist.abs_max?.[i]);
     p.forEach((v, k) => rows[k].push(v));
   }
   box.append(bandChart(`${tag}: |x| percentiles over steps (0, 7, 16, 31, 50, 69, 84, 93, 100 %; log)`,
-    cols.map((i) => hist.step[i]), rows, { width, name: 'percentile-bands', log: true, xRange: xr, markers }));
+    cols.map((i) => hist.step[i]), rows, { width, name: 'percentile-bands', log: true, xRange: xr, markers,
+                                            nonfinite: cols.map((i) => nonfiniteAt(hist, i)) }));
   box.append(histogramHeatmap(hist, tag, markersOf(fs, layer), xr));
   const mean = moments.mean || [], std = moments.std || [];
   const up = mean.map((m, i) => (m === null || std[i] === null ? null : m + std[i]!));
   const down = mean.map((m, i) => (m === null || std[i] === null ? null : m - std[i]!));
+  const nonfinite = moments.step.map((_, i) => nonfiniteAt(moments, i));
   box.append(lineChart(`${tag}: mean ± std over steps`, moments.step, [
-    { label: 'mean', color: '#1f77b4', values: mean },
-    { label: 'mean + std', color: '#9ecae1', values: up, dash: [4, 3] },
-    { label: 'mean − std', color: '#9ecae1', values: down, dash: [4, 3] },
+    { label: 'mean', color: '#1f77b4', values: mean, nonfinite },
+    { label: 'mean + std', color: '#9ecae1', values: up, dash: [4, 3], nonfinite },
+    { label: 'mean − std', color: '#9ecae1', values: down, dash: [4, 3], nonfinite },
   ], { width, name: 'moments', xRange: xr, markers }));
 }

@@ -1,16 +1,14 @@
 // Gradients: the layer x step heatmap of gradient (weight, update) norms, the picked
 // layer's exponent histogram over steps, update/weight ratios, per-unit gradient norms.
 import { api, LayerMatrix, TensorSeries, Vectors } from '../api';
-import { ctx, chartWidth, detail, findings, primaryRun, rangeParams, setState, xRange } from '../ctx';
+import { ctx, chartWidth, detail, findings, rangeParams, setState, xRange } from '../ctx';
 import { familyRest, familyTag } from '../groups';
 import { heatmap, LABEL_WIDTH } from '../heatmap';
 import { el } from '../util';
 import { histogramHeatmap } from './distributions';
 import { layerNames, markersOf, perLayer } from './layers';
 
-export async function gradientsView(gen: number, box: HTMLElement): Promise<void> {
-  const run = primaryRun();
-  if (!run) return;
+export async function gradientsView(gen: number, box: HTMLElement, run: string): Promise<void> {
   const state = ctx.state;
   const family = ['grad', 'weight', 'update'].includes(state.family) ? state.family : 'grad';
   const [layers, fs, d] = await Promise.all([layerNames(run, family), findings(run), detail(run)]);
@@ -53,7 +51,7 @@ export async function gradientsView(gen: number, box: HTMLElement): Promise<void
     const rows = Array.from({ length: v.units }, (_, u) => `unit ${u}`);
     const values = rows.map((_, u) => v.values.map((row) => row[u] ?? null));
     box.append(heatmap({ name: 'unit-norms', title: `${unitsTag}: gradient norm per unit × step (log colour)`, rows,
-                         steps: v.step, values, log: true, valueLabel: '‖g_unit‖', xRange: xr }));
+                         steps: v.step, values, log: true, valueLabel: '‖g_unit‖', xRange: xr, stepWidth: 1 }));
   } else {
     const units = d.series.map((s) => familyRest('grad_units', s.tag)).filter((u): u is string => u !== null);
     box.append(el('p', { class: 'muted' }, units.length ? `Per-unit gradient norms are recorded for: ${units.join(', ')}.`

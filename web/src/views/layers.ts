@@ -1,6 +1,6 @@
 // Helpers of the per-layer views (Gradients, Activations, Distributions).
 import { Finding, LayerMatrix } from '../api';
-import { lineChart, Marker } from '../chart';
+import { lineChart, Marker, SEVERITY_COLOR } from '../chart';
 import { detail } from '../ctx';
 import { heatmap } from '../heatmap';
 import { runColor } from '../util';
@@ -11,9 +11,8 @@ export async function layerNames(run: string, family: string): Promise<string[]>
 }
 
 export function markersOf(fs: Finding[], layer?: string) {
-  const colors: Record<string, string> = { critical: '#d62728', warning: '#ff7f0e', info: '#1f77b4' };
   return fs.filter((f) => !layer || !f.location || f.location === layer || f.code.startsWith('LOSS'))
-    .map((f) => ({ step: f.step, color: colors[f.severity] }));
+    .map((f) => ({ step: f.step, color: SEVERITY_COLOR[f.severity] }));
 }
 
 // Up to 12 layers as lines over steps; more than that as a heatmap (a chart of 500 lines
@@ -24,6 +23,7 @@ export function perLayer(m: LayerMatrix, o: { title: string; name: string; width
   if (m.layers.length <= 12) {
     const lines = m.layers.map((l, i) => ({
       label: l, color: runColor(i), values: m.values[i].map((v) => (typeof v === 'number' ? v : null)),
+      nonfinite: m.values[i].map((v) => v === 'nonfinite'),
     }));
     return lineChart(o.title, m.step, lines, { width: o.width, log: o.log, band: o.band, reference: o.reference, name: o.name,
                                                xRange: o.xRange, markers: o.markers });

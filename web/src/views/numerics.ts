@@ -2,7 +2,7 @@
 // (columns), a cell coloured by the fraction of its values the format loses (overflow +
 // flushed to zero), from the exponent histograms; /api/numerics (docs/numerics.md).
 import { api } from '../api';
-import { ctx, primaryRun } from '../ctx';
+import { ctx } from '../ctx';
 import { el, fmtNum, viridis } from '../util';
 
 interface FitMatrix {
@@ -14,9 +14,7 @@ interface FitMatrix {
 
 const pct = (x: number) => (x === 0 ? '0' : x < 1e-4 ? '<0.01 %' : `${fmtNum(100 * x)} %`);
 
-export async function numericsView(gen: number, box: HTMLElement): Promise<void> {
-  const run = primaryRun();
-  if (!run) return;
+export async function numericsView(gen: number, box: HTMLElement, run: string): Promise<void> {
   const family = el('select', {}, ...['all', 'grad', 'act', 'weight', 'update'].map((f) => el('option', { value: f }, f)));
   const scale = el('input', { type: 'number', value: '0', min: '-64', max: '64', step: '1', title: 'loss scale 2^k on gradients' });
   const table = el('div', { class: 'numerics-table' });

@@ -4,8 +4,8 @@
 // and validation loss, learning rate, global gradient norm, step time by phase) with the
 // findings marked at their steps.
 import { api, Buckets, Finding, RunDetail, Spans, TensorSeries } from '../api';
-import { findingMarker, lineChart, Marker, sparkline } from '../chart';
-import { ctx, chartWidth, detail, findings, jumpTo, primaryRun, rangeParams, xRange } from '../ctx';
+import { bucketLine, findingMarker, lineChart, Marker, sparkline } from '../chart';
+import { ctx, chartWidth, detail, findings, jumpTo, rangeParams, xRange } from '../ctx';
 import { familyTag, isUserSeries } from '../groups';
 import { el, fmt, fmtTime, SEVERITY_RANK } from '../util';
 import { stepTimeChart } from './performance';
@@ -118,9 +118,7 @@ function headline(groups: FindingGroup[], status: string, steps: number): string
   return `${worst.findings[0].summary} (${worst.code}, step ${worst.findings[0].step}).`;
 }
 
-export async function overviewView(gen: number, box: HTMLElement): Promise<void> {
-  const run = primaryRun();
-  if (!run) return;
+export async function overviewView(gen: number, box: HTMLElement, run: string): Promise<void> {
   const [d, fs] = await Promise.all([detail(run), findings(run)]);
   if (gen !== ctx.generation) return;
   const summary = ctx.runs.find((r) => r.name === run);
@@ -194,21 +192,16 @@ export async function overviewView(gen: number, box: HTMLElement): Promise<void>
     if (gen !== ctx.generation) return;
     // Validation points sit at their own steps: both series on one x of their union.
     const xs = [...new Set([...(lossB?.step || []), ...(valB?.step || [])])].sort((a, b) => a - b);
-    const at = (b: Buckets | null) => {
-      const m = new Map<number, number | null>();
-      b?.step.forEach((s, i) => m.set(s, b.last[i]));
-      return xs.map((s) => (m.has(s) ? m.get(s)! : null));
-    };
     if (lossB || valB) {
       lossSlot.replaceChildren(lineChart('loss' + (val ? ' and validation loss' : ''), xs, [
-        ...(lossB ? [{ label: loss!, color: '#1f77b4', values: at(lossB) }] : []),
-        ...(valB ? [{ label: val!, color: '#ff7f0e', values: at(valB), dash: [6, 3] }] : []),
+        ...(lossB ? [bucketLine(lossB, loss!, '#1f77b4', { xs })] : []),
+        ...(valB ? [bucketLine(valB, val!, '#ff7f0e', { xs, dash: [6, 3] })] : []),
       ], { width, name: 'overview-loss', xRange: xr, markers }));
     } else lossSlot.replaceChildren(missing('loss', 'No loss series (log one as train/loss).'));
-    lrSlot.replaceChildren(lrB ? lineChart(`learning rate (${lrTag(d)})`, lrB.step, [{ label: lrTag(d)!, color: '#9467bd', values: lrB.last }],
+    lrSlot.replaceChildren(lrB ? lineChart(`learning rate (${lrTag(d)})`, lrB.step, [bucketLine(lrB, lrTag(d)!, '#9467bd')],
       { width, name: 'overview-lr', xRange: xr, markers }) : missing('learning rate', 'No learning-rate series (run.watch(model, optimizer) records opt/lr).'));
     normSlot.replaceChildren(normB ? lineChart(`global gradient norm (${gradNormTag(d)})`, normB.step,
-      [{ label: gradNormTag(d)!, color: '#2ca02c', values: normB.max }], { width, name: 'overview-grad-norm', xRange: xr, markers, log: true })
+      [bucketLine(normB, gradNormTag(d)!, '#2ca02c', { pick: 'max' })], { width, name: 'overview-grad-norm', xRange: xr, markers, log: true })
       : missing('global gradient norm', 'No gradient norm recorded (run.watch records grad/global_norm).'));
     timeSlot.replaceChildren(spans.step.length ? stepTimeChart(spans, width, xr, markers)
       : missing('step time by phase', 'No step spans recorded (iterate the data through run.data()).'));

@@ -4,13 +4,15 @@
 import { api, Spans } from '../api';
 import { findingMarker, lineChart, stackedChart } from '../chart';
 import { codeView } from '../codes';
-import { ctx, chartWidth, detail, findings, jumpTo, primaryRun, rangeParams, xRange } from '../ctx';
+import { ctx, chartWidth, detail, findings, jumpTo, rangeParams, xRange } from '../ctx';
 import { isPerformance } from '../groups';
 import { el, fmt, runColor } from '../util';
 import { scalarSections } from './sections';
 
-export const PHASE_COLORS: Record<string, string> = { data: '#d62728', forward: '#1f77b4', backward: '#2ca02c', optimizer: '#9467bd', comm: '#ff7f0e' };
-const PHASE_ORDER = ['data', 'forward', 'backward', 'optimizer', 'comm'];
+export const PHASE_COLORS: Record<string, string> = { data: '#d62728', forward: '#1f77b4', backward: '#2ca02c', optimizer: '#9467bd',
+  comm: '#ff7f0e', other: '#bdbdbd' };
+// "other": what the step's phases leave of it (the server measures steps start to start).
+const PHASE_ORDER = ['data', 'forward', 'backward', 'optimizer', 'comm', 'other'];
 
 export function stepTimeChart(spans: Spans, width: number, xr: [number, number], markers = [] as ReturnType<typeof findingMarker>[],
                               height?: number): HTMLElement {
@@ -20,9 +22,7 @@ export function stepTimeChart(spans: Spans, width: number, xr: [number, number],
     { xRange: xr, markers, height });
 }
 
-export async function performanceView(gen: number, box: HTMLElement): Promise<void> {
-  const run = primaryRun();
-  if (!run) return;
+export async function performanceView(gen: number, box: HTMLElement, run: string): Promise<void> {
   const width = chartWidth();
   const [spans, fs, d] = await Promise.all([api<Spans>('spans', { run, width: Math.round(width), ...rangeParams() }), findings(run), detail(run)]);
   if (gen !== ctx.generation) return;
@@ -31,13 +31,13 @@ export async function performanceView(gen: number, box: HTMLElement): Promise<vo
     .map((f) => findingMarker(f, () => jumpTo(f)));
   box.append(el('div', { class: 'toolbar' }, el('b', {}, run)));
   box.append(stepTimeChart(spans, width, xr, perfMarkers));
-  box.append(lineChart('throughput (steps / s, from the step spans)', spans.step,
+  box.append(lineChart('throughput (steps / s: 1 / step time, start to start)', spans.step,
     [{ label: 'steps/s', color: '#1f77b4', values: spans.step_time.map((t) => (t > 0 ? 1 / t : null)) }],
-    { width, name: 'throughput', xRange: xr }));
+    { width, name: 'throughput', xRange: xr, yLabel: 'steps / s' }));
   for (const leak of fs.filter((f) => f.code === 'MEMORY_LEAK')) {
     box.append(el('p', { class: `leak sev-${leak.severity}` }, el('b', {}, 'Memory leak: '), leak.summary,
                   ...Object.entries(leak.evidence || {}).filter(([k]) => /slope|since|per_step/.test(k)).map(([k, v]) => ` · ${k} ${fmt(v)}`)));
   }
   // Memory, throughput and phase times open; the system and object-census series closed.
-  await scalarSections(gen, box, isPerformance, (s) => ['mem', 'perf', 'time'].includes(s.key));
+  await scalarSections(gen, box, isPerformance, (s) => ['mem', 'perf', 'time'].includes(s.key), [run]);
 }

@@ -32,8 +32,8 @@ function remember(s: Section, open: boolean, byDefault: boolean): void {
   writeState(ctx.state);
 }
 
-export async function drawScalarChart(gen: number, tag: string, slot: HTMLElement, ds: RunDetail[], all: Finding[]): Promise<void> {
-  const selected = ctx.state.runs;
+export async function drawScalarChart(gen: number, tag: string, slot: HTMLElement, selected: string[], ds: RunDetail[],
+                                      all: Finding[]): Promise<void> {
   // Two charts a row on a wide screen, as W&B's panels.
   const full = chartWidth();
   const width = full >= 900 ? Math.floor((full - 12) / 2) - 18 : full - 18;
@@ -42,7 +42,7 @@ export async function drawScalarChart(gen: number, tag: string, slot: HTMLElemen
     await Promise.all(selected.map(async (run, i) => {
       if (!ds[i].series.some((s) => s.tag === tag)) return;
       const data = await api<Buckets>('scalars', { run, tag, width: Math.round(width), ...rangeParams() });
-      curves[i] = { run, color: runColor(i), data, start_time: runStart(run) };
+      curves[i] = { run, color: runColor(ctx.state.runs.indexOf(run)), data, start_time: runStart(run) };
     }));
     if (gen !== ctx.generation) return;
     if (!document.body.dataset.firstChartMs) document.body.dataset.firstChartMs = String(Math.round(performance.now()));
@@ -56,12 +56,11 @@ export async function drawScalarChart(gen: number, tag: string, slot: HTMLElemen
   }
 }
 
-// Sections of the scalar tags that pass `test`, into box. Resolves when the open sections'
-// charts are drawn.
+// Sections of the scalar tags of `selected` runs that pass `test`, into box. Resolves when
+// the open sections' charts are drawn.
 export async function scalarSections(gen: number, box: HTMLElement, test: (tag: string) => boolean,
                                      openByDefault: (s: Section) => boolean = (s) => !s.internal,
-                                     limitPerSection = 48): Promise<void> {
-  const selected = ctx.state.runs;
+                                     selected = ctx.state.runs, limitPerSection = 48): Promise<void> {
   const ds = await Promise.all(selected.map(detail));
   const all = (await Promise.all(selected.map(findings))).flat();
   if (gen !== ctx.generation) return;
@@ -88,7 +87,7 @@ export async function scalarSections(gen: number, box: HTMLElement, test: (tag: 
       const tasks = shown.map((tag) => {
         const slot = el('div', { class: 'chart-slot', 'data-tag': tag }, el('div', { class: 'panel-title' }, tag));
         grid.append(slot);
-        return () => drawScalarChart(gen, tag, slot, ds, all);
+        return () => drawScalarChart(gen, tag, slot, selected, ds, all);
       });
       if (s.tags.length > shown.length) grid.append(el('p', { class: 'muted' }, `${s.tags.length - shown.length} more: narrow the tag filter.`));
       return pooled(tasks, 4);

@@ -1,0 +1,415 @@
+// The dashboard's charts against what was recorded, in headless Chromium (issue 30): runs
+// whose pictures are known in advance (truth_fixture.py) are opened tab by tab and what is
+// drawn is read back from the page — uPlot's tick values and labels, the heatmaps' HTML
+// ticks and their canvases' pixels — and compared with the data:
+//   - every tick label reads back as the value it sits at (step, wall-time, log axes), step
+//     axes tick whole steps, linear axes 1-2-5 spacings;
+//   - a run that holds NaN from step k: from k on every tensor view shows the non-finite
+//     colour and no view draws a finite value;
+//   - a tensor sampled every 100 steps: no heatmap draws a column between samples;
+//   - values from 1 to 1e22 are drawn on a log axis (signed ones on symlog) with the data visible;
+//   - several runs selected: every tab shows each, marks and badges follow their run;
+//   - hover values match the API at the cursor's step; a legend click hides a run;
+//   - a chart's CSV holds what was logged; its PNG is a PNG;
+//   - Performance: the phases add up to the step, throughput is 1 / step time, units on axes.
+// Run through tests/e2e/run.sh; screenshots go to <build>/test-artifacts/truth/.
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import assert from 'node:assert/strict';
+import { browser, build, checks, python, pythonPath, repo, run, serve } from './harness.mjs';
+
+const artifacts = join(build, 'test-artifacts', 'truth');
+mkdirSync(artifacts, { recursive: true });
+const work = mkdtempSync(join(tmpdir(), 'ts-truth-'));
+const logdir = join(work, 'runs');
+console.log('truth: recording the fixture runs');
+console.log('  ' + run(python, [join(repo, 'tests/e2e/truth_fixture.py'), logdir], { PYTHONPATH: pythonPath, OMP_NUM_THREADS: '1' }).trim().split('\n').pop());
+const server = await serve(logdir);
+const { page, errors, close } = await browser({ width: 1440, height: 900 });
+const { check, failed, results } = checks();
+const api = async (path) => (await fetch(server.base + 'api/' + path)).json();
+
+async function open(runName, tab, extra = '') {
+  await page.goto('about:blank');
+  await page.goto(`${server.base}?static=1#runs=${encodeURIComponent(runName)}&tab=${tab}${extra}`);
+  await page.waitForSelector('body[data-ready="1"]', { timeout: 20000 });
+  await page.screenshot({ path: join(artifacts, `${runName}-${tab}${extra.replace(/[^a-z0-9]+/gi, '-')}.png`), fullPage: true });
+}
+
+// ---- in the page ----
+
+// Every tick of every uPlot axis and heatmap step axis: does its label name its value?
+function tickAudit() {
+  const SI = { k: 1e3, M: 1e6, G: 1e9, T: 1e12 };
+  const num = (s) => {
+    const m = /^(-?[0-9.]+(?:e-?[0-9]+)?)([kMGT]?)$/.exec(s.trim());
+    return m ? Number(m[1]) * (SI[m[2]] || 1) : NaN;
+  };
+  const out = { axes: 0, labels: 0, kinds: [], problems: [] };
+  for (const wrap of document.querySelectorAll('.chart')) {
+    const u = wrap.plot;
+    if (!u) continue;
+    const name = wrap.dataset.tag || wrap.dataset.name;
+    u.axes.forEach((axis, i) => {
+      if (axis.show === false || !axis._splits || !axis._values) return;
+      const sc = u.scales[axis.scale];
+      const splits = axis._splits, labels = axis._values;
+      const shown = splits.filter((v, j) => v != null && labels[j]);
+      out.axes++;
+      const kind = sc.time ? 'time' : i === 0 ? 'step' : sc.distr === 3 ? 'log' : sc.distr === 4 ? 'symlog' : 'linear';
+      if (!out.kinds.includes(kind)) out.kinds.push(kind);
+      let spacing = Infinity;
+      for (let j = 1; j < shown.length; j++) spacing = Math.min(spacing, Math.abs(shown[j] - shown[j - 1]));
+      if (!Number.isFinite(spacing)) spacing = Math.abs(shown[0]) || 1;
+      splits.forEach((v, j) => {
+        const text = labels[j];
+        if (v == null || !text) return;
+        out.labels++;
+        if (sc.time) {
+          const d = new Date(v * 1000);
+          const t = /^(\d\d):(\d\d)(?::(\d\d(?:\.\d+)?))?$/.exec(text);
+          const day = /^(\d+)\/(\d+)$/.exec(text);
+          const actual = d.getHours() * 3600 + d.getMinutes() * 60 + d.getSeconds() + d.getMilliseconds() / 1000;
+          if (t) {
+            const said = Number(t[1]) * 3600 + Number(t[2]) * 60 + Number(t[3] || 0);
+            if (Math.abs(said - actual) > 1e-3) out.problems.push(`${name}: time label "${text}" at ${d.toISOString()}`);
+          } else if (!day || Number(day[1]) !== d.getMonth() + 1 || Number(day[2]) !== d.getDate()) {
+            out.problems.push(`${name}: time label "${text}" at ${d.toISOString()}`);
+          }
+          return;
+        }
+        const tolerance = kind === 'log' || kind === 'symlog' ? 1e-6 * Math.abs(v) : 1e-6 * spacing;
+        if (!(Math.abs(num(text) - v) <= tolerance)) out.problems.push(`${name} axis ${i} (${kind}): "${text}" at ${v}`);
+      });
+      if (kind === 'step' && axis.label === 'step' && shown.some((v) => !Number.isInteger(v))) {
+        out.problems.push(`${name}: step ticks ${shown} not whole steps`);
+      }
+      if ((kind === 'linear' || kind === 'step') && shown.length >= 2) {
+        const incr = shown[1] - shown[0];
+        const mantissa = incr / 10 ** Math.floor(Math.log10(incr) + 1e-9);
+        if (![1, 2, 5].some((m) => Math.abs(mantissa - m) < 1e-6)) out.problems.push(`${name}: ticks ${incr} apart`);
+      }
+    });
+  }
+  for (const wrap of document.querySelectorAll('.heatmap')) {
+    const canvas = wrap.querySelector('canvas');
+    if (!canvas) continue;
+    const x0 = Number(wrap.dataset.x0), x1 = Number(wrap.dataset.x1);
+    const box = canvas.getBoundingClientRect();
+    const ticks = wrap.querySelectorAll('.hm-tick');
+    if (ticks.length) out.axes++;
+    for (const t of ticks) {
+      const v = Number(t.dataset.value);
+      out.labels++;
+      if (num(t.textContent) !== v || !Number.isInteger(v)) out.problems.push(`${wrap.dataset.name}: step tick "${t.textContent}" at ${v}`);
+      const r = t.getBoundingClientRect();
+      const off = (r.left + r.right) / 2 - box.left - ((v - x0) / (x1 - x0)) * box.width;
+      if (Math.abs(off) > 1.5) out.problems.push(`${wrap.dataset.name}: tick "${t.textContent}" ${off.toFixed(1)} px off its step`);
+    }
+  }
+  return out;
+}
+
+// What each heatmap and chart draws at steps >= `from`: finite-coloured cells, non-finite
+// (magenta) cells, finite values in the chart's data, magenta ticks on the chart's top edge.
+function drawnFrom(from) {
+  const magenta = (p) => p[0] > 200 && p[1] < 80 && p[2] > 200;
+  const blank = (p) => p[3] === 0 || (p[0] > 240 && p[1] > 240 && p[2] > 240);
+  const selection = (p) => p[0] > 180 && p[1] < 80 && p[2] < 80;  // the picked row's red outline
+  const out = { heatmaps: [], charts: [] };
+  for (const wrap of document.querySelectorAll('.heatmap')) {
+    const canvas = wrap.querySelector('canvas');
+    if (!canvas) continue;
+    const x0 = Number(wrap.dataset.x0), x1 = Number(wrap.dataset.x1), rows = Number(wrap.dataset.rows);
+    const W = canvas.width, H = canvas.height;
+    const img = canvas.getContext('2d').getImageData(0, 0, W, H).data;
+    const h = { name: wrap.dataset.name, columns: 0, finite: 0, magentaColumns: 0 };
+    for (let p = 0; p < W; p++) {
+      if (x0 + ((p + 0.5) / W) * (x1 - x0) < from) continue;
+      h.columns++;
+      let any = false;
+      for (let r = 0; r < rows; r++) {
+        const i = (Math.floor(((r + 0.5) * H) / rows) * W + p) * 4;
+        const px = img.slice(i, i + 4);
+        if (magenta(px)) any = true;
+        else if (!blank(px) && !selection(px)) h.finite++;
+      }
+      if (any) h.magentaColumns++;
+    }
+    out.heatmaps.push(h);
+  }
+  for (const wrap of document.querySelectorAll('.chart')) {
+    const u = wrap.plot;
+    if (!u || u.scales.x.time) continue;
+    const c = { name: wrap.dataset.tag || wrap.dataset.name, finite: 0, magentaTicks: 0 };
+    for (let s = 1; s < u.data.length; s++) {
+      u.data[0].forEach((x, i) => { if (x >= from && Number.isFinite(u.data[s][i])) c.finite++; });
+    }
+    const img = u.ctx.getImageData(u.bbox.left, u.bbox.top, u.bbox.width, 3).data;
+    for (let p = 0; p < u.bbox.width; p++) {
+      if (u.posToVal(p / devicePixelRatio, 'x') >= from && magenta(img.slice(p * 4, p * 4 + 4))) c.magentaTicks++;
+    }
+    out.charts.push(c);
+  }
+  return out;
+}
+
+// The steps at which each heatmap drew a column (any pixel not blank).
+function drawnSteps() {
+  const blank = (p) => p[3] === 0 || (p[0] > 240 && p[1] > 240 && p[2] > 240);
+  const out = [];
+  for (const wrap of document.querySelectorAll('.heatmap')) {
+    const canvas = wrap.querySelector('canvas');
+    if (!canvas) continue;
+    const x0 = Number(wrap.dataset.x0), x1 = Number(wrap.dataset.x1);
+    const W = canvas.width, H = canvas.height;
+    const img = canvas.getContext('2d').getImageData(0, 0, W, H).data;
+    const steps = [];
+    for (let p = 0; p < W; p++) {
+      for (let y = 0; y < H; y++) {
+        const i = (y * W + p) * 4;
+        if (!blank(img.slice(i, i + 4))) {
+          steps.push(x0 + ((p + 0.5) / W) * (x1 - x0));
+          break;
+        }
+      }
+    }
+    out.push({ name: wrap.dataset.name, steps, stepsPerPixel: (x1 - x0) / W });
+  }
+  return out;
+}
+
+// ---- the checks ----
+try {
+  await check('every tick label names the value it sits at (step, wall-time, relative, log, symlog, heatmap axes)', async () => {
+    const kinds = new Set();
+    let labels = 0;
+    const problems = [];
+    const pages = [['nan-at-40', 'overview'], ['nan-at-40', 'gradients'], ['nan-at-40', 'activations'],
+                   ['nan-at-40', 'performance'], ['sparse-100', 'distributions'], ['explode', 'scalars'],
+                   ['nan-at-40', 'scalars', '&x=wall'], ['sparse-100', 'scalars', '&x=relative'], ['explode', 'scalars', '&x=wall']];
+    for (const [runName, tab, extra] of pages) {
+      await open(runName, tab, extra);
+      const a = await page.evaluate(tickAudit);
+      a.kinds.forEach((k) => kinds.add(k));
+      labels += a.labels;
+      problems.push(...a.problems.map((p) => `${runName}/${tab}${extra || ''}: ${p}`));
+    }
+    console.log(`       ${labels} labels read back; axis kinds ${[...kinds].join(', ')}`);
+    assert.deepEqual(problems, []);
+    for (const k of ['step', 'time', 'linear', 'log', 'symlog']) assert.ok(kinds.has(k), `no ${k} axis was checked`);
+  });
+
+  await check('a run that holds NaN from step k: every tensor view shows it from k on, none draws a finite value', async () => {
+    const loss = await api('scalars?run=nan-at-40&tag=train/loss');
+    const k = loss.step[loss.nonfinite.findIndex((n) => n > 0)];
+    assert.equal(k, 40, 'the fixture turns NaN at step 40');
+    // Shown from step k + 1 on: the weights turn NaN after step k's update, the tensors of
+    // step k itself may be read before or after it.
+    const from = k + 1;
+    const problems = [];
+    let heatmaps = 0, charts = 0;
+    for (const [tab, extra] of [['overview', ''], ['scalars', ''], ['gradients', ''], ['activations', ''],
+                                ['distributions', ''], ['distributions', '&family=act&layer=1'],
+                                ['distributions', '&family=update&layer=2.weight']]) {
+      await open('nan-at-40', tab, extra);
+      const d = await page.evaluate(drawnFrom, from);
+      for (const h of d.heatmaps) {
+        heatmaps++;
+        if (h.finite) problems.push(`${tab}${extra}: heatmap ${h.name} draws ${h.finite} finite cells after step ${k}`);
+        if (h.magentaColumns < 0.9 * h.columns) problems.push(`${tab}${extra}: heatmap ${h.name} non-finite in ${h.magentaColumns} of ${h.columns} pixel columns after step ${k}`);
+      }
+      for (const c of d.charts) {
+        // Not tensors of the model: the schedule, clocks, memory and the batch stay finite.
+        if (/^(opt\/lr|overview-lr|step-time|throughput|time\/|mem\/|train\/grad_zeroed|input\/)/.test(c.name)) continue;
+        charts++;
+        if (c.finite) problems.push(`${tab}${extra}: chart ${c.name} has ${c.finite} finite values after step ${k}`);
+        if (!c.magentaTicks) problems.push(`${tab}${extra}: chart ${c.name} shows no NaN/Inf mark after step ${k}`);
+      }
+    }
+    console.log(`       ${heatmaps} heatmaps and ${charts} charts read back after step ${k}`);
+    assert.deepEqual(problems, []);
+    assert.ok(heatmaps >= 6 && charts >= 6, `${heatmaps} heatmaps, ${charts} charts`);
+  });
+
+  // run.watch takes every statistic at each of the first 50 steps; the sparse part follows.
+  await check('a tensor sampled every 100 steps: no heatmap draws a column between samples', async () => {
+    const dense = 60;
+    const problems = [];
+    let columns = 0;
+    const views = [['gradients', '', 'exponent-histogram', 'grad/0.weight'], ['gradients', '', 'unit-norms', 'grad_units/0.weight'],
+                   ['distributions', '&family=act&layer=1', 'exponent-histogram', 'act/1'],
+                   ['activations', '', 'dead-fraction', 'act/1']];
+    for (const [tab, extra, name, tag] of views) {
+      const stats = tag.startsWith('grad_units/') ? await api(`vectors?run=sparse-100&tag=${tag}`)
+        : await api(`tensor_stats?run=sparse-100&tag=${tag}&hist=1`);
+      const samples = stats.step.filter((s, i) => s >= dense && (!stats.has_hist || stats.has_hist[i]));
+      assert.ok(samples.length >= 3 && samples.every((s, i) => i === 0 || s - samples[i - 1] >= 90), `${tag} samples ${samples}`);
+      await open('sparse-100', tab, extra);
+      const drawn = (await page.evaluate(drawnSteps)).find((h) => h.name === name);
+      assert.ok(drawn, `no heatmap ${name} on ${tab}${extra}`);
+      const reach = Math.max(1, 2 * drawn.stepsPerPixel) + drawn.stepsPerPixel;
+      const stray = drawn.steps.filter((s) => s >= dense && !samples.some((t) => s >= t - drawn.stepsPerPixel && s < t + reach));
+      if (stray.length) problems.push(`${name} (${tag}): columns at steps ${stray.slice(0, 5).map((s) => s.toFixed(1))} between samples ${samples}`);
+      const shown = samples.filter((t) => drawn.steps.some((s) => s >= t - drawn.stepsPerPixel && s < t + reach));
+      if (shown.length !== samples.length) problems.push(`${name} (${tag}): ${shown.length} of ${samples.length} samples drawn`);
+      columns += drawn.steps.length;
+    }
+    console.log(`       ${columns} drawn pixel columns, all at samples`);
+    assert.deepEqual(problems, []);
+  });
+
+  await check('values from 1 to 1e22 are drawn on a log axis, signed ones on symlog, and the charts say so', async () => {
+    await open('explode', 'scalars');
+    const info = await page.evaluate(() => [...document.querySelectorAll('.chart[data-tag]')].map((w) => {
+      const u = w.plot;
+      const img = u.ctx.getImageData(u.bbox.left, u.bbox.top, u.bbox.width, u.bbox.height).data;
+      const coloured = [0, 0, 0];  // coloured pixels in the plot's top, middle and bottom thirds
+      for (let i = 0; i < img.length; i += 4) {
+        if (img[i + 3] > 0 && !(img[i] > 200 && img[i + 1] > 200 && img[i + 2] > 200)) {
+          coloured[Math.min(2, Math.floor((3 * Math.floor(i / 4 / u.bbox.width)) / u.bbox.height))]++;
+        }
+      }
+      return { tag: w.dataset.tag, yscale: w.dataset.yscale, min: u.scales.y.min, max: u.scales.y.max, coloured,
+               note: w.querySelector('.scale-note')?.textContent || '' };
+    }));
+    const loss = info.find((c) => c.tag === 'train/loss'), drift = info.find((c) => c.tag === 'train/drift');
+    assert.equal(loss.yscale, 'log', JSON.stringify(loss));
+    assert.ok(loss.min <= 1.0001 && loss.max >= 0.999e22, JSON.stringify(loss));
+    assert.ok(loss.coloured.every((n) => n > 20), `loss curve drawn in every third of the plot: ${loss.coloured}`);
+    assert.match(loss.note, /log y: values span 22 decades/);
+    assert.equal(drift.yscale, 'symlog', JSON.stringify(drift));
+    assert.ok(drift.min <= -1e20, JSON.stringify(drift));
+    assert.match(drift.note, /symlog y/);
+    await open('explode', 'overview');
+    assert.equal(await page.locator('.chart[data-name="overview-loss"]').getAttribute('data-yscale'), 'log');
+    // And a healthy loss keeps its linear axis.
+    await open('sparse-100', 'scalars');
+    assert.equal(await page.locator('.chart[data-tag="train/loss"]').getAttribute('data-yscale'), 'linear');
+  });
+
+  await check('several runs selected: every tab shows each of them, and marks follow their run', async () => {
+    const runs = ['nan-at-40', 'explode', 'sparse-100'];
+    for (const tab of ['overview', 'distributions', 'gradients', 'activations', 'performance', 'numerics']) {
+      await open(runs.join(','), tab);
+      const blocks = await page.evaluate(() => [...document.querySelectorAll('.run-block')].map((b) => ({
+        run: b.dataset.run, head: b.querySelector('.run-head')?.textContent || '',
+        content: b.querySelectorAll('.chart, .heatmap, table, .empty, .none, .finding-group').length,
+        markers: [...b.querySelectorAll('.finding-marker')].map((m) => m.dataset.code),
+      })));
+      assert.deepEqual(blocks.map((b) => b.run), runs, `${tab}: run blocks`);
+      for (const b of blocks) {
+        assert.ok(b.head.includes(b.run) && b.content > 0, `${tab}: block of ${b.run}: ${JSON.stringify(b)}`);
+      }
+      // A run's findings are marked in its own block only: explode's LOSS_DIVERGENCE nowhere else.
+      for (const b of blocks) {
+        if (b.run !== 'explode') assert.ok(!b.markers.includes('LOSS_DIVERGENCE'), `${tab}: ${b.run} shows explode's finding`);
+      }
+    }
+    await open(runs.join(','), 'scalars');
+    const charts = await page.evaluate(() => [...document.querySelectorAll('.chart[data-tag]')].map((c) => ({
+      tag: c.dataset.tag,
+      keys: [...c.querySelectorAll('.run-key')].map((k) => ({ run: k.dataset.run, color: k.querySelector('.key').style.color,
+                                                            nonfinite: k.querySelector('.badge.nonfinite')?.textContent || '' })),
+      markers: [...c.querySelectorAll('.finding-marker')].map((m) => ({ run: m.dataset.run, color: m.style.background })),
+    })));
+    const loss = charts.find((c) => c.tag === 'train/loss');
+    assert.deepEqual(loss.keys.map((k) => k.run), runs);
+    assert.match(loss.keys[0].nonfinite, /^\d+ NaN\/Inf$/, 'the NaN badge beside nan-at-40');
+    assert.deepEqual(loss.keys.slice(1).map((k) => k.nonfinite), ['', ''], 'no NaN badge beside the finite runs');
+    let markers = 0;
+    for (const c of charts) {
+      for (const m of c.markers) {
+        markers++;
+        const key = c.keys.find((k) => k.run === m.run);
+        assert.ok(key, `${c.tag}: a marker of ${m.run}, not on this chart`);
+        assert.equal(m.color, key.color, `${c.tag}: ${m.run}'s marker in its run's colour`);
+      }
+    }
+    assert.ok(markers >= 1, 'no finding marker to check');
+  });
+
+  await check("hover shows each run's value at the cursor's step; a legend click hides and shows a run", async () => {
+    await open('nan-at-40,sparse-100', 'scalars');
+    const chart = page.locator('.chart[data-tag="train/loss"]');
+    const over = await chart.locator('.u-over').boundingBox();
+    await page.mouse.move(over.x + over.width * 0.2, over.y + over.height / 2);
+    const tip = chart.locator('.hover-values');
+    await tip.waitFor({ state: 'visible', timeout: 5000 });
+    const text = await tip.innerText();
+    const step = Number(/step (\d+)/.exec(text)?.[1]);
+    assert.ok(Number.isInteger(step), text);
+    for (const runName of ['nan-at-40', 'sparse-100']) {
+      const b = await api(`scalars?run=${runName}&tag=train/loss&width=2000`);
+      const i = b.step.indexOf(step);
+      const said = new RegExp(`${runName}: (\\S+)`).exec(text)?.[1];
+      assert.ok(i >= 0 && said !== undefined, `${runName} at step ${step}: ${text}`);
+      // A bucket that held only NaN/Inf says so (its `last` is null in the API).
+      if (b.last[i] === null) assert.equal(said, 'NaN/Inf', `${runName} at step ${step}`);
+      else assert.ok(Math.abs(Number(said) - b.last[i]) <= 1e-3 * Math.abs(b.last[i]), `${runName}: "${said}" vs ${b.last[i]}`);
+    }
+    const shown = () => page.evaluate(() => {
+      const u = document.querySelector('.chart[data-tag="train/loss"]').plot;
+      return u.series.slice(1).filter((x) => x.label === 'sparse-100').map((x) => x.show);
+    });
+    await chart.locator('.run-key[data-run="sparse-100"]').click();
+    assert.deepEqual(await shown(), [false]);
+    await page.mouse.move(over.x + over.width * 0.3, over.y + over.height / 2);
+    assert.ok(!(await tip.innerText()).includes('sparse-100'), 'a hidden run stays out of the hover values');
+    await chart.locator('.run-key[data-run="sparse-100"]').click();
+    assert.deepEqual(await shown(), [true]);
+  });
+
+  await check('a chart exports its data as CSV and its picture as PNG', async () => {
+    await open('explode', 'scalars');
+    const chart = page.locator('.chart[data-tag="train/loss"]');
+    const [csv] = await Promise.all([page.waitForEvent('download'), chart.locator('[data-tool=csv]').click()]);
+    const rows = readFileSync(await csv.path(), 'utf8').trim().split('\n').map((r) => r.split(','));
+    const column = rows[0].indexOf('"explode"');
+    assert.ok(column > 0, rows[0].join(','));
+    assert.equal(rows.length - 1, 150);
+    for (const r of rows.slice(1)) {
+      const step = Number(r[0]), v = Number(r[column]);
+      assert.ok(Math.abs(v - 10 ** ((22 * step) / 149)) <= 1e-9 * v, `step ${step}: ${v}`);
+    }
+    const [png] = await Promise.all([page.waitForEvent('download'), chart.locator('[data-tool=png]').click()]);
+    assert.equal(readFileSync(await png.path()).subarray(0, 4).toString('latin1'), '\x89PNG');
+  });
+
+  await check('Performance adds up: phases to the step time, throughput from step times, units on the axes', async () => {
+    const spans = await api('spans?run=nan-at-40&width=400');
+    assert.ok(spans.phases.includes('other'), spans.phases);
+    spans.step.forEach((_, i) => {
+      const sum = spans.phases.reduce((a, p) => a + spans.mean[p][i], 0);
+      assert.ok(Math.abs(sum - spans.step_time[i]) <= 1e-9, `bucket ${i}: phases ${sum} vs step ${spans.step_time[i]}`);
+    });
+    // One step a bucket: the steps' times add up to the run's clock from first to last start.
+    const n = spans.step.length;
+    const clock = spans.start[n - 1] - spans.start[0];
+    const summed = spans.step_time.slice(0, n - 1).reduce((a, b) => a + b, 0);
+    assert.ok(Math.abs(summed - clock) <= 1e-6 * Math.max(1, clock), `steps add to ${summed} s, the clock says ${clock} s`);
+    await open('nan-at-40', 'performance');
+    const drawn = await page.evaluate(() => {
+      const of = (name) => document.querySelector(`.chart[data-name="${name}"]`).plot;
+      const stack = of('step-time'), throughput = of('throughput');
+      const rss = document.querySelector('.chart[data-tag="mem/rss"]')?.plot;
+      return { top: [...stack.data[1]], steps: [...stack.data[0]], throughput: [...throughput.data[1]],
+               rssLabel: rss?.axes[1].label, stepLabel: stack.axes[1].label };
+    });
+    drawn.top.forEach((v, i) => assert.ok(Math.abs(v - spans.step_time[i]) <= 1e-9, `stack top ${v} at ${drawn.steps[i]}`));
+    drawn.throughput.forEach((v, i) => assert.ok(Math.abs(v - 1 / spans.step_time[i]) <= 1e-6 * v, `throughput ${v}`));
+    assert.equal(drawn.rssLabel, 'bytes');
+    assert.equal(drawn.stepLabel, 'seconds / step');
+  });
+
+  await check('no errors in the browser console', async () => {
+    assert.deepEqual(errors, []);
+  });
+} finally {
+  await close();
+  server.stop();
+  rmSync(work, { recursive: true, force: true });
+}
+console.log(`truth: ${results.length - failed()} passed, ${failed()} failed; screenshots in ${artifacts}`);
+process.exit(failed() ? 1 : 0);
