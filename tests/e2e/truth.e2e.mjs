@@ -11,6 +11,8 @@
 //   - several runs selected: every tab shows each, marks and badges follow their run;
 //   - hover values match the API at the cursor's step; a legend click hides a run;
 //   - a chart's CSV holds what was logged; its PNG is a PNG;
+//   - ignore outliers, a chart's own log y, x = a logged scalar, runs grouped by config (mean, band);
+//   - Sweep: parallel coordinates and the table over the runs of a sweep;
 //   - Performance: the phases add up to the step, throughput is 1 / step time, units on axes.
 // Run through tests/e2e/run.sh; screenshots go to <build>/test-artifacts/truth/.
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -359,6 +361,49 @@ try {
     assert.ok(!(await tip.innerText()).includes('sparse-100'), 'a hidden run stays out of the hover values');
     await chart.locator('.run-key[data-run="sparse-100"]').click();
     assert.deepEqual(await shown(), [true]);
+  });
+
+  await check('ignore outliers, a chart\'s own log y, x = a logged scalar, runs grouped by a config key', async () => {
+    const plotOf = (tag) => page.evaluate((t) => {
+      const w = document.querySelector(`.chart[data-tag="${t}"]`), u = w.plot;
+      return { y: [u.scales.y.min, u.scales.y.max], distr: u.scales.y.distr, x: [...u.data[0]], xLabel: u.axes[0].label,
+               series: u.series.map((s) => s.label), data: u.data.map((d) => [...d]), yscale: w.dataset.yscale };
+    }, tag);
+    await open('seed-0', 'scalars');
+    assert.ok((await plotOf('train/loss')).y[1] >= 1000, 'the spike sets the range');
+    await open('seed-0', 'scalars', '&robust=1');
+    const robust = await plotOf('train/loss');
+    assert.ok(robust.y[1] < 10, `ignoring outliers, the y range ends at ${robust.y[1]}`);
+    await page.locator('.chart[data-tag="train/loss"] [data-tool=log]').click();
+    await page.waitForFunction(() => document.querySelector('.chart[data-tag="train/loss"]')?.plot?.scales.y.distr === 3);
+    await open('seed-0', 'scalars', '&x=tag%3Aepoch');
+    const byEpoch = await plotOf('train/loss');
+    assert.equal(byEpoch.xLabel, 'epoch');
+    assert.ok(Math.abs(byEpoch.x[byEpoch.x.length - 1] - 9.9) < 1e-9 && byEpoch.x[0] === 0, `epochs ${byEpoch.x.slice(0, 3)}…`);
+    await open('seed-0,seed-1,seed-2', 'scalars', '&group=lr');
+    const grouped = await plotOf('train/loss');
+    const mean = grouped.series.indexOf('lr=0.1 (2 runs)'), single = grouped.series.indexOf('lr=0.01 (1 run)');
+    assert.ok(mean > 0 && single > 0, grouped.series.join(', '));
+    const at = grouped.x.indexOf(9);
+    assert.ok(Math.abs(grouped.data[mean][at] - 1.5 / 10) < 1e-9, `mean of lr=0.1 at step 9: ${grouped.data[mean][at]}`);
+    assert.ok(Math.abs(grouped.data[mean - 2][at] - 2 / 10) < 1e-9 && Math.abs(grouped.data[mean - 1][at] - 1 / 10) < 1e-9,
+              'its band runs from the min to the max of its runs');
+    assert.ok(Math.abs(grouped.data[single][at] - 4 / 10) < 1e-9);
+  });
+
+  await check('Sweep: parallel coordinates over the differing config keys and a final metric, and the table', async () => {
+    await open('seed-0', 'sweep', '&filter=seed&metric=train%2Floss');
+    const lines = await page.evaluate(() => [...document.querySelectorAll('svg.parallel .run-line')].map((l) => ({
+      run: l.dataset.run, points: l.getAttribute('points').split(' ').map((p) => p.split(',').map(Number)) })));
+    const axes = await page.evaluate(() => [...document.querySelectorAll('svg.parallel .axis-line')].map((a) => a.dataset.key));
+    assert.deepEqual(axes, ['c:lr', 'c:seed', 'm:train/loss']);
+    assert.deepEqual(lines.map((l) => l.run).sort(), ['seed-0', 'seed-1', 'seed-2']);
+    // Final losses 1/100, 2/100, 4/100: higher on the metric axis (smaller y) for a larger loss.
+    const yOf = (run) => lines.find((l) => l.run === run).points[2][1];
+    assert.ok(yOf('seed-2') < yOf('seed-1') && yOf('seed-1') < yOf('seed-0'), lines.map((l) => `${l.run} ${l.points[2]}`).join('; '));
+    assert.ok(yOf('seed-0') > yOf('seed-2'));
+    const rows = await page.locator('table.sweep tbody tr').evaluateAll((trs) => trs.map((t) => t.dataset.run));
+    assert.deepEqual(rows, ['seed-0', 'seed-1', 'seed-2'], 'lowest loss first');
   });
 
   await check('a chart exports its data as CSV and its picture as PNG', async () => {

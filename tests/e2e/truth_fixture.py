@@ -9,6 +9,9 @@ sparse-100  the same MLP, healthy, 400 steps, with histograms, per-unit norms, a
             and weights every 100th step (after run.watch's dense first 50 steps).
 explode     no model: train/loss = 10^(22 s/149) over 150 steps (1 to 1e22), and a signed
             train/drift that stays near +-1 and reaches -1e20 at the end.
+seed-0, seed-1, seed-2
+            a sweep without a model: train/loss = k / (s + 1) over 100 steps (k = 1, 2, 4),
+            lr 0.1, 0.1, 0.01, seed 0, 1, 2; seed-0 spikes to 1000 at step 50; epoch = s / 10.
 """
 import sys
 
@@ -58,12 +61,22 @@ def explode(logdir):
     run.finish()
 
 
+def sweep(logdir):
+    for seed, (k, lr) in enumerate([(1, 0.1), (2, 0.1), (4, 0.01)]):
+        run = ts.init(logdir=logdir, name=f"seed-{seed}", config={"lr": lr, "seed": seed}, doctor=False)
+        for s in range(100):
+            loss = 1000.0 if seed == 0 and s == 50 else k / (s + 1)
+            run.log({"train/loss": loss, "epoch": s / 10}, step=s)
+        run.finish()
+
+
 def main():
     logdir = sys.argv[1]
     train(logdir, "nan-at-40", 100, 1, nan_step=NAN_STEP)
     train(logdir, "sparse-100", 400, 100)
     explode(logdir)
-    print(f"truth fixture: nan-at-40 (NaN from step {NAN_STEP}), sparse-100, explode")
+    sweep(logdir)
+    print(f"truth fixture: nan-at-40 (NaN from step {NAN_STEP}), sparse-100, explode, seed-0..2")
 
 
 if __name__ == "__main__":

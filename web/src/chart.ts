@@ -21,6 +21,7 @@ export interface RunCurve {
   color: string;
   data: Buckets;
   start_time: number;
+  xOfStep?: (step: number) => number | null;  // x = a logged scalar: its value at a step
 }
 
 export interface ScalarChartOptions {
@@ -29,6 +30,8 @@ export interface ScalarChartOptions {
   x: XMode;
   smooth: number;
   log: boolean;
+  robust?: boolean;  // y range from the 5th to the 95th percentile (W&B's "ignore outliers")
+  onLog?: () => void;  // the chart's own log toggle
   findings: Finding[];
   width: number;
   onZoom: (range: [number, number] | null) => void;
@@ -100,6 +103,20 @@ export function chooseScale(series: ArrayLike<Num | undefined>[], forceLog = fal
 const LINEAR: YScale = { kind: 'linear', linthresh: 1, decades: 0 };
 const LOG: YScale = { kind: 'log', linthresh: 1, decades: 0 };
 
+// The 5th and 95th percentiles of the finite values: a y range that outliers do not stretch.
+export function robustBounds(series: ArrayLike<Num | undefined>[]): [number, number] | null {
+  const all: number[] = [];
+  for (const values of series) for (let i = 0; i < values.length; i++) {
+    const v = values[i];
+    if (v !== null && v !== undefined && Number.isFinite(v)) all.push(v);
+  }
+  if (all.length < 5) return null;
+  all.sort((a, b) => a - b);
+  const at = (q: number) => all[Math.min(all.length - 1, Math.max(0, Math.round(q * (all.length - 1))))];
+  const lo = at(0.05), hi = at(0.95);
+  return hi > lo ? [lo, hi] : null;
+}
+
 // Says on the chart that its axis is not linear, and why.
 function noteScale(wrap: HTMLElement, scale: YScale, forced: boolean) {
   wrap.dataset.yscale = scale.kind;
@@ -129,22 +146,24 @@ function themed(): Partial<uPlot.Axis> {
 // The x axis: whole steps at 1-2-5 spacings; wall time as times of day with the date once,
 // in the axis title; relative time in seconds.
 function xAxis(mode: XMode = 'step', span?: [number, number]): uPlot.Axis {
+  const label = mode === 'step' ? 'step' : mode === 'relative' ? 'seconds since start' : mode.startsWith('tag:') ? mode.slice(4) : '';
   const space = (_u: uPlot, _i: number, _min: number, _max: number, dim: number) => Math.max(60, dim / 8);
   if (mode === 'wall') {
     return { ...themed(), font: AXIS_FONT, label: span ? timeAxisTitle(span[0], span[1]) : 'wall time', labelSize: 16, space,
              incrs: TIME_INCRS, values: (_u, vals, _a, _s, incr) => timeLabels(vals, incr) };
   }
-  return { ...themed(), font: AXIS_FONT, label: mode === 'step' ? 'step' : 'seconds since start', labelSize: 16, space,
+  return { ...themed(), font: AXIS_FONT, label, labelSize: 16, space,
            incrs: mode === 'step' ? STEP_INCRS : NICE_INCRS, values: (_u, vals) => tickLabels(vals) };
 }
 
 // A linear y range that never crosses below zero when no value is negative.
-function yRange(scale: YScale, fromZero = false): uPlot.Scale {
-  if (scale.kind === 'log') return { distr: 3 };
+function yRange(scale: YScale, fromZero = false, bounds: [number, number] | null = null): uPlot.Scale {
+  if (scale.kind === 'log') return bounds && bounds[0] > 0 ? { distr: 3, range: () => bounds } : { distr: 3 };
   if (scale.kind === 'symlog') return { distr: 4, asinh: scale.linthresh };
   return {
     distr: 1,
-    range: (_u, min, max) => {
+    range: (_u, dataMin, dataMax) => {
+      const [min, max] = bounds ?? [dataMin, dataMax];
       if (min === null || max === null || !Number.isFinite(min) || !Number.isFinite(max)) return [0, 1];
       const [lo, hi] = uPlot.rangeNum(min, max, 0.1, true) as [number, number];
       return [min >= 0 ? (fromZero ? 0 : Math.max(0, lo)) : lo, hi];
@@ -209,35 +228,37 @@ function markerLayer(wrap: HTMLElement, markers: Marker[], x: (step: number) => 
 
 const PADDING: uPlot.Padding = [10, 22, 0, 0];
 
-function xOf(d: Buckets, i: number, mode: XMode, start: number): number | null {
+function xOf(c: RunCurve, i: number, mode: XMode): number | null {
+  const d = c.data;
   if (mode === 'step') return d.step[i];
+  if (mode.startsWith('tag:')) return c.xOfStep?.(d.step[i]) ?? null;
   const w = d.wall[i];
   if (w === null) return null;
-  return mode === 'wall' ? w : w - start;
+  return mode === 'wall' ? w : w - c.start_time;
 }
 
 // The x value nearest to a step, from a run's buckets.
-function xAtStep(d: Buckets, step: number, mode: XMode, start: number): number | null {
+function xAtStep(c: RunCurve, step: number, mode: XMode): number | null {
   if (mode === 'step') return step;
   let best = -1, dist = Infinity;
-  for (let i = 0; i < d.step.length; i++) {
-    const dd = Math.abs(d.step[i] - step);
+  for (let i = 0; i < c.data.step.length; i++) {
+    const dd = Math.abs(c.data.step[i] - step);
     if (dd < dist) [best, dist] = [i, dd];
   }
-  return best < 0 ? null : xOf(d, best, mode, start);
+  return best < 0 ? null : xOf(c, best, mode);
 }
 
-// Step at an x value (inverse of xAtStep), for zoom ranges in wall/relative mode.
-function stepAtX(d: Buckets, x: number, mode: XMode, start: number): number {
+// Step at an x value (inverse of xAtStep), for zoom ranges when x is not the step.
+function stepAtX(c: RunCurve, x: number, mode: XMode): number {
   if (mode === 'step') return x;
   let best = 0, dist = Infinity;
-  for (let i = 0; i < d.step.length; i++) {
-    const xi = xOf(d, i, mode, start);
+  for (let i = 0; i < c.data.step.length; i++) {
+    const xi = xOf(c, i, mode);
     if (xi === null) continue;
     const dd = Math.abs(xi - x);
     if (dd < dist) [best, dist] = [i, dd];
   }
-  return d.step[best] ?? 0;
+  return c.data.step[best] ?? 0;
 }
 
 export const SEVERITY_COLOR: Record<string, string> = { critical: '#d62728', warning: '#ff7f0e', info: '#1f77b4' };
@@ -295,7 +316,7 @@ function toggles(key: HTMLElement, series: number[], plot: () => uPlot | undefin
 
 // A chart's own tools, at the right of its title: its data as CSV (x and every series, as
 // drawn), its canvas as PNG, and expand (full width, taller) and back.
-function chartTools(wrap: HTMLElement, name: string, plot: () => uPlot | undefined) {
+function chartTools(wrap: HTMLElement, name: string, plot: () => uPlot | undefined, onLog?: () => void) {
   const save = (href: string, file: string) => {
     const a = el('a', { href, download: file });
     document.body.append(a);
@@ -331,7 +352,9 @@ function chartTools(wrap: HTMLElement, name: string, plot: () => uPlot | undefin
     }
     wrap.classList.toggle('expanded', small !== null);
   });
-  wrap.querySelector('.panel-title')?.append(el('span', { class: 'tools' }, csv, png, expand));
+  const log = el('button', { class: 'tool', 'data-tool': 'log', title: 'log y on this chart, or back' }, 'log');
+  log.addEventListener('click', () => onLog?.());
+  wrap.querySelector('.panel-title')?.append(el('span', { class: 'tools' }, ...(onLog ? [log] : []), csv, png, expand));
 }
 
 function mergeHooks(...all: uPlot.Hooks.Arrays[]): uPlot.Hooks.Arrays {
@@ -352,7 +375,7 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
   // One shared x axis: the union of every run's bucket positions (null where a run has none).
   const xs = new Set<number>();
   for (const c of curves) for (let i = 0; i < c.data.step.length; i++) {
-    const x = xOf(c.data, i, o.x, c.start_time);
+    const x = xOf(c, i, o.x);
     if (x !== null) xs.add(x);
   }
   const xValues = Float64Array.from(xs).sort();
@@ -361,8 +384,10 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
   const data: (Cell[] | Float64Array)[] = [xValues];
   const series: uPlot.Series[] = [{ label: o.x }];
   const bands: uPlot.Band[] = [];
-  const scale = chooseScale(curves.flatMap((c) => [c.data.min, c.data.max, c.data.last]), o.log);
+  const bounds = o.robust ? robustBounds(curves.map((c) => c.data.last)) : null;
+  const scale = bounds ? { ...chooseScale([bounds], o.log), decades: 0 } : chooseScale(curves.flatMap((c) => [c.data.min, c.data.max, c.data.last]), o.log);
   noteScale(wrap, scale, o.log);
+  if (bounds) wrap.dataset.robust = bounds.join(',');
   const tipRows: { name: string; color: string; series: number }[] = [];
   let plot: uPlot | undefined;
   for (const c of curves) {
@@ -371,7 +396,7 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
     const align = (values: Num[]) => {
       const out: Cell[] = new Array(xValues.length).fill(undefined);
       for (let i = 0; i < values.length; i++) {
-        const x = xOf(c.data, i, o.x, c.start_time);
+        const x = xOf(c, i, o.x);
         if (x === null) continue;
         const v = values[i];
         out[index.get(x)!] = v === null ? (c.data.nonfinite[i] ? null : undefined)
@@ -412,14 +437,13 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
     if (!c) return [];
     const mk = { ...findingMarker(f, () => o.onFinding(f)), run: c.run };
     if (curves.length > 1) mk.color = c.color;
-    return [markerLayer(wrap, [mk], (step) => xAtStep(c.data, step, o.x, c.start_time))];
+    return [markerLayer(wrap, [mk], (step) => xAtStep(c, step, o.x))];
   });
   // x values -> the step range asked of the server (scales are not read back: uPlot applies
   // setScale after the hook returns).
   const zoomTo = (min: number, max: number) => {
     if (!ready) return;
-    o.onZoom([Math.floor(stepAtX(primary.data, min, o.x, primary.start_time)),
-              Math.ceil(stepAtX(primary.data, max, o.x, primary.start_time))]);
+    o.onZoom([Math.floor(stepAtX(primary, min, o.x)), Math.ceil(stepAtX(primary, max, o.x))]);
   };
   const opts: uPlot.Options = {
     width: o.width,
@@ -429,10 +453,10 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
     bands,
     legend: { show: false },
     cursor: { sync: { key: 'trainscope' }, drag: { x: true, y: false }, bind: { dblclick: () => () => null } },
-    scales: { x: xScale(o.x === 'step' ? o.xRange : undefined, o.x === 'wall'), y: yRange(scale) },
+    scales: { x: xScale(o.x === 'step' ? o.xRange : undefined, o.x === 'wall'), y: yRange(scale, false, bounds) },
     axes: [xAxis(o.x, [xValues[0], xValues[xValues.length - 1]]), valueAxis(unitOf(o.tag) || undefined, scale)],
     hooks: mergeHooks(hoverValues(wrap, (x) => (o.x === 'step' ? `step ${x}` : o.x === 'wall' ? new Date(x * 1000).toLocaleTimeString()
-      : `${fmtNum(x, 4)} s`), tipRows), {
+      : o.x === 'relative' ? `${fmtNum(x, 4)} s` : `${o.x.slice(4)} ${fmtNum(x, 6)}`), tipRows), {
       draw: [(u) => {
         for (const d of drawMarkers) d(u);
         // Buckets holding NaN/Inf: a tick on the top edge at their steps, in the non-finite
@@ -443,7 +467,7 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
         for (const c of curves) {
           for (let i = 0; i < c.data.step.length; i++) {
             if (!c.data.nonfinite[i]) continue;
-            const xv = xOf(c.data, i, o.x, c.start_time);
+            const xv = xOf(c, i, o.x);
             if (xv === null) continue;
             const px = u.valToPos(xv, 'x', true);
             if (px >= u.bbox.left && px <= u.bbox.left + u.bbox.width) ctx.fillRect(px - 1, u.bbox.top, 2, 6 * devicePixelRatio);
@@ -465,7 +489,7 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
   };
   opts.cursor!.drag!.setScale = false;
   plot = new uPlot(opts, data as uPlot.AlignedData, wrap);
-  chartTools(wrap, o.tag, () => plot);
+  chartTools(wrap, o.tag, () => plot, o.onLog);
   plot.over.addEventListener('dblclick', () => o.onZoom(null));
   ready = true;
   (wrap as HTMLElement & { plot?: uPlot }).plot = plot;

@@ -4,10 +4,11 @@
 // for headless screenshots and link previews.
 
 import { api, ApiError, captureToken, events, LiveEvent, RunSummary } from './api';
-import { ctx, errorBox, forget, setState } from './ctx';
-import { runsTable } from './runs';
+import { ctx, detail, errorBox, forget, setState } from './ctx';
+import { isUserSeries } from './groups';
+import { flatten, runsTable } from './runs';
 import { readState, State, writeState } from './state';
-import { applyTheme, currentTheme, el, runColor, Theme, throttle } from './util';
+import { applyTheme, currentTheme, debounce, el, runColor, Theme, throttle } from './util';
 import { VIEWS } from './views';
 import './style.css';
 
@@ -67,8 +68,11 @@ function renderTabs(): void {
 
 function renderControls(): void {
   const state = ctx.state;
+  // The tag filter applies as one types (the controls are redrawn with the view: the
+  // field keeps its focus and caret).
   const tags = el('input', { id: 'tag-filter', type: 'search', placeholder: 'tags (regex)', value: state.tags });
-  tags.addEventListener('change', () => setState({ tags: tags.value }));
+  const typing = document.activeElement?.id === 'tag-filter' ? (document.activeElement as HTMLInputElement).selectionStart : null;
+  tags.addEventListener('input', debounce(() => setState({ tags: tags.value }), 300));
   const smooth = el('input', { id: 'smooth', type: 'range', min: '0', max: '0.99', step: '0.01', value: String(state.smooth) });
   const smoothValue = el('span', { class: 'muted' }, state.smooth.toFixed(2));
   smooth.addEventListener('input', () => (smoothValue.textContent = Number(smooth.value).toFixed(2)));
@@ -76,19 +80,47 @@ function renderControls(): void {
   const log = el('input', { id: 'log', type: 'checkbox' });
   log.checked = state.log;
   log.addEventListener('change', () => setState({ log: log.checked }));
-  const x = el('select', { id: 'xmode' }, ...['step', 'wall', 'relative'].map((m) => {
-    const o = el('option', { value: m }, m === 'wall' ? 'wall time' : m === 'relative' ? 'relative time' : 'step');
-    o.selected = state.x === m;
+  const robust = el('input', { id: 'robust', type: 'checkbox' });
+  robust.checked = state.robust;
+  robust.addEventListener('change', () => setState({ robust: robust.checked }));
+  const option = (value: string, label: string) => {
+    const o = el('option', { value }, label);
+    o.selected = state.x === value;
     return o;
-  }));
+  };
+  const x = el('select', { id: 'xmode' }, option('step', 'step'), option('wall', 'wall time'), option('relative', 'relative time'));
+  // Or any scalar the selected runs logged (epoch, tokens ...): added once their series are known.
+  Promise.all(state.runs.map(detail)).then((ds) => {
+    const tags = [...new Set(ds.flatMap((d) => d.series.filter((s) => s.kind === 'scalar' && isUserSeries(s.tag)).map((s) => s.tag)))].sort();
+    const current = state.x.startsWith('tag:') ? [state.x.slice(4)] : [];
+    for (const tag of [...new Set([...current, ...tags])].slice(0, 60)) x.append(option('tag:' + tag, tag));
+  }).catch(() => {});
   x.addEventListener('change', () => setState({ x: x.value as State['x'] }));
+  // Group the selected runs by a config key in which they differ (Scalars, x = step).
+  const keys = new Map<string, Set<string>>();
+  for (const r of ctx.runs.filter((r) => state.runs.includes(r.name))) {
+    for (const [k, v] of Object.entries(flatten(r.config || {}))) keys.set(k, (keys.get(k) || new Set()).add(JSON.stringify(v)));
+  }
+  const group = el('select', { id: 'group', title: 'runs with the same value: mean line, min-max band' },
+                   el('option', { value: '' }, 'no grouping'),
+                   ...[...keys].filter(([k, vs]) => vs.size > 1 || k === state.group).map(([k]) => {
+                     const o = el('option', { value: k }, k);
+                     o.selected = state.group === k;
+                     return o;
+                   }));
+  group.addEventListener('change', () => setState({ group: group.value }));
   const reset = el('button', { id: 'reset-zoom' }, 'Reset zoom');
   reset.toggleAttribute('disabled', !state.range);
   reset.addEventListener('click', () => setState({ range: null }));
   const range = el('span', { id: 'range', class: 'muted' },
                    state.range ? `steps ${state.range[0]}–${state.range[1]}` : 'all steps');
   controls.replaceChildren(el('label', {}, 'smoothing ', smooth, smoothValue), el('label', {}, log, ' log y'),
-                           el('label', {}, 'x ', x), tags, reset, range);
+                           el('label', { title: 'y ranges from the 5th to the 95th percentile' }, robust, ' ignore outliers'),
+                           el('label', {}, 'x ', x), el('label', {}, 'group by ', group), tags, reset, range);
+  if (typing !== null) {
+    tags.focus();
+    tags.setSelectionRange(typing, typing);
+  }
 }
 
 async function renderView(): Promise<void> {

@@ -1,8 +1,9 @@
 // The view's state, kept in the URL fragment so a view can be shared by its link:
 // #runs=a,b&tab=scalars&tags=loss&smooth=0.6&log=1&x=step&range=100:300&layer=fc1.weight
 
-export type Tab = 'overview' | 'scalars' | 'distributions' | 'gradients' | 'activations' | 'findings' | 'performance' | 'numerics';
-export type XMode = 'step' | 'wall' | 'relative';
+export type Tab = 'overview' | 'scalars' | 'distributions' | 'gradients' | 'activations' | 'findings' | 'performance' | 'numerics' | 'sweep';
+// x by step, wall time, time since the run's start, or the value of a logged scalar ('tag:epoch').
+export type XMode = 'step' | 'wall' | 'relative' | `tag:${string}`;
 
 export interface State {
   runs: string[];
@@ -12,7 +13,10 @@ export interface State {
   sort: string;  // column, '-' prefix for descending
   smooth: number;  // EMA weight in [0, 0.999]
   log: boolean;
+  robust: boolean;  // y ranges ignore outliers (5th to 95th percentile)
   x: XMode;
+  metric: string;  // Sweep: the final metric that colours the runs
+  group: string;  // Scalars: runs grouped by this config key (mean line, min-max band); '' = each run
   range: [number, number] | null;  // step range of the charts, null = everything
   layer: string;
   family: string;  // heatmap family: grad | weight | update
@@ -21,7 +25,7 @@ export interface State {
   columns: string[];  // the runs table's columns picked by the user ('c:lr', 'm:val/loss'); [] = chosen for them
 }
 
-export const TABS: Tab[] = ['overview', 'scalars', 'distributions', 'gradients', 'activations', 'findings', 'performance', 'numerics'];
+export const TABS: Tab[] = ['overview', 'scalars', 'distributions', 'gradients', 'activations', 'findings', 'performance', 'numerics', 'sweep'];
 
 export function readState(): State {
   const h = new URLSearchParams(location.hash.slice(1));
@@ -36,7 +40,10 @@ export function readState(): State {
     sort: h.get('sort') || '-start',
     smooth: Math.min(0.999, Math.max(0, Number(h.get('smooth') || 0))),
     log: h.get('log') === '1',
-    x: ['step', 'wall', 'relative'].includes(x) ? x : 'step',
+    robust: h.get('robust') === '1',
+    x: ['step', 'wall', 'relative'].includes(x) || x?.startsWith('tag:') ? x : 'step',
+    group: h.get('group') || '',
+    metric: h.get('metric') || '',
     range: range.length === 2 && range.every(Number.isFinite) && range[0] < range[1] ? [range[0], range[1]] : null,
     layer: h.get('layer') || '',
     family: h.get('family') || 'grad',
@@ -55,7 +62,10 @@ export function writeState(s: State): void {
   if (s.sort !== '-start') h.set('sort', s.sort);
   if (s.smooth) h.set('smooth', String(s.smooth));
   if (s.log) h.set('log', '1');
+  if (s.robust) h.set('robust', '1');
   if (s.x !== 'step') h.set('x', s.x);
+  if (s.group) h.set('group', s.group);
+  if (s.metric) h.set('metric', s.metric);
   if (s.range) h.set('range', `${Math.floor(s.range[0])}:${Math.ceil(s.range[1])}`);
   if (s.layer) h.set('layer', s.layer);
   if (s.family !== 'grad') h.set('family', s.family);

@@ -11,6 +11,7 @@ import { numericsView } from './numerics';
 import { overviewView } from './overview';
 import { performanceView } from './performance';
 import { scalarsView } from './scalars';
+import { sweepView } from './sweep';
 
 export interface View {
   id: Tab;
@@ -28,4 +29,5 @@ export const VIEWS: View[] = [
   { id: 'findings', label: 'Findings', render: findingsView, perRun: false },
   { id: 'performance', label: 'Performance', render: performanceView, perRun: true },
   { id: 'numerics', label: 'Numerics', render: numericsView, perRun: true },
+  { id: 'sweep', label: 'Sweep', render: sweepView, perRun: false },
 ];
