@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cmath>
@@ -67,11 +68,17 @@ class ProgressBar {
 class TeeSink : public SampleSink {
  public:
   TeeSink(SampleSink* store, SampleSink* doctor) : store_(store), doctor_(doctor) {}
+  // The first and last wall time the source recorded (0, 0 when it has none): the imported
+  // run's own start and end, not the time of the import.
+  double first_wall() const { return first_wall_; }
+  double last_wall() const { return last_wall_; }
   void OnScalar(std::string_view tag, int64_t step, double wall_time, double value) override {
+    Saw(wall_time);
     store_->OnScalar(tag, step, wall_time, value);
     doctor_->OnScalar(tag, step, wall_time, value);
   }
   void OnTensorStats(std::string_view tag, int64_t step, double wall_time, const TensorStats& stats) override {
+    Saw(wall_time);
     store_->OnTensorStats(tag, step, wall_time, stats);
     doctor_->OnTensorStats(tag, step, wall_time, stats);
   }
@@ -90,8 +97,15 @@ class TeeSink : public SampleSink {
   }
 
  private:
+  void Saw(double wall_time) {
+    if (!(wall_time > 0) || !std::isfinite(wall_time)) return;
+    first_wall_ = first_wall_ > 0 ? std::min(first_wall_, wall_time) : wall_time;
+    last_wall_ = std::max(last_wall_, wall_time);
+  }
+
   SampleSink* store_;
   SampleSink* doctor_;
+  double first_wall_ = 0, last_wall_ = 0;
 };
 
 std::string SafeName(std::string name) {
@@ -172,6 +186,8 @@ int ImportOne(const ImportSource& source, const std::string& run_dir, const inge
   // Damage in the source is not a crash of the run: keep what was read, say what stopped it.
   if (s.ok() && !read.ok()) s = store->SetMetaValue("import_error", read.message());
   if (s.ok()) s = store->Close("finished", "");
+  if (s.ok() && tee.first_wall() > 0) s = store->SetMetaValue("start_time", fmt::format("{:.17g}", tee.first_wall()));
+  if (s.ok() && tee.last_wall() > 0) s = store->SetMetaValue("end_time", fmt::format("{:.17g}", tee.last_wall()));
   if (!s.ok()) {
     fmt::print(stderr, "trainscope import: {}: {}\n", run_dir, s.message());
     return 2;

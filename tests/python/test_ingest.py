@@ -452,3 +452,22 @@ def test_megatron_text_log_skips_and_nan_iterations(tmp_path):
     assert by_code["FP16_OVERFLOW"]["location"] == "number of skipped iterations"
     assert by_code["NONFINITE_LOSS"]["step"] == 700
     assert by_code["NONFINITE_LOSS"]["location"] == "number of nan iterations"
+
+
+@pytest.mark.parametrize("name", [p.name for p in files("tfevents", "*.tfevents")])
+def test_an_imported_run_keeps_its_own_times(tmp_path, name):
+    """Start and end of an imported run are its first and last recorded wall times, not the
+    time of the import (`trainscope runs` showed 498940.1h: the import time since 1970)."""
+    import time
+
+    import trainscope as ts
+
+    got = import_json(TESTDATA / "tfevents" / name, tmp_path / "run")
+    meta = ts.open_run(tmp_path / "run").meta
+    if not any(s["points"] for s in got["series"].values()):
+        assert meta["start_time"] == 0, meta  # nothing with a wall time was imported: unknown, not now
+        return
+    assert 0 < meta["start_time"] <= meta["end_time"] < time.time() - 86400, meta
+    listing = run_cli("runs", str(tmp_path))
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(meta["start_time"]))
+    assert listing.returncode == 0 and started in listing.stdout, listing.stdout
