@@ -243,6 +243,21 @@ std::string LineChart(const std::string& title, std::vector<Line> lines, const s
   }
   svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"ax\">step</text>", W - R - 30, H - 4);
   svg += fmt::format("<text x=\"8\" y=\"{}\" class=\"ax\">{}{}</text>", T - 6, Escape(y_label), logy ? " (log)" : "");
+  // Finding labels in rows below the non-finite ticks: each in the first row where it clears
+  // the labels already there (10 px text, about 6.2 px a character), on a white halo.
+  std::vector<std::vector<std::pair<double, double>>> label_rows;
+  auto label_row = [&](double left, double right) {
+    for (size_t r = 0; r < label_rows.size(); ++r) {
+      bool clear = true;
+      for (const auto& [a, b] : label_rows[r]) clear = clear && (right + 4 < a || left > b + 4);
+      if (clear) {
+        label_rows[r].push_back({left, right});
+        return r;
+      }
+    }
+    label_rows.push_back({{left, right}});
+    return label_rows.size() - 1;
+  };
   for (const Mark& m : marks) {
     if (m.x < x0 || m.x > x1) continue;
     if (std::isfinite(m.x_end)) {
@@ -252,8 +267,10 @@ std::string LineChart(const std::string& title, std::vector<Line> lines, const s
       svg += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"{3}\" stroke-dasharray=\"4 3\"/>",
                          px(m.x), T, H - B, m.color);
     }
-    svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"mk\" fill=\"{}\">{}</text>", px(m.x) + 3, T + 12, m.color,
-                       Escape(m.label));
+    const double left = px(m.x) + 3, right = left + 6.2 * static_cast<double>(m.label.size());
+    const size_t row = label_row(left, right);
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"mk\" fill=\"{}\" paint-order=\"stroke\" stroke=\"#fff\" "
+                       "stroke-width=\"3\">{}</text>", left, T + 20 + 12 * static_cast<int>(row), m.color, Escape(m.label));
   }
   double legend_x = L + 10;
   for (const Line& l : lines) {
@@ -278,10 +295,11 @@ std::string LineChart(const std::string& title, std::vector<Line> lines, const s
         svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"/>", px(l.x[i]), py(l.y[i]), l.color);
       }
     }
-    // Non-finite values: red ticks on the top edge.
+    // Non-finite values: ticks on the top edge in the dashboard's non-finite colour (magenta,
+    // no run's; web/src/util.ts NONFINITE_COLOR).
     for (size_t i = 0; i < l.x.size(); ++i) {
       if (!std::isfinite(l.y[i])) {
-        svg += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#d00\" stroke-width=\"2\"/>",
+        svg += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#f0f\" stroke-width=\"2\"/>",
                            px(l.x[i]), T, T + 8);
       }
     }
