@@ -126,11 +126,43 @@ function noteScale(wrap: HTMLElement, scale: YScale, forced: boolean) {
     ` · ${scale.kind} y: values span ${Math.round(scale.decades)} decades`));
 }
 
+// Symlog ticks and grid: 0 and ±10^k at whole decades from the linear threshold out, at most
+// about 4 each side (uPlot's default draws a line at every 1..9 x 10^k).
+function symlogSplits(u: uPlot, _i: number, min: number, max: number): number[] {
+  const linthresh = (u.scales.y as uPlot.Scale & { asinh?: number }).asinh ?? 1;
+  const side = (limit: number) => {
+    if (!(limit >= linthresh)) return [];
+    const lo = Math.floor(Math.log10(linthresh)), hi = Math.floor(Math.log10(limit));
+    const every = Math.max(1, Math.ceil((hi - lo + 1) / 4));
+    const out: number[] = [];
+    for (let e = hi; e >= lo; e -= every) out.push(10 ** e);
+    return out;
+  };
+  const ticks = [...side(-min).map((v) => -v), ...(min <= 0 && max >= 0 ? [0] : []), ...side(max).reverse()];
+  return ticks.length >= 2 ? ticks : [min, max];
+}
+
+// Ticks at least 14 px apart (0 kept first): asinh squeezes the decades near zero together.
+function spacedOut(u: uPlot, splits: number[]): (number | null)[] {
+  const kept: number[] = [];
+  const order = splits.map((v, i) => i).sort((a, b) => Math.abs(splits[a]) - Math.abs(splits[b]));
+  const out: (number | null)[] = splits.map(() => null);
+  for (const i of order) {
+    const px = u.valToPos(splits[i], 'y');
+    if (kept.every((k) => Math.abs(k - px) >= 14)) {
+      kept.push(px);
+      out[i] = splits[i];
+    }
+  }
+  return out;
+}
+
 // The value axis: labels from tickLabels at 1-2-5 spacings, the axis as wide as its widest label.
 function valueAxis(label: string | undefined, scale: YScale): uPlot.Axis {
   return {
     ...(scale.kind === 'log' ? { splits: logSplits, filter: (_u: uPlot, splits: number[]) => splits }
-      : scale.kind === 'linear' ? { incrs: NICE_INCRS } : {}),
+      : scale.kind === 'symlog' ? { splits: symlogSplits, filter: spacedOut }
+        : { incrs: NICE_INCRS }),
     font: AXIS_FONT, label, labelSize: label ? 18 : 0, gap: 4, ...themed(),
     values: (_u, vals) => tickLabels(vals),
     size: (_u, values) => (values ? Math.ceil(Math.max(16, ...values.map((v) => textWidth(String(v))))) + 10 + 4 + 6 : 40),
