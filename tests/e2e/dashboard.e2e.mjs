@@ -9,43 +9,22 @@
 // <build>/test-artifacts/dashboard/; TRAINSCOPE_DOCS_SCREENSHOTS=1 also writes the ones
 // docs/dashboard.md shows to docs/img/. Run through tests/e2e/run.sh.
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, existsSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import assert from 'node:assert/strict';
+import { browser, build, checks, python, pythonPath, repo, run, serve } from './harness.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const repo = resolve(here, '../..');
-const require = createRequire(join(repo, 'web/package.json'));
-const { chromium } = require('playwright-core');
-
-const build = resolve(process.env.TRAINSCOPE_BUILD_DIR || join(repo, 'build'));
-const trainscope = join(build, 'trainscope');
 const generator = join(build, 'trainscope_server_gen');
-const python = process.env.TRAINSCOPE_PYTHON || '/usr/bin/python3';
-// The trainscope Python package of this build (or of the default build/ when this build
-// directory was configured without it).
-const pythonPath = [join(build, 'python'), join(repo, 'build', 'python')].find((p) => existsSync(join(p, 'trainscope')));
 if (!pythonPath) throw new Error(`no trainscope Python package under ${build}/python: build it first`);
 const artifacts = join(build, 'test-artifacts', 'dashboard');
 mkdirSync(artifacts, { recursive: true });
 const work = mkdtempSync(join(tmpdir(), 'ts-e2e-'));
 const logdir = join(work, 'runs');
 mkdirSync(logdir);
-
-const results = [];
-function check(name, fn) {
-  return fn().then(() => { results.push(['ok', name]); console.log(`  ok   ${name}`); },
-                   (e) => { results.push(['FAIL', name, e]); console.log(`  FAIL ${name}\n       ${e.message.split('\n').join('\n       ')}`); });
-}
-
-function run(cmd, args, env = {}) {
-  const r = spawnSync(cmd, args, { encoding: 'utf8', env: { ...process.env, ...env }, timeout: 180000 });
-  if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')} failed (${r.status}):\n${r.stdout}\n${r.stderr}`);
-  return r.stdout + r.stderr;
-}
+const { check, results } = checks();
 
 // ---- the runs: a real training, and a generated run with a known set of findings ----
 console.log(`e2e: recording a real training (${python}, torch on CPU)`);
@@ -59,19 +38,8 @@ for (const kind of ['healthy', 'nan', 'slow-loader']) {
 run(generator, ['demo', logdir, 'synthetic-demo', '--steps', '600']);
 
 // ---- the server ----
-const server = spawn(trainscope, ['serve', logdir, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
-let serverLog = '';
-const base = await new Promise((resolveUrl, reject) => {
-  const timer = setTimeout(() => reject(new Error('server did not print its URL in 10 s:\n' + serverLog)), 10000);
-  const onData = (d) => {
-    serverLog += d;
-    const m = /(http:\/\/[^\s#]+)/.exec(serverLog);
-    if (m) { clearTimeout(timer); resolveUrl(m[1]); }
-  };
-  server.stdout.on('data', onData);
-  server.stderr.on('data', onData);
-  server.on('exit', (code) => reject(new Error(`server exited (${code}):\n${serverLog}`)));
-});
+const server = await serve(logdir);
+const base = server.base;
 console.log(`e2e: server at ${base}`);
 
 async function apiJson(path) {
@@ -85,18 +53,7 @@ if (spikeRun !== 'real-mlp') {
 }
 
 // ---- the browser ----
-const profile = mkdtempSync(join(tmpdir(), 'ts-chromium-'));
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath: '/usr/bin/chromium',
-  headless: true,
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-         '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  viewport: { width: 1400, height: 1000 },
-});
-const page = context.pages()[0] || await context.newPage();
-const consoleErrors = [];
-page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(m.text()); });
-page.on('pageerror', (e) => consoleErrors.push(String(e)));
+const { page, errors: consoleErrors, close } = await browser({ width: 1400, height: 1000 });
 const shot = (name) => page.screenshot({ path: join(artifacts, name + '.png'), fullPage: true });
 const timings = {};
 
@@ -591,9 +548,8 @@ try {
     await shot('11-damaged-store');
   });
 } finally {
-  await context.close();
-  server.kill('SIGTERM');
-  rmSync(profile, { recursive: true, force: true });
+  await close();
+  server.stop();
   rmSync(work, { recursive: true, force: true });
 }
 

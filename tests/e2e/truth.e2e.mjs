@@ -448,6 +448,12 @@ try {
     assert.equal(drawn.stepLabel, 'seconds / step');
   });
 
+  await check('a link to a run the logdir does not have says so', async () => {
+    await open('no-such-run', 'overview');
+    const text = await page.locator('#unknown-runs').textContent();
+    assert.match(text, /No run named no-such-run in this logdir; showing \S+/);
+  });
+
   await check('no errors in the browser console', async () => {
     assert.deepEqual(errors, []);
   });

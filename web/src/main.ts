@@ -37,10 +37,16 @@ app.replaceChildren(runsBox, controls, view);
 ctx.view = view;
 if (ctx.isStatic) document.body.classList.add('static');
 
+// Runs the link named that the logdir does not have: said above the view, not silently
+// replaced by the latest run.
+let unknownRuns: string[] = [];
+
 async function loadRuns(): Promise<void> {
   ctx.runs = (await api<{ runs: RunSummary[] }>('runs')).runs;
   const known = new Set(ctx.runs.map((r) => r.name));
   const kept = ctx.state.runs.filter((r) => known.has(r));
+  const unknown = ctx.state.runs.filter((r) => !known.has(r));
+  if (unknown.length) unknownRuns = unknown;
   if (!kept.length && ctx.runs.length) {
     const latest = [...ctx.runs].sort((a, b) => (b.start_time ?? 0) - (a.start_time ?? 0))[0];
     kept.push(latest.name);
@@ -53,7 +59,10 @@ async function loadRuns(): Promise<void> {
 
 function renderRuns(): void {
   runsBox.replaceChildren(runsTable(ctx.runs, ctx.state, {
-    onSelect: (selected) => setState({ runs: selected, range: null }, 'all'),
+    onSelect: (selected) => {
+      unknownRuns = [];
+      setState({ runs: selected, range: null }, 'all');
+    },
     onState: (patch) => setState(patch, 'all'),
   }));
 }
@@ -130,7 +139,8 @@ async function renderView(): Promise<void> {
   const box = el('div', { class: 'tab-body', 'data-tab': ctx.state.tab });
   // A live redraw must not make the page jump: keep the old height until the new view is in.
   view.style.minHeight = view.offsetHeight + 'px';
-  view.replaceChildren(box);
+  view.replaceChildren(...(unknownRuns.length ? [el('p', { id: 'unknown-runs', class: 'error' },
+    `No run named ${unknownRuns.join(', ')} in this logdir${ctx.state.runs.length ? `; showing ${ctx.state.runs.join(', ')}` : ''}.`)] : []), box);
   setTimeout(() => { if (gen === ctx.generation) view.style.minHeight = ''; }, 1500);
   if (!ctx.state.runs.length) {
     box.append(el('p', { class: 'empty' }, ctx.runs.length ? 'Select a run above.' : 'No runs in this logdir yet; they appear here as they start.'));

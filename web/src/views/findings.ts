@@ -16,7 +16,8 @@ export function findingCard(f: Finding): HTMLElement {
          + (f.location ? ` · ${f.location}` : ''))),
     el('div', {}, f.summary),
     Object.keys(f.evidence || {}).length ? el('details', {}, el('summary', {}, 'evidence'), evidence) : null,
-    f.causes.length ? el('div', {}, el('small', {}, 'likely causes'), causes) : null,
+    f.causes.length ? el('div', {}, el('small', { title: 'each cause is judged on its own evidence (docs/doctor.md): causes can act together, so the confidences need not add up to 100 %' },
+                                         'likely causes (each judged on its own; they need not add to 100 %)'), causes) : null,
     f.actions.length ? el('div', {}, el('small', {}, 'what to do'), actions) : null,
     el('button', { class: 'jump' }, 'Show on charts →'));
   card.querySelector('.jump')!.addEventListener('click', () => jumpTo(f));
