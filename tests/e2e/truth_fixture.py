@@ -9,6 +9,8 @@ sparse-100  the same MLP, healthy, 400 steps, with histograms, per-unit norms, a
             and weights every 100th step (after run.watch's dense first 50 steps).
 explode     no model: train/loss = 10^(22 s/149) over 150 steps (1 to 1e22), and a signed
             train/drift that stays near +-1 and reaches -1e20 at the end.
+diverged    a linear regression with SGD at lr 0.8, past its stability limit: the loss grows
+            from 38 to about 1e21 over 150 steps, its weights and gradients with it, all finite.
 seed-0, seed-1, seed-2
             a sweep without a model: train/loss = k / (s + 1) over 100 steps (k = 1, 2, 4),
             lr 0.1, 0.1, 0.01, seed 0, 1, 2; seed-0 spikes to 1000 at step 50; epoch = s / 10.
@@ -53,6 +55,24 @@ def train(logdir, name, steps, cadence, nan_step=None):
     run.finish()
 
 
+def diverged(logdir):
+    torch.manual_seed(0)
+    x = torch.randn(2048, 16)
+    y = x @ torch.randn(16, 1)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.8)
+    run = ts.init(logdir=logdir, name="diverged", config={"steps": 150, "lr": 0.8})
+    run.watch(model, opt, every=1, histograms_every=10)
+    for step in range(150):
+        i = (step * 32) % (2048 - 32)
+        loss = torch.nn.functional.mse_loss(model(x[i:i + 32]), y[i:i + 32])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        run.log({"train/loss": loss}, step=step)
+    run.finish()
+
+
 def explode(logdir):
     run = ts.init(logdir=logdir, name="explode", config={"steps": 150})
     for s in range(150):
@@ -75,6 +95,7 @@ def main():
     train(logdir, "nan-at-40", 100, 1, nan_step=NAN_STEP)
     train(logdir, "sparse-100", 400, 100)
     explode(logdir)
+    diverged(logdir)
     sweep(logdir)
     print(f"truth fixture: nan-at-40 (NaN from step {NAN_STEP}), sparse-100, explode, seed-0..2")
 
