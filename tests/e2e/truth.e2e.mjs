@@ -6,7 +6,7 @@
 //     axes tick whole steps, linear axes 1-2-5 spacings;
 //   - a run that holds NaN from step k: from k on every tensor view shows the non-finite
 //     colour and no view draws a finite value;
-//   - a tensor sampled every 100 steps: no heatmap draws a column between samples;
+//   - a tensor sampled every 100 steps: no heatmap column and no curve between samples;
 //   - values from 1 to 1e22 are drawn on a log axis (signed ones on symlog) with the data visible;
 //   - several runs selected: every tab shows each, marks and badges follow their run;
 //   - hover values match the API at the cursor's step; a legend click hides a run;
@@ -236,7 +236,7 @@ try {
   });
 
   // run.watch takes every statistic at each of the first 50 steps; the sparse part follows.
-  await check('a tensor sampled every 100 steps: no heatmap draws a column between samples', async () => {
+  await check('a tensor sampled every 100 steps: no view draws anything between samples', async () => {
     const dense = 60;
     const problems = [];
     let columns = 0;
@@ -258,8 +258,45 @@ try {
       if (shown.length !== samples.length) problems.push(`${name} (${tag}): ${shown.length} of ${samples.length} samples drawn`);
       columns += drawn.steps.length;
     }
-    console.log(`       ${columns} drawn pixel columns, all at samples`);
+    // Curves of the sampled statistics: points (percentile columns) at the samples, nothing between.
+    let charts = 0;
+    // (The gradients' moments are taken every step: only their histograms are sampled.)
+    for (const [tab, extra, names] of [['distributions', '', ['percentile-bands']],
+                                       ['distributions', '&family=act&layer=1', ['percentile-bands', 'moments']],
+                                       ['activations', '', ['act-std', 'act-mean']], ['gradients', '', ['update-ratio']]]) {
+      await open('sparse-100', tab, extra);
+      const drawn = await page.evaluate(([from, names]) => [...document.querySelectorAll('.chart[data-name]')].map((w) => {
+        const u = w.plot;
+        if (!u || !names.includes(w.dataset.name)) return null;
+        const { left, top, width, height } = u.bbox;
+        const img = u.ctx.getImageData(left, top, width, height).data;
+        const steps = [];
+        for (let p = 0; p < width; p++) {
+          const step = u.posToVal(p / devicePixelRatio, 'x');
+          if (step < from) continue;
+          for (let y = 0; y < height; y++) {
+            const i = (y * width + p) * 4;
+            // The update ratios' healthy band and reference line (green, r = b) are no data.
+            const healthyBand = Math.abs(img[i] - img[i + 2]) < 6 && img[i + 1] > 2.5 * img[i];
+            if (img[i + 3] > 40 && !healthyBand && Math.max(img[i], img[i + 1], img[i + 2]) - Math.min(img[i], img[i + 1], img[i + 2]) > 60) {
+              steps.push(step);
+              break;
+            }
+          }
+        }
+        return { name: w.dataset.name, steps, stepsPerPixel: (u.scales.x.max - u.scales.x.min) / (width / devicePixelRatio) };
+      }).filter(Boolean), [dense, names]);
+      for (const c of drawn) {
+        charts++;
+        const near = 6 * c.stepsPerPixel;
+        const stray = c.steps.filter((s) => ![100, 200, 300].some((t) => Math.abs(s - t) <= near));
+        if (stray.length) problems.push(`${tab}${extra}: ${c.name} drew at steps ${stray.slice(0, 5).map((s) => s.toFixed(1))}, between the samples 100, 200, 300`);
+        if (!c.steps.length) problems.push(`${tab}${extra}: ${c.name} drew no sample after step ${dense}`);
+      }
+    }
+    console.log(`       ${columns} drawn pixel columns, all at samples; ${charts} curve charts drawn as samples`);
     assert.deepEqual(problems, []);
+    assert.ok(charts >= 5, `${charts} curve charts checked`);
   });
 
   await check('values from 1 to 1e22 are drawn on a log axis, signed ones on symlog, and the charts say so', async () => {

@@ -582,6 +582,39 @@ export interface LineChartOptions {
   markers?: Marker[];
   height?: number;
   legend?: boolean;
+  // Samples further apart than this many steps are not joined (a tensor taken every 100th
+  // step is drawn as its samples); the data's own resolution: a bucket, or one step.
+  joinSteps?: number;
+}
+
+// Whether a series has samples further apart than `joinSteps` (then drawn as points).
+function sparse(x: ArrayLike<number>, values: ArrayLike<Num | undefined>, joinSteps?: number): boolean {
+  if (joinSteps === undefined) return false;
+  let prev = -1;
+  for (let i = 0; i < x.length; i++) {
+    if (values[i] === null || values[i] === undefined) continue;
+    if (prev >= 0 && x[i] - x[prev] > joinSteps + 1e-9) return true;
+    prev = i;
+  }
+  return false;
+}
+
+// uPlot's gaps of a series, plus one between consecutive samples further apart than
+// `joinSteps`: the line is cut there (canvas pixels, as uPlot's own gaps).
+function sampleGaps(joinSteps: number): uPlot.Series.GapsRefiner {
+  return (u, seriesIdx, idx0, idx1, nullGaps) => {
+    const xs = u.data[0], ys = u.data[seriesIdx];
+    const out = [...nullGaps];
+    let prev = -1;
+    for (let i = idx0; i <= idx1; i++) {
+      if (ys[i] === null || ys[i] === undefined) continue;
+      if (prev >= 0 && xs[i] - xs[prev] > joinSteps + 1e-9) {
+        out.push([Math.round(u.valToPos(xs[prev], 'x', true)) + 2, Math.round(u.valToPos(xs[i], 'x', true)) - 2]);
+      }
+      prev = i;
+    }
+    return out.sort((a, b) => a[0] - b[0]);
+  };
 }
 
 function chartBox(title: string, name: string): HTMLElement {
@@ -627,9 +660,12 @@ export function lineChart(title: string, x: number[], lines: LineSeries[], opts:
     cursor: { sync: { key: 'trainscope' } },
     scales: { x: xScale(opts.xRange), y: yRange(scale) },
     axes: [xAxis(), valueAxis(opts.yLabel, scale)],
-    series: [{}, ...lines.map((l, i) => ({
-      label: l.label, stroke: l.color, width: 1.25, dash: l.dash, points: { ...points(values[i]), fill: l.color },
-    }))],
+    series: [{}, ...lines.map((l, i) => {
+      const sampled = sparse(x, values[i], opts.joinSteps);
+      return { label: l.label, stroke: l.color, width: 1.25, dash: l.dash,
+               ...(sampled ? { gaps: sampleGaps(opts.joinSteps!) } : {}),
+               points: sampled ? { show: true, size: 5, fill: l.color } : { ...points(values[i]), fill: l.color } };
+    })],
     hooks: mergeHooks(hoverValues(wrap, (v) => `step ${v}`, lines.slice(0, 24).map((l, i) => ({ name: l.label, color: l.color, series: i + 1 }))), {
       draw: [drawMarkers, (u: uPlot) => drawNonfinite(u, x, lines)],
       drawClear: [(u: uPlot) => {
@@ -718,15 +754,34 @@ export function bandChart(title: string, x: number[], percentiles: Num[][], opts
   const series: uPlot.Series[] = [{}];
   const data: Cell[][] = [x];
   const bands: uPlot.Band[] = [];
+  // Samples too far apart to join: each is a column of its percentile bands around a median dot.
+  const sampled = sparse(x, rows[mid], opts.joinSteps);
   for (let k = 0; k < n; k++) {
     data.push(rows[k]);
     series.push({ label: `p${k}`, stroke: k === mid ? color : 'transparent', width: k === mid ? 1.5 : 0,
-                  points: k === mid ? { ...points(rows[k]), fill: color } : { show: false } });
+                  ...(sampled ? { gaps: sampleGaps(opts.joinSteps!) } : {}),
+                  points: k === mid ? (sampled ? { show: true, size: 5, fill: color } : { ...points(rows[k]), fill: color })
+                    : { show: false } });
   }
-  for (let k = 0; k < mid; k++) {
-    const alpha = Math.round(255 * (0.12 + 0.1 * k)).toString(16).padStart(2, '0');
-    bands.push({ series: [n - k, k + 1], fill: color + alpha });
-  }
+  const alphaOf = (k: number) => Math.round(255 * (0.12 + 0.1 * k)).toString(16).padStart(2, '0');
+  for (let k = 0; k < mid && !sampled; k++) bands.push({ series: [n - k, k + 1], fill: color + alphaOf(k) });
+  // Sampled: each sample's bands as a 4-pixel column at its step.
+  const columns = (u: uPlot) => {
+    if (!sampled) return;
+    const ctx = u.ctx;
+    ctx.save();
+    for (let i = 0; i < x.length; i++) {
+      const px = u.valToPos(x[i], 'x', true);
+      for (let k = 0; k < mid; k++) {
+        const lo = rows[k][i], hi = rows[n - 1 - k][i];
+        if (lo === null || lo === undefined || hi === null || hi === undefined) continue;
+        const y0 = u.valToPos(hi, 'y', true), y1 = u.valToPos(lo, 'y', true);
+        ctx.fillStyle = color + alphaOf(k);
+        ctx.fillRect(px - 2 * devicePixelRatio, y0, 4 * devicePixelRatio, Math.max(1, y1 - y0));
+      }
+    }
+    ctx.restore();
+  };
   for (const l of opts.extra || []) {
     data.push(drawable(l, scale));
     series.push({ label: l.label, stroke: l.color, width: 1.25, dash: l.dash, points: { ...points(l.values), fill: l.color } });
@@ -740,7 +795,7 @@ export function bandChart(title: string, x: number[], percentiles: Num[][], opts
     cursor: { sync: { key: 'trainscope' } },
     scales: { x: xScale(opts.xRange), y: yRange(scale) },
     axes: [xAxis(), valueAxis(opts.yLabel, scale)],
-    hooks: { draw: [markerLayer(wrap, opts.markers || [], (s) => s), (u: uPlot) => drawNonfinite(u, x, [flagged])] },
+    hooks: { draw: [columns, markerLayer(wrap, opts.markers || [], (s) => s), (u: uPlot) => drawNonfinite(u, x, [flagged])] },
   }, data as uPlot.AlignedData, wrap);
   (wrap as HTMLElement & { plot?: uPlot }).plot = u;
   return wrap;

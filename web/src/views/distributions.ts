@@ -62,6 +62,8 @@ export async function distributionsView(gen: number, box: HTMLElement, run: stri
   const width = chartWidth();
   const tag = familyTag(family, layer);
   const xr = xRange([d]);
+  // Steps one point stands for at this width: samples further apart are drawn unjoined.
+  const resolution = (w: number) => Math.max(1, Math.ceil((xr[1] - xr[0] + 1) / w));
   const [hist, moments] = await Promise.all([
     api<TensorSeries>('tensor_stats', { run, tag, hist: 1, width: Math.round(width - LABEL_WIDTH), ...rangeParams() }),
     api<TensorSeries>('tensor_stats', { run, tag, width: Math.round(width), ...rangeParams() }),
@@ -80,6 +82,7 @@ export async function distributionsView(gen: number, box: HTMLElement, run: stri
   }
   box.append(bandChart(`${tag}: |x| percentiles over steps (0, 7, 16, 31, 50, 69, 84, 93, 100 %; log)`,
     cols.map((i) => hist.step[i]), rows, { width, name: 'percentile-bands', log: true, xRange: xr, markers,
+                                            joinSteps: resolution(Math.round(width - LABEL_WIDTH)),
                                             nonfinite: cols.map((i) => nonfiniteAt(hist, i)) }));
   box.append(histogramHeatmap(hist, tag, markersOf(fs, layer), xr));
   const mean = moments.mean || [], std = moments.std || [];
@@ -90,5 +93,5 @@ export async function distributionsView(gen: number, box: HTMLElement, run: stri
     { label: 'mean', color: '#1f77b4', values: mean, nonfinite },
     { label: 'mean + std', color: '#9ecae1', values: up, dash: [4, 3], nonfinite },
     { label: 'mean − std', color: '#9ecae1', values: down, dash: [4, 3], nonfinite },
-  ], { width, name: 'moments', xRange: xr, markers }));
+  ], { width, name: 'moments', xRange: xr, markers, joinSteps: resolution(Math.round(width)) }));
 }

@@ -25,8 +25,10 @@ export function perLayer(m: LayerMatrix, o: { title: string; name: string; width
       label: l, color: runColor(i), values: m.values[i].map((v) => (typeof v === 'number' ? v : null)),
       nonfinite: m.values[i].map((v) => v === 'nonfinite'),
     }));
+    // A tensor's statistics are taken every Nth step: samples a bucket or more apart are points.
+    const bucket = m.step.length > 1 ? m.step[1] - m.step[0] : 1;
     return lineChart(o.title, m.step, lines, { width: o.width, log: o.log, band: o.band, reference: o.reference, name: o.name,
-                                               xRange: o.xRange, markers: o.markers });
+                                               xRange: o.xRange, markers: o.markers, joinSteps: bucket });
   }
   return heatmap({ name: o.name, title: o.title, rows: m.layers, steps: m.step, values: m.values, log: o.log,
                    valueLabel: o.valueLabel, xRange: o.xRange, selectedRow: o.selected ? m.layers.indexOf(o.selected) : undefined,
