@@ -7,6 +7,7 @@
 //   - a run that holds NaN from step k: from k on every tensor view shows the non-finite
 //     colour and no view draws a finite value;
 //   - a tensor sampled every 100 steps: no heatmap column and no curve between samples;
+//   - the charts and heatmaps of a tab put a step at the same x on the screen;
 //   - values from 1 to 1e22 are drawn on a log axis (signed ones on symlog) with the data visible;
 //   - several runs selected: every tab shows each, marks and badges follow their run;
 //   - hover values match the API at the cursor's step; a legend click hides a run;
@@ -252,9 +253,10 @@ try {
       const drawn = (await page.evaluate(drawnSteps)).find((h) => h.name === name);
       assert.ok(drawn, `no heatmap ${name} on ${tab}${extra}`);
       const reach = Math.max(1, 2 * drawn.stepsPerPixel) + drawn.stepsPerPixel;
-      const stray = drawn.steps.filter((s) => s >= dense && !samples.some((t) => s >= t - drawn.stepsPerPixel && s < t + reach));
+      // A sample's column is its step ± 0.5 (at least 2 px wide).
+      const stray = drawn.steps.filter((s) => s >= dense && !samples.some((t) => s >= t - 0.5 - drawn.stepsPerPixel && s < t - 0.5 + reach));
       if (stray.length) problems.push(`${name} (${tag}): columns at steps ${stray.slice(0, 5).map((s) => s.toFixed(1))} between samples ${samples}`);
-      const shown = samples.filter((t) => drawn.steps.some((s) => s >= t - drawn.stepsPerPixel && s < t + reach));
+      const shown = samples.filter((t) => drawn.steps.some((s) => s >= t - 0.5 - drawn.stepsPerPixel && s < t - 0.5 + reach));
       if (shown.length !== samples.length) problems.push(`${name} (${tag}): ${shown.length} of ${samples.length} samples drawn`);
       columns += drawn.steps.length;
     }
@@ -297,6 +299,41 @@ try {
     console.log(`       ${columns} drawn pixel columns, all at samples; ${charts} curve charts drawn as samples`);
     assert.deepEqual(problems, []);
     assert.ok(charts >= 5, `${charts} curve charts checked`);
+  });
+
+  await check('the charts and heatmaps of a tab put each step at the same x on the screen', async () => {
+    const problems = [];
+    let pictures = 0;
+    for (const [runName, tab, extra] of [['nan-at-40', 'gradients', ''], ['nan-at-40', 'activations', ''],
+                                         ['sparse-100', 'distributions', ''], ['sparse-100', 'distributions', '&family=act&layer=1']]) {
+      await open(runName, tab, extra);
+      const xs = await page.evaluate(() => {
+        const out = [];
+        for (const w of document.querySelectorAll('.chart[data-name]')) {
+          const u = w.plot;
+          if (!u) continue;
+          const left = u.over.getBoundingClientRect().left;
+          out.push({ name: w.dataset.name, at: (s) => left + u.valToPos(s, 'x'), range: [u.scales.x.min, u.scales.x.max] });
+        }
+        for (const w of document.querySelectorAll('.heatmap')) {
+          const c = w.querySelector('canvas');
+          if (!c) continue;
+          const r = c.getBoundingClientRect(), x0 = Number(w.dataset.x0), x1 = Number(w.dataset.x1);
+          out.push({ name: w.dataset.name, at: (s) => r.left + ((s - x0) / (x1 - x0)) * r.width, range: [x0, x1] });
+        }
+        const lo = Math.ceil(Math.max(...out.map((o) => o.range[0]))), hi = Math.floor(Math.min(...out.map((o) => o.range[1])));
+        return out.map((o) => ({ name: o.name, lo: o.at(lo), hi: o.at(hi), steps: [lo, hi] }));
+      });
+      pictures += xs.length;
+      for (const x of xs.slice(1)) {
+        if (Math.abs(x.lo - xs[0].lo) > 1.5 || Math.abs(x.hi - xs[0].hi) > 1.5) {
+          problems.push(`${runName}/${tab}${extra}: steps ${x.steps} at x ${x.lo.toFixed(1)}, ${x.hi.toFixed(1)} in ${x.name}, `
+                        + `${xs[0].lo.toFixed(1)}, ${xs[0].hi.toFixed(1)} in ${xs[0].name}`);
+        }
+      }
+    }
+    assert.deepEqual(problems, []);
+    assert.ok(pictures >= 10, `${pictures} pictures compared`);
   });
 
   await check('values from 1 to 1e22 are drawn on a log axis, signed ones on symlog, and the charts say so', async () => {

@@ -158,14 +158,14 @@ function spacedOut(u: uPlot, splits: number[]): (number | null)[] {
 }
 
 // The value axis: labels from tickLabels at 1-2-5 spacings, the axis as wide as its widest label.
-function valueAxis(label: string | undefined, scale: YScale): uPlot.Axis {
+function valueAxis(label: string | undefined, scale: YScale, fixedSize?: number): uPlot.Axis {
   return {
     ...(scale.kind === 'log' ? { splits: logSplits, filter: (_u: uPlot, splits: number[]) => splits }
       : scale.kind === 'symlog' ? { splits: symlogSplits, filter: spacedOut }
         : { incrs: NICE_INCRS }),
     font: AXIS_FONT, label, labelSize: label ? 18 : 0, gap: 4, ...themed(),
     values: (_u, vals) => tickLabels(vals),
-    size: (_u, values) => (values ? Math.ceil(Math.max(16, ...values.map((v) => textWidth(String(v))))) + 10 + 4 + 6 : 40),
+    size: fixedSize !== undefined ? fixedSize - (label ? 18 : 0) : ((_u, values) => (values ? Math.ceil(Math.max(16, ...values.map((v) => textWidth(String(v))))) + 10 + 4 + 6 : 40)),
   };
 }
 
@@ -206,8 +206,10 @@ function yRange(scale: YScale, fromZero = false, bounds: [number, number] | null
 function xScale(xRange?: [number, number], time = false): uPlot.Scale {
   // Points logged within one clock tick: a second either side, not uPlot's years.
   if (time || !xRange) return { time, range: (_u, min, max) => (min < max ? [min, max] : [min - 1, max + 1]) };
+  // Half a step of margin each side: a heatmap column is its step ± 0.5 (heatmap.ts), so the
+  // curves' points sit at their columns' middles.
   const [lo, hi] = xRange[0] < xRange[1] ? xRange : [xRange[0] - 1, xRange[0] + 1];
-  return { time: false, range: () => [lo, hi] };
+  return { time: false, range: () => [lo - 0.5, hi + 0.5] };
 }
 
 // Points where a line cannot be seen: a series with at most 3 values (a final test/loss).
@@ -258,7 +260,9 @@ function markerLayer(wrap: HTMLElement, markers: Marker[], x: (step: number) => 
   };
 }
 
-const PADDING: uPlot.Padding = [10, 22, 0, 0];
+// Right of the plot: room for the last step label (heatmaps keep the same margin, to line up).
+export const PLOT_RIGHT = 22;
+const PADDING: uPlot.Padding = [10, PLOT_RIGHT, 0, 0];
 
 function xOf(c: RunCurve, i: number, mode: XMode): number | null {
   const d = c.data;
@@ -585,6 +589,8 @@ export interface LineChartOptions {
   // Samples further apart than this many steps are not joined (a tensor taken every 100th
   // step is drawn as its samples); the data's own resolution: a bucket, or one step.
   joinSteps?: number;
+  // The value axis this wide: the plot starts where a heatmap's beside it does (LABEL_WIDTH).
+  alignLeft?: number;
 }
 
 // Whether a series has samples further apart than `joinSteps` (then drawn as points).
@@ -659,7 +665,7 @@ export function lineChart(title: string, x: number[], lines: LineSeries[], opts:
     legend: { show: false },
     cursor: { sync: { key: 'trainscope' } },
     scales: { x: xScale(opts.xRange), y: yRange(scale) },
-    axes: [xAxis(), valueAxis(opts.yLabel, scale)],
+    axes: [xAxis(), valueAxis(opts.yLabel, scale, opts.alignLeft)],
     series: [{}, ...lines.map((l, i) => {
       const sampled = sparse(x, values[i], opts.joinSteps);
       return { label: l.label, stroke: l.color, width: 1.25, dash: l.dash,
@@ -794,7 +800,7 @@ export function bandChart(title: string, x: number[], percentiles: Num[][], opts
     width: opts.width, height: opts.height ?? 220, padding: PADDING, legend: { show: false }, series, bands,
     cursor: { sync: { key: 'trainscope' } },
     scales: { x: xScale(opts.xRange), y: yRange(scale) },
-    axes: [xAxis(), valueAxis(opts.yLabel, scale)],
+    axes: [xAxis(), valueAxis(opts.yLabel, scale, opts.alignLeft)],
     hooks: { draw: [columns, markerLayer(wrap, opts.markers || [], (s) => s), (u: uPlot) => drawNonfinite(u, x, [flagged])] },
   }, data as uPlot.AlignedData, wrap);
   (wrap as HTMLElement & { plot?: uPlot }).plot = u;

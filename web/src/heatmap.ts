@@ -10,7 +10,7 @@
 
 import { Cell } from './api';
 import { el, fmt, fmtNum, NONFINITE_RGB, themeColor, tickLabels, viridis } from './util';
-import { AXIS_FONT, textWidth } from './chart';
+import { AXIS_FONT, PLOT_RIGHT, textWidth } from './chart';
 
 export interface HeatmapOptions {
   title: string;
@@ -26,9 +26,11 @@ export interface HeatmapOptions {
   name: string;  // data-name, for tests and styling
   xRange?: [number, number];  // steps shown; default the columns' own
   stepWidth?: number;  // steps one column stands for; default the smallest gap between columns
+  width?: number;  // the whole picture's width (labels, plot, right margin), as the curves' around it
 }
 
 export const LABEL_WIDTH = 150;
+
 const MAX_BODY_HEIGHT = 480;
 
 // "Nice" ticks (1, 2, 5 x 10^k, whole numbers when `integer`) over [lo, hi], about `count` of them.
@@ -107,13 +109,15 @@ export function heatmap(o: HeatmapOptions): HTMLElement {
     o = { ...o, steps: keep.map((c) => o.steps[c]), values: o.values.map((row) => keep.map((c) => row[c])) };
   }
   const cols = o.steps.length;
-  const first = o.xRange ? Math.min(o.xRange[0], o.steps[0]) : o.steps[0];
-  const end = Math.max(o.xRange ? o.xRange[1] + 1 : o.steps[cols - 1] + stepWidth, o.steps[cols - 1] + 1);
+  // Step s is the interval [s - 0.5, s + 0.5): a column's middle is its step, where the curves
+  // around it (chart.ts xScale, the same half step of margin) draw that step's point.
+  const first = (o.xRange ? Math.min(o.xRange[0], o.steps[0]) : o.steps[0]) - 0.5;
+  const end = Math.max(o.xRange ? o.xRange[1] : o.steps[cols - 1] + stepWidth - 1, o.steps[cols - 1]) + 0.5;
   const span = Math.max(1, end - first);
 
   const draw = () => {
-    const width = Math.max(300, body.clientWidth || wrap.clientWidth || 800);
-    const plotW = Math.max(50, width - LABEL_WIDTH);
+    const width = Math.max(300, o.width ?? (body.clientWidth || wrap.clientWidth || 800));
+    const plotW = Math.max(50, width - LABEL_WIDTH - PLOT_RIGHT);
     const dpr = window.devicePixelRatio || 1;
     const pixels = Math.max(1, Math.round(plotW * dpr));
     canvas.width = pixels;
@@ -131,9 +135,10 @@ export function heatmap(o: HeatmapOptions): HTMLElement {
     let c = 0;
     for (let p = 0; p < pixels; p++) {
       const step = first + ((p + 0.5) / pixels) * span;
-      while (c + 1 < cols && o.steps[c + 1] <= step) c++;
-      const stop = Math.min(c + 1 < cols ? o.steps[c + 1] : end, o.steps[c] + columnSteps);
-      if (step >= o.steps[c] && step < stop) colOf[p] = c;
+      while (c + 1 < cols && o.steps[c + 1] - 0.5 <= step) c++;
+      const start = o.steps[c] - 0.5;
+      const stop = Math.min(c + 1 < cols ? o.steps[c + 1] - 0.5 : end, start + columnSteps);
+      if (step >= start && step < stop) colOf[p] = c;
     }
     const img = new ImageData(pixels, o.rows.length);
     for (let r = 0; r < o.rows.length; r++) {
@@ -176,7 +181,7 @@ export function heatmap(o: HeatmapOptions): HTMLElement {
     }
     // The step axis, in HTML under the canvas, each label centred on its step (one at the
     // left edge reaches under the row labels; one that would pass the right edge is left out).
-    const ticks = niceTicks(first, end - 1, Math.max(2, Math.floor(plotW / 110)), true);
+    const ticks = niceTicks(Math.ceil(first), Math.floor(end), Math.max(2, Math.floor(plotW / 110)), true);
     const text = tickLabels(ticks);
     axis.replaceChildren(...ticks.flatMap((t, i) => {
       const w = textWidth(text[i], AXIS_FONT);
@@ -193,7 +198,7 @@ export function heatmap(o: HeatmapOptions): HTMLElement {
     const r = Math.floor(y / rowH);
     const step = first + (x / rect.width) * span;
     let c = -1;
-    for (let i = 0; i < cols && o.steps[i] <= step; i++) c = i;
+    for (let i = 0; i < cols && o.steps[i] - 0.5 <= step; i++) c = i;
     return { r, c, step, inside: r >= 0 && r < o.rows.length && x >= 0 && x <= rect.width };
   };
   canvas.addEventListener('mousemove', (ev) => {

@@ -25,11 +25,11 @@ export async function activationsView(gen: number, box: HTMLElement, run: string
   box.append(perLayer(mean, { title: 'activation mean per module × step', name: 'act-mean', width, log: false, xRange: xr,
                               valueLabel: 'mean', selected: ctx.state.layer, onRowClick: pick(mean), markers: marks }));
   box.append(heatmap({ name: 'dead-fraction', title: 'dead fraction per module × step (units that never fire)',
-                       rows: dead.layers, steps: dead.step, values: dead.values, log: false, domain: [0, 1], xRange: xr,
+                       rows: dead.layers, steps: dead.step, values: dead.values, log: false, domain: [0, 1], xRange: xr, width,
                        markers: markersOf(fs), valueLabel: 'dead fraction', selectedRow: dead.layers.indexOf(ctx.state.layer),
                        onRowClick: pick(dead) }));
   box.append(heatmap({ name: 'saturated-fraction', title: 'saturated fraction per module × step (flat tails of sigmoid/tanh)',
-                       rows: saturated.layers, steps: saturated.step, values: saturated.values, log: false, domain: [0, 1],
+                       rows: saturated.layers, steps: saturated.step, values: saturated.values, log: false, domain: [0, 1], width,
                        xRange: xr, markers: markersOf(fs), valueLabel: 'saturated fraction',
                        selectedRow: saturated.layers.indexOf(ctx.state.layer), onRowClick: pick(saturated) }));
 }

@@ -16,7 +16,7 @@ const FAMILIES: [string, string][] = [['grad', 'gradients'], ['weight', 'weights
 // The steps that carry a histogram (clients take one every Nth step), as a heatmap:
 // rows = powers of two of |x|, largest on top.
 export function histogramHeatmap(hist: TensorSeries, tag: string, markers: { step: number; color: string }[],
-                                 xr: [number, number]): HTMLElement {
+                                 xr: [number, number], width: number): HTMLElement {
   const cols = hist.step.map((_, i) => i).filter((i) => !hist.has_hist || hist.has_hist[i]);
   const bins = hist.hist?.[0]?.length ?? 0;
   const rows: string[] = [];
@@ -31,7 +31,7 @@ export function histogramHeatmap(hist: TensorSeries, tag: string, markers: { ste
   return heatmap({
     name: 'exponent-histogram', title: `${tag}: |x| by power of two over steps (count, log colour; ${cols.length} histograms)`,
     rows: hist.hist && cols.length ? rows : [], steps: cols.map((i) => hist.step[i]), values, log: true, markers,
-    valueLabel: 'count', xRange: xr, stepWidth: 1,
+    valueLabel: 'count', xRange: xr, stepWidth: 1, width,
   });
 }
 
@@ -82,9 +82,9 @@ export async function distributionsView(gen: number, box: HTMLElement, run: stri
   }
   box.append(bandChart(`${tag}: |x| percentiles over steps (0, 7, 16, 31, 50, 69, 84, 93, 100 %; log)`,
     cols.map((i) => hist.step[i]), rows, { width, name: 'percentile-bands', log: true, xRange: xr, markers,
-                                            joinSteps: resolution(Math.round(width - LABEL_WIDTH)),
+                                            joinSteps: resolution(Math.round(width - LABEL_WIDTH)), alignLeft: LABEL_WIDTH,
                                             nonfinite: cols.map((i) => nonfiniteAt(hist, i)) }));
-  box.append(histogramHeatmap(hist, tag, markersOf(fs, layer), xr));
+  box.append(histogramHeatmap(hist, tag, markersOf(fs, layer), xr, width));
   const mean = moments.mean || [], std = moments.std || [];
   const up = mean.map((m, i) => (m === null || std[i] === null ? null : m + std[i]!));
   const down = mean.map((m, i) => (m === null || std[i] === null ? null : m - std[i]!));
@@ -93,5 +93,5 @@ export async function distributionsView(gen: number, box: HTMLElement, run: stri
     { label: 'mean', color: '#1f77b4', values: mean, nonfinite },
     { label: 'mean + std', color: '#9ecae1', values: up, dash: [4, 3], nonfinite },
     { label: 'mean − std', color: '#9ecae1', values: down, dash: [4, 3], nonfinite },
-  ], { width, name: 'moments', xRange: xr, markers, joinSteps: resolution(Math.round(width)) }));
+  ], { width, name: 'moments', xRange: xr, markers, joinSteps: resolution(Math.round(width)), alignLeft: LABEL_WIDTH }));
 }

@@ -33,10 +33,10 @@ export async function gradientsView(gen: number, box: HTMLElement, run: string):
   if (gen !== ctx.generation) return;
   box.append(heatmap({
     name: 'layer-norms', title: `${family} L2 norm per layer × step (log colour)`, rows: matrix.layers, steps: matrix.step,
-    values: matrix.values, log: true, selectedRow: matrix.layers.indexOf(layer), markers: markersOf(fs), xRange: xr,
+    values: matrix.values, log: true, selectedRow: matrix.layers.indexOf(layer), markers: markersOf(fs), xRange: xr, width,
     valueLabel: '‖x‖₂', onRowClick: (r) => setState({ layer: matrix.layers[r] }),
   }));
-  if (hist) box.append(histogramHeatmap(hist, familyTag(family, layer), markersOf(fs, layer), xr));
+  if (hist) box.append(histogramHeatmap(hist, familyTag(family, layer), markersOf(fs, layer), xr, width));
   if (ratio.layers.length) {
     box.append(perLayer(ratio, {
       title: 'update / weight norm ratio per layer (healthy band 1e-4…1e-2, 1e-3 dashed)', name: 'update-ratio', width,
@@ -51,7 +51,7 @@ export async function gradientsView(gen: number, box: HTMLElement, run: string):
     const rows = Array.from({ length: v.units }, (_, u) => `unit ${u}`);
     const values = rows.map((_, u) => v.values.map((row) => row[u] ?? null));
     box.append(heatmap({ name: 'unit-norms', title: `${unitsTag}: gradient norm per unit × step (log colour)`, rows,
-                         steps: v.step, values, log: true, valueLabel: '‖g_unit‖', xRange: xr, stepWidth: 1 }));
+                         steps: v.step, values, log: true, valueLabel: '‖g_unit‖', xRange: xr, stepWidth: 1, width }));
   } else {
     const units = d.series.map((s) => familyRest('grad_units', s.tag)).filter((u): u is string => u !== null);
     box.append(el('p', { class: 'muted' }, units.length ? `Per-unit gradient norms are recorded for: ${units.join(', ')}.`

@@ -2,7 +2,7 @@
 import { Finding, LayerMatrix } from '../api';
 import { lineChart, Marker, SEVERITY_COLOR } from '../chart';
 import { detail } from '../ctx';
-import { heatmap } from '../heatmap';
+import { heatmap, LABEL_WIDTH } from '../heatmap';
 import { runColor } from '../util';
 
 export async function layerNames(run: string, family: string): Promise<string[]> {
@@ -28,9 +28,9 @@ export function perLayer(m: LayerMatrix, o: { title: string; name: string; width
     // A tensor's statistics are taken every Nth step: samples a bucket or more apart are points.
     const bucket = m.step.length > 1 ? m.step[1] - m.step[0] : 1;
     return lineChart(o.title, m.step, lines, { width: o.width, log: o.log, band: o.band, reference: o.reference, name: o.name,
-                                               xRange: o.xRange, markers: o.markers, joinSteps: bucket });
+                                               xRange: o.xRange, markers: o.markers, joinSteps: bucket, alignLeft: LABEL_WIDTH });
   }
-  return heatmap({ name: o.name, title: o.title, rows: m.layers, steps: m.step, values: m.values, log: o.log,
+  return heatmap({ name: o.name, title: o.title, rows: m.layers, steps: m.step, values: m.values, log: o.log, width: o.width,
                    valueLabel: o.valueLabel, xRange: o.xRange, selectedRow: o.selected ? m.layers.indexOf(o.selected) : undefined,
                    onRowClick: o.onRowClick, markers: o.markers?.map((mk) => ({ step: mk.step, color: mk.color })) });
 }
