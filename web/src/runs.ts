@@ -4,7 +4,7 @@
 
 import { RunSummary } from './api';
 import { State } from './state';
-import { internalPrefixes, isUserSeries } from './groups';
+import { internalPrefixes, isUserSeries, unitOf } from './groups';
 import { el, fmt, fmtTime, regex } from './util';
 
 // Nested config objects become dotted keys: {"optim": {"lr": 1}} -> "optim.lr".
@@ -112,7 +112,8 @@ export function runsTable(runs: RunSummary[], state: State, h: RunsTableHandlers
     { key: 'step', label: 'last step', value: (r) => r.max_step ?? 0 },
     { key: 'start', label: 'started', value: (r) => r.start_time ?? 0 },
     ...config.map((k) => ({ key: 'c:' + k, label: k, value: (r: RunSummary) => flatten(r.config || {})[k] })),  // th.config: italic
-    ...metrics.map((k) => ({ key: 'm:' + k, label: k, value: (r: RunSummary) => r.final?.[k] })),
+    // A final value's unit beside its name (mem/rss (bytes), time/step (seconds)).
+    ...metrics.map((k) => ({ key: 'm:' + k, label: unitOf(k) ? `${k} (${unitOf(k)})` : k, value: (r: RunSummary) => r.final?.[k] })),
   ];
   const desc = state.sort.startsWith('-');
   const sortKey = state.sort.replace(/^-/, '');
