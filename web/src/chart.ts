@@ -117,6 +117,12 @@ export function robustBounds(series: ArrayLike<Num | undefined>[]): [number, num
   return hi > lo ? [lo, hi] : null;
 }
 
+// [0, the 95th percentile] of a stack's top, for "ignore outliers" on stacked areas.
+function robustTop(top: Num[]): [number, number] | null {
+  const b = robustBounds([top]);
+  return b ? [0, b[1]] : null;
+}
+
 // Says on the chart that its axis is not linear, and why.
 function noteScale(wrap: HTMLElement, scale: YScale, forced: boolean) {
   wrap.dataset.yscale = scale.kind;
@@ -707,7 +713,7 @@ export function lineChart(title: string, x: number[], lines: LineSeries[], opts:
 
 // Stacked areas: each layer drawn on top of the previous ones (step-time breakdown).
 export function stackedChart(title: string, x: number[], layers: LineSeries[], width: number, name: string,
-                             extra: { xRange?: [number, number]; markers?: Marker[]; height?: number } = {}): HTMLElement {
+                             extra: { xRange?: [number, number]; markers?: Marker[]; height?: number; robust?: boolean } = {}): HTMLElement {
   const wrap = chartBox(title, name);
   if (!x.length || !hasData(layers)) {
     wrap.append(el('p', { class: 'empty' }, 'No spans recorded.'));
@@ -733,7 +739,9 @@ export function stackedChart(title: string, x: number[], layers: LineSeries[], w
   wrap.append(legend);
   const u = new uPlot({
     width, height: extra.height ?? 220, padding: PADDING, legend: { show: false }, series, cursor: { sync: { key: 'trainscope' } },
-    scales: { x: xScale(extra.xRange), y: yRange(LINEAR, true) },  // areas stand on zero
+    // Areas stand on zero; "ignore outliers" tops the axis at the 95th percentile of the step
+    // time (a first step's start-up no longer flattens the rest).
+    scales: { x: xScale(extra.xRange), y: yRange(LINEAR, true, extra.robust ? robustTop(sums[sums.length - 1]) : null) },
     axes: [xAxis(), valueAxis('seconds / step', LINEAR)],
     hooks: { draw: [markerLayer(wrap, extra.markers || [], (s) => s)] },
   }, data as uPlot.AlignedData, wrap);

@@ -15,11 +15,11 @@ export const PHASE_COLORS: Record<string, string> = { data: '#d62728', forward: 
 const PHASE_ORDER = ['data', 'forward', 'backward', 'optimizer', 'comm', 'other'];
 
 export function stepTimeChart(spans: Spans, width: number, xr: [number, number], markers = [] as ReturnType<typeof findingMarker>[],
-                              height?: number): HTMLElement {
+                              height?: number, robust = false): HTMLElement {
   const phases = [...spans.phases].sort((a, b) => (PHASE_ORDER.indexOf(a) + 1 || 99) - (PHASE_ORDER.indexOf(b) + 1 || 99));
   return stackedChart('step time by phase (mean seconds per step)', spans.step,
     phases.map((p, i) => ({ label: p, color: PHASE_COLORS[p] || runColor(i + 4), values: spans.mean[p] })), width, 'step-time',
-    { xRange: xr, markers, height });
+    { xRange: xr, markers, height, robust });
 }
 
 export async function performanceView(gen: number, box: HTMLElement, run: string): Promise<void> {
@@ -30,7 +30,7 @@ export async function performanceView(gen: number, box: HTMLElement, run: string
   const perfMarkers = fs.filter((f) => codeView(f.code) === 'performance')
     .map((f) => findingMarker(f, () => jumpTo(f)));
   box.append(el('div', { class: 'toolbar' }, el('b', {}, run)));
-  box.append(stepTimeChart(spans, width, xr, perfMarkers));
+  box.append(stepTimeChart(spans, width, xr, perfMarkers, undefined, ctx.state.robust));
   box.append(lineChart('throughput (steps / s: 1 / step time, start to start)', spans.step,
     [{ label: 'steps/s', color: '#1f77b4', values: spans.step_time.map((t) => (t > 0 ? 1 / t : null)) }],
     { width, name: 'throughput', xRange: xr, yLabel: 'steps / s' }));
