@@ -476,6 +476,13 @@ try {
     const yOf = (run) => lines.find((l) => l.run === run).points[2][1];
     assert.ok(yOf('seed-2') < yOf('seed-1') && yOf('seed-1') < yOf('seed-0'), lines.map((l) => `${l.run} ${l.points[2]}`).join('; '));
     assert.ok(yOf('seed-0') > yOf('seed-2'));
+    // Each axis' end labels name the values its lines reach there: the lowest at the bottom.
+    const ticks = await page.evaluate(() => [...document.querySelectorAll('svg.parallel .axis-tick')].map((t) => ({
+      x: Number(t.getAttribute('x')), y: Number(t.getAttribute('y')), text: t.textContent })));
+    const at = (x) => ticks.filter((t) => Math.abs(t.x - x) < 1).sort((a, b) => a.y - b.y).map((t) => t.text);
+    const axisX = await page.evaluate(() => [...document.querySelectorAll('svg.parallel .axis-line')].map((a) => Number(a.getAttribute('x1')) + 5));
+    assert.deepEqual(at(axisX[0]), ['0.1', '0.01'], 'lr axis: 0.1 on top, 0.01 at the bottom');
+    assert.deepEqual(at(axisX[2]), ['0.04', '0.01'], 'train/loss axis: its final losses');
     const rows = await page.locator('table.sweep tbody tr').evaluateAll((trs) => trs.map((t) => t.dataset.run));
     assert.deepEqual(rows, ['seed-0', 'seed-1', 'seed-2'], 'lowest loss first');
   });
