@@ -235,7 +235,7 @@ export interface Marker {
 }
 
 // A value as uPlot draws it: null a gap (NaN/Inf there), undefined joined over (not recorded).
-type Cell = number | null | undefined;
+type Drawn = number | null | undefined;
 
 // Finding markers: a thin bar per finding at its step, over the plot; x(step) maps a step to
 // the chart's x value (the step itself unless x is time).
@@ -423,7 +423,7 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
   const xValues = Float64Array.from(xs).sort();
   const index = new Map<number, number>();
   xValues.forEach((x, i) => index.set(x, i));
-  const data: (Cell[] | Float64Array)[] = [xValues];
+  const data: (Drawn[] | Float64Array)[] = [xValues];
   const series: uPlot.Series[] = [{ label: o.x }];
   const bands: uPlot.Band[] = [];
   const bounds = o.robust ? robustBounds(curves.map((c) => c.data.last)) : null;
@@ -436,7 +436,7 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
     // A gap (null) where a bucket held only NaN/Inf; joined over (undefined) where this run
     // has no bucket or the value cannot sit on a log axis.
     const align = (values: Num[]) => {
-      const out: Cell[] = new Array(xValues.length).fill(undefined);
+      const out: Drawn[] = new Array(xValues.length).fill(undefined);
       for (let i = 0; i < values.length; i++) {
         const x = xOf(c, i, o.x);
         if (x === null) continue;
@@ -546,8 +546,8 @@ export interface LineSeries {
   nonfinite?: boolean[];  // steps whose value was NaN/Inf (values[i] is null there)
 }
 
-// One series' values as uPlot draws them (see Cell): a gap where only NaN/Inf was recorded.
-function drawable(l: LineSeries, scale?: YScale): Cell[] {
+// One series' values as uPlot draws them (see Drawn): a gap where only NaN/Inf was recorded.
+function drawable(l: LineSeries, scale?: YScale): Drawn[] {
   return l.values.map((v, i) => (v === null ? (l.nonfinite?.[i] ? null : undefined)
     : scale?.kind === 'log' && v <= 0 ? undefined : v));
 }
@@ -766,7 +766,7 @@ export function bandChart(title: string, x: number[], percentiles: Num[][], opts
   const scale = chooseScale(rows, !!opts.log);
   const n = rows.length, mid = Math.floor(n / 2);
   const series: uPlot.Series[] = [{}];
-  const data: Cell[][] = [x];
+  const data: Drawn[][] = [x];
   const bands: uPlot.Band[] = [];
   // Samples too far apart to join: each is a column of its percentile bands around a median dot.
   const sampled = sparse(x, rows[mid], opts.joinSteps);
