@@ -537,14 +537,14 @@ try {
     writeFileSync(join(logdir, 'cut-copy', 'trainscope.db'), bytes.subarray(0, Math.floor(pages * 0.4) * 16384));
     await page.goto(`${base}#runs=cut-copy&tab=overview`);
     const banner = page.locator('#damage');
-    await banner.waitFor({ timeout: 10000 });
+    await banner.waitFor({ timeout: 30000 });
     const text = await banner.textContent();
     assert.match(text, /Damaged store: \d+ damaged records? skipped/);
     const { body } = await apiJson('api/runs');
     const entry = body.runs.find((r) => r.name === 'cut-copy');
     assert.ok(entry && entry.damage && entry.damage.records > 0, JSON.stringify(entry));
     assert.ok(text.includes(`${entry.damage.records} damaged record`), text);
-    await page.locator('tr[data-run="cut-copy"] .badge.damaged').waitFor({ timeout: 10000 });
+    await page.locator('tr[data-run="cut-copy"] .badge.damaged').waitFor({ timeout: 30000 });  // a whole read of the store: slower on a loaded machine
     await shot('11-damaged-store');
   });
 } finally {

@@ -10,7 +10,7 @@
 
 import { Cell } from './api';
 import { el, fmt, fmtNum, NONFINITE_RGB, themeColor, tickLabels, viridis } from './util';
-import { AXIS_FONT, PLOT_RIGHT, textWidth } from './chart';
+import { AXIS_FONT, PLOT_RIGHT, textWidth } from './axes';
 
 export interface HeatmapOptions {
   title: string;
@@ -110,7 +110,7 @@ export function heatmap(o: HeatmapOptions): HTMLElement {
   }
   const cols = o.steps.length;
   // Step s is the interval [s - 0.5, s + 0.5): a column's middle is its step, where the curves
-  // around it (chart.ts xScale, the same half step of margin) draw that step's point.
+  // around it (axes.ts xScale, the same half step of margin) draw that step's point.
   const first = (o.xRange ? Math.min(o.xRange[0], o.steps[0]) : o.steps[0]) - 0.5;
   const end = Math.max(o.xRange ? o.xRange[1] : o.steps[cols - 1] + stepWidth - 1, o.steps[cols - 1]) + 0.5;
   const span = Math.max(1, end - first);
