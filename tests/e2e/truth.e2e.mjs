@@ -532,6 +532,16 @@ try {
     drawn.top.forEach((v, i) => assert.ok(Math.abs(v - spans.step_time[i]) <= 1e-9, `stack top ${v} at ${drawn.steps[i]}`));
     drawn.throughput.forEach((v, i) => assert.ok(Math.abs(v - 1 / spans.step_time[i]) <= 1e-6 * v, `throughput ${v}`));
     assert.equal(drawn.rssLabel, 'bytes');
+    // Hovering the stack: each phase's own time, and the step's, which they add up to.
+    const stack = page.locator('.chart[data-name="step-time"]');
+    const box = await stack.locator('.u-over').boundingBox();
+    await page.mouse.move(box.x + box.width * 0.5, box.y + box.height / 2);
+    const lines = (await stack.locator('.hover-values').innerText()).split('\n').filter((l) => l.includes(': '));
+    const value = (l) => Number(l.split(': ')[1]);
+    const phases = lines.filter((l) => !/step: /.test(l)), total = lines.find((l) => /step: /.test(l));
+    assert.ok(phases.length >= 4 && total, lines.join(' | '));
+    const sum = phases.reduce((a, l) => a + value(l), 0);
+    assert.ok(Math.abs(sum - value(total)) <= 2e-3 * value(total), `${lines.join(' | ')}: phases add to ${sum}`);
     // "ignore outliers": the stack's axis ends at the 95th percentile of the step time.
     await open('nan-at-40', 'performance', '&robust=1');
     const top = await page.evaluate(() => document.querySelector('.chart[data-name="step-time"]').plot.scales.y.max);

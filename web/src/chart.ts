@@ -467,7 +467,10 @@ export function stackedChart(title: string, x: number[], layers: LineSeries[], w
     // time (a first step's start-up no longer flattens the rest).
     scales: { x: xScale(extra.xRange), y: yRange(LINEAR, true, extra.robust ? robustTop(sums[sums.length - 1]) : null) },
     axes: [xAxis(), valueAxis('seconds / step', LINEAR)],
-    hooks: { draw: [markerLayer(wrap, extra.markers || [], (s) => s)] },
+    hooks: mergeHooks(hoverValues(wrap, (v) => `step ${v}`, [
+      ...layers.map((l, k) => ({ name: l.label, color: l.color, series: layers.length - k, value: (i: number) => l.values[i] })),
+      { name: 'step', color: 'transparent', series: 1, value: (i: number) => sums[sums.length - 1][i] },
+    ]), { draw: [markerLayer(wrap, extra.markers || [], (s) => s)] }),
   }, data as uPlot.AlignedData, wrap);
   (wrap as HTMLElement & { plot?: uPlot }).plot = u;
   return wrap;
@@ -533,7 +536,10 @@ export function bandChart(title: string, x: number[], percentiles: Num[][], opts
     cursor: { sync: { key: 'trainscope' } },
     scales: { x: xScale(opts.xRange), y: yRange(scale) },
     axes: [xAxis(), valueAxis(opts.yLabel, scale, opts.alignLeft)],
-    hooks: { draw: [columns, markerLayer(wrap, opts.markers || [], (s) => s), (u: uPlot) => drawNonfinite(u, x, [flagged])] },
+    hooks: mergeHooks(hoverValues(wrap, (v) => `step ${v}`, [
+      { name: 'p100 |x|', color, series: n }, { name: 'median |x|', color, series: mid + 1 }, { name: 'p0 |x|', color, series: 1 },
+      ...(opts.extra || []).map((l, k) => ({ name: l.label, color: l.color, series: n + 1 + k }))]),
+    { draw: [columns, markerLayer(wrap, opts.markers || [], (s) => s), (u: uPlot) => drawNonfinite(u, x, [flagged])] }),
   }, data as uPlot.AlignedData, wrap);
   (wrap as HTMLElement & { plot?: uPlot }).plot = u;
   return wrap;

@@ -7,8 +7,16 @@ import { el, fmtNum } from './util';
 // Values at the cursor, as W&B's tooltip: the x value and each shown series' value at the
 // cursor's index, beside the cursor, on the chart the mouse is over (the others follow its
 // crosshair through the cursor sync but keep quiet).
-export function hoverValues(wrap: HTMLElement, label: (x: number) => string,
-                     rows: { name: string; color: string; series: number }[]): uPlot.Hooks.Arrays {
+// A row's value is its series' datum at the cursor unless `value` says otherwise (a stacked
+// area's own share, not the running sum it is drawn at).
+export interface HoverRow {
+  name: string;
+  color: string;
+  series: number;
+  value?: (i: number) => number | null | undefined;
+}
+
+export function hoverValues(wrap: HTMLElement, label: (x: number) => string, rows: HoverRow[]): uPlot.Hooks.Arrays {
   const tip = el('div', { class: 'tip hover-values' });
   let inside = false;
   return {
@@ -24,7 +32,7 @@ export function hoverValues(wrap: HTMLElement, label: (x: number) => string,
         return;
       }
       const lines = rows.filter((r) => u.series[r.series].show !== false).map((r) => {
-        const v = u.data[r.series][i];
+        const v = r.value ? r.value(i) : u.data[r.series][i];
         return el('div', {}, el('span', { style: `color:${r.color}` }, '■ '), `${r.name}: `,
                   el('b', {}, v === null ? 'NaN/Inf' : v === undefined ? '–' : fmtNum(v, 4)));
       });
