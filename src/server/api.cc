@@ -222,7 +222,7 @@ bool RangeParams(const QueryParams& params, Range* range, std::string* error) {
 using Bucketing = StepBuckets;
 
 double Metric(const TensorStats& s, const std::string& metric) {
-  if (metric == "l2_norm") return s.nan || s.inf ? std::numeric_limits<double>::quiet_NaN() : s.l2_norm();
+  if (metric == "l2_norm") return s.l2_norm();  // of the finite values; Layers marks a tensor with NaN/Inf
   if (metric == "abs_max") return s.abs_max;
   if (metric == "mean") return s.mean();
   if (metric == "std") return s.stddev();

@@ -139,11 +139,10 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
     return wrap;
   }
   // One shared x axis: the union of every run's bucket positions (null where a run has none).
+  const curveX = curves.map((c) => c.data.step.map((_, i) => xOf(c, i, o.x)));
+  const curveNonfinite = curves.map((c) => c.data.nonfinite.map((n) => n > 0));
   const xs = new Set<number>();
-  for (const c of curves) for (let i = 0; i < c.data.step.length; i++) {
-    const x = xOf(c, i, o.x);
-    if (x !== null) xs.add(x);
-  }
+  for (const cx of curveX) for (const x of cx) if (x !== null) xs.add(x);
   const xValues = Float64Array.from(xs).sort();
   const index = new Map<number, number>();
   xValues.forEach((x, i) => index.set(x, i));
@@ -156,18 +155,15 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
   if (bounds) wrap.dataset.robust = bounds.join(',');
   const tipRows: { name: string; color: string; series: number }[] = [];
   let plot: uPlot | undefined;
-  for (const c of curves) {
-    // A gap (null) where a bucket held only NaN/Inf; joined over (undefined) where this run
-    // has no bucket or the value cannot sit on a log axis.
+  curves.forEach((c, k) => {
+    // The run's values as drawn (drawable), placed on the shared x axis; undefined (joined
+    // over) where this run has no bucket.
     const align = (values: Num[]) => {
       const out: Drawn[] = new Array(xValues.length).fill(undefined);
-      for (let i = 0; i < values.length; i++) {
-        const x = xOf(c, i, o.x);
-        if (x === null) continue;
-        const v = values[i];
-        out[index.get(x)!] = v === null ? (c.data.nonfinite[i] ? null : undefined)
-          : scale.kind === 'log' && v <= 0 ? undefined : v;
-      }
+      drawable({ label: c.run, color: c.color, values, nonfinite: curveNonfinite[k] }, scale).forEach((v, i) => {
+        const x = curveX[k][i];
+        if (x !== null) out[index.get(x)!] = v;
+      });
       return out;
     };
     const nonfinite = c.data.nonfinite.reduce((a, b) => a + b, 0);
@@ -192,7 +188,7 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
     if (nonfinite) key.append(el('span', { class: 'badge nonfinite' }, `${nonfinite} NaN/Inf`), ' ');
     toggles(key, own, () => plot);
     legend.append(key);
-  }
+  });
 
   let ready = false;
   const primary = curves[0];
@@ -225,21 +221,8 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
       : o.x === 'relative' ? `${fmtNum(x, 4)} s` : `${o.x.slice(4)} ${fmtNum(x, 6)}`), tipRows), {
       draw: [(u) => {
         for (const d of drawMarkers) d(u);
-        // Buckets holding NaN/Inf: a tick on the top edge at their steps, in the non-finite
-        // colour (the curve has a gap where a bucket held nothing else).
-        const ctx = u.ctx;
-        ctx.save();
-        ctx.fillStyle = NONFINITE_COLOR;
-        for (const c of curves) {
-          for (let i = 0; i < c.data.step.length; i++) {
-            if (!c.data.nonfinite[i]) continue;
-            const xv = xOf(c, i, o.x);
-            if (xv === null) continue;
-            const px = u.valToPos(xv, 'x', true);
-            if (px >= u.bbox.left && px <= u.bbox.left + u.bbox.width) ctx.fillRect(px - 1, u.bbox.top, 2, 6 * devicePixelRatio);
-          }
-        }
-        ctx.restore();
+        // Buckets holding NaN/Inf: the non-finite ticks, each run at its own x.
+        curves.forEach((c, k) => drawNonfinite(u, curveX[k], [{ label: c.run, color: c.color, values: [], nonfinite: curveNonfinite[k] }]));
         wrap.dataset.xmin = String(u.scales.x.min);
         wrap.dataset.xmax = String(u.scales.x.max);
       }],
@@ -289,16 +272,18 @@ export function bucketLine(b: Buckets, label: string, color: string,
            nonfinite: index.map((i) => i !== undefined && b.nonfinite[i] > 0) };
 }
 
-// NaN/Inf steps: a tick on the top edge of the plot in the non-finite colour.
-function drawNonfinite(u: uPlot, x: ArrayLike<number>, lines: LineSeries[]) {
+// NaN/Inf steps: a tick on the top edge of the plot in the non-finite colour (none where x
+// is unknown: a wall time not recorded).
+function drawNonfinite(u: uPlot, x: ArrayLike<number | null>, lines: LineSeries[]) {
   const ctx = u.ctx;
   ctx.save();
   ctx.fillStyle = NONFINITE_COLOR;
   for (const l of lines) {
     if (!l.nonfinite) continue;
     for (let i = 0; i < x.length; i++) {
-      if (!l.nonfinite[i]) continue;
-      const px = u.valToPos(x[i], 'x', true);
+      const xi = x[i];
+      if (!l.nonfinite[i] || xi === null) continue;
+      const px = u.valToPos(xi, 'x', true);
       if (px >= u.bbox.left && px <= u.bbox.left + u.bbox.width) ctx.fillRect(px - 1, u.bbox.top, 2, 6 * devicePixelRatio);
     }
   }
