@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import itertools
 import math
 import sys
 import time
@@ -523,31 +524,39 @@ def target_match(source, target):
 
 
 def batch_target_check(run, iterable):
-    """Yields iterable's batches; for the first TARGET_CHECK_BATCHES that hold integer inputs
-    and integer targets of one size, logs data/target_copy_fraction and
+    """iterable's batches; for the first TARGET_CHECK_BATCHES that hold integer inputs and
+    integer targets of one size, logs data/target_copy_fraction and
     data/target_next_fraction (target_match) at the batch's step. The doctor's TARGET_LEAK
-    reads them beside the loss (docs/doctor.md). Never raises into the loop."""
-    checked = 0
+    reads them beside the loss (docs/doctor.md). Never raises into the loop. The batches
+    after the checked ones come from the iterator itself (itertools.chain): no Python frame
+    a batch once the check is done."""
     iterator = iter(iterable)
-    for batch in iterator:
-        if checked < TARGET_CHECK_BATCHES:
-            checked += 1
-            try:
-                _ensure_torch()
-                pair = _integer_pair(batch)
-                if pair is None:
-                    checked = TARGET_CHECK_BATCHES  # not a token batch: stop looking
-                else:
-                    copy_fraction, next_fraction = target_match(*pair)
-                    clock = run._clock
-                    step = run._step + (1 if clock is not None and clock.pending else 0)
-                    run._recorder.log_scalar(family_tag("data", "target_copy_fraction"), copy_fraction, step)
-                    run._recorder.log_scalar(family_tag("data", "target_next_fraction"), next_fraction, step)
-            except Exception as error:
-                checked = TARGET_CHECK_BATCHES
-                print(f"trainscope: the target check of run.data() failed, training goes on "
-                      f"({type(error).__name__}: {error})", file=sys.stderr)
+    return itertools.chain(_checked_batches(run, iterator), iterator)
+
+
+def _checked_batches(run, iterator):
+    """The first batches of iterator, each checked, until TARGET_CHECK_BATCHES were or one is
+    not a token batch."""
+    for checked, batch in enumerate(iterator, start=1):
+        stop = checked >= TARGET_CHECK_BATCHES
+        try:
+            _ensure_torch()
+            pair = _integer_pair(batch)
+            if pair is None:
+                stop = True  # not a token batch: stop looking
+            else:
+                copy_fraction, next_fraction = target_match(*pair)
+                clock = run._clock
+                step = run._step + (1 if clock is not None and clock.pending else 0)
+                run._recorder.log_scalar(family_tag("data", "target_copy_fraction"), copy_fraction, step)
+                run._recorder.log_scalar(family_tag("data", "target_next_fraction"), next_fraction, step)
+        except Exception as error:
+            stop = True
+            print(f"trainscope: the target check of run.data() failed, training goes on "
+                  f"({type(error).__name__}: {error})", file=sys.stderr)
         yield batch
+        if stop:
+            return
         if checked >= TARGET_CHECK_BATCHES:
             break
     yield from iterator  # the rest, without a loop of ours per batch

@@ -339,9 +339,13 @@ class HostWorker {
     CheckLengths(plan->size(), {ptrs.size()});
     CheckLengths(scalar_ids.size(), {scalar_values.size()});
     std::vector<ActivationJob> input_jobs = ActivationJobs(inputs);
+    uint64_t bytes = JobBytes(input_jobs);
+    for (size_t i = 0; i < ptrs.size(); ++i) {
+      if (ptrs[i]) bytes += plan->numels[i] * ElementSize(plan->dtypes[i]);
+    }
     auto state = NewState(step);
     Recorder* rec = &recorder_;
-    return Push(std::move(self), state, std::move(kept),
+    return Push(std::move(self), state, std::move(kept), bytes,
                 [rec, state, step, plan, ptrs = std::move(ptrs), histogram, units, norm_id,
                  scalar_ids = std::move(scalar_ids), scalar_values = std::move(scalar_values), rss_id,
                  input_jobs = std::move(input_jobs)] {
@@ -363,9 +367,11 @@ class HostWorker {
                                         std::vector<uintptr_t> current, std::vector<uintptr_t> previous,
                                         bool histogram, py::object kept) {
     CheckLengths(plan->size(), {current.size(), previous.size()});
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < plan->size(); ++i) bytes += 2 * plan->numels[i] * ElementSize(plan->dtypes[i]);
     auto state = NewState(step);
     Recorder* rec = &recorder_;
-    return Push(std::move(self), state, std::move(kept),
+    return Push(std::move(self), state, std::move(kept), bytes,
                 [rec, step, plan, current = std::move(current), previous = std::move(previous), histogram] {
                   WeightPass(*rec, step, *plan, current, previous, histogram);
                 });
@@ -375,8 +381,10 @@ class HostWorker {
   std::unique_ptr<Ticket> SubmitCopies(py::object self, std::vector<uintptr_t> dst, std::vector<uintptr_t> src,
                                        std::vector<uint64_t> bytes, py::object kept) {
     CheckLengths(dst.size(), {src.size(), bytes.size()});
+    uint64_t total = 0;
+    for (uint64_t b : bytes) total += b;
     auto state = NewState(0);
-    return Push(std::move(self), state, std::move(kept), [dst = std::move(dst), src = std::move(src),
+    return Push(std::move(self), state, std::move(kept), total, [dst = std::move(dst), src = std::move(src),
                                                           bytes = std::move(bytes)] {
       for (size_t i = 0; i < dst.size(); ++i) {
         std::memcpy(reinterpret_cast<void*>(dst[i]), reinterpret_cast<const void*>(src[i]), bytes[i]);
@@ -392,7 +400,8 @@ class HostWorker {
     std::vector<ActivationJob> jobs = ActivationJobs(records);
     auto state = NewState(step);
     state->activations.resize(jobs.size());
-    return Push(std::move(self), state, std::move(kept), [state, jobs = std::move(jobs)] {
+    const uint64_t bytes = JobBytes(jobs);
+    return Push(std::move(self), state, std::move(kept), bytes, [state, jobs = std::move(jobs)] {
       std::vector<unsigned char> gathered;
       MeasureActivations(jobs, &gathered, [&](size_t i, const TensorStats& stats) {
         state->activations[i] = {jobs[i].id, stats};
@@ -414,12 +423,24 @@ class HostWorker {
     return state;
   }
 
+  // bytes: the memory the job reads. A job under kRunHereBytes runs on the calling thread when
+  // the helper is idle: waking the helper costs the training thread more than such a job
+  // (docs/watch.md, "The training thread's budget").
   std::unique_ptr<Ticket> Push(py::object self, const std::shared_ptr<TicketState>& state, py::object kept,
-                               std::function<void()> job) {
+                               uint64_t bytes, std::function<void()> job) {
     // The ticket exists (and owns kept) before the job can run: nothing is freed under it.
     auto ticket = std::make_unique<Ticket>(helper_, state, &recorder_, std::move(self), std::move(kept));
-    state->number = helper_->Push(std::move(job));
+    HelperThread::Ticket number = bytes < kRunHereBytes ? helper_->RunHereIfIdle(job) : 0;
+    state->number = number ? number : helper_->Push(std::move(job));
     return ticket;
+  }
+
+  static constexpr uint64_t kRunHereBytes = 64 * 1024;
+
+  static uint64_t JobBytes(const std::vector<ActivationJob>& jobs) {
+    uint64_t bytes = 0;
+    for (const ActivationJob& j : jobs) bytes += j.numel * ElementSize(j.dtype);
+    return bytes;
   }
 
   Recorder& recorder_;

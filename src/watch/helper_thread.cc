@@ -27,6 +27,23 @@ HelperThread::Ticket HelperThread::Push(std::function<void()> job) {
   return ticket;
 }
 
+HelperThread::Ticket HelperThread::RunHereIfIdle(const std::function<void()>& job) {
+  Ticket ticket;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (paused_ || stop_ || !jobs_.empty() || finished_ != pushed_) return 0;
+    ticket = ++pushed_;
+    running_here_ = true;  // a job pushed meanwhile from another thread waits for this one
+  }
+  job();
+  std::lock_guard<std::mutex> lock(mu_);
+  running_here_ = false;
+  ++finished_;
+  if (!jobs_.empty()) work_cv_.notify_all();
+  done_cv_.notify_all();  // no waiter, no system call
+  return ticket;
+}
+
 void HelperThread::WaitFor(Ticket ticket) {
   std::unique_lock<std::mutex> lock(mu_);
   done_cv_.wait(lock, [&] { return finished_ >= ticket; });
@@ -59,7 +76,7 @@ void HelperThread::Resume() {
 void HelperThread::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    work_cv_.wait(lock, [this] { return !jobs_.empty() ? !paused_ : stop_; });
+    work_cv_.wait(lock, [this] { return !jobs_.empty() ? !paused_ && !running_here_ : stop_; });
     if (jobs_.empty()) return;  // stop_, and every queued job done
     std::function<void()> job = std::move(jobs_.front());
     jobs_.pop_front();

@@ -28,6 +28,11 @@ class HelperThread {
   HelperThread& operator=(const HelperThread&) = delete;
 
   Ticket Push(std::function<void()> job);
+  // Runs job on the calling thread, now, when the helper has nothing queued or running (and
+  // is not paused); returns its ticket (done on return), or 0 when the helper is busy and
+  // the job was not run. For jobs cheaper than waking the helper: on a VM the wake (a futex
+  // wake of an idle vCPU) costs the caller 20-60 us, more than the statistics of a small model.
+  Ticket RunHereIfIdle(const std::function<void()>& job);
   void WaitFor(Ticket ticket);
   void WaitAll();
   bool Done(Ticket ticket);
@@ -44,7 +49,7 @@ class HelperThread {
   std::condition_variable work_cv_, done_cv_;
   std::deque<std::function<void()>> jobs_;
   Ticket pushed_ = 0, finished_ = 0;
-  bool paused_ = false, stop_ = false;
+  bool paused_ = false, stop_ = false, running_here_ = false;
   std::thread thread_;  // last: starts after the members it reads
 };
 

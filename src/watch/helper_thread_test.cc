@@ -79,5 +79,49 @@ TEST(HelperThread, AJobsCapturesAreReleasedBeforeItsTicketIsDone) {
   EXPECT_TRUE(watch.expired());
 }
 
+TEST(HelperThread, RunHereIfIdleRunsOnTheCallerOnlyWhenNothingIsQueuedOrRunning) {
+  HelperThread helper;
+  const std::thread::id caller = std::this_thread::get_id();
+  std::thread::id ran_on;
+  HelperThread::Ticket here = helper.RunHereIfIdle([&] { ran_on = std::this_thread::get_id(); });
+  EXPECT_EQ(here, 1u);  // the ticket sequence is shared with Push
+  EXPECT_EQ(ran_on, caller);
+  EXPECT_TRUE(helper.Done(here));
+
+  // Busy (a job running): not run, 0 returned; the caller pushes it instead.
+  std::atomic<bool> release{false}, started{false};
+  HelperThread::Ticket slow = helper.Push([&] {
+    started = true;
+    while (!release) std::this_thread::sleep_for(1ms);
+  });
+  while (!started) std::this_thread::sleep_for(1ms);
+  bool ran = false;
+  EXPECT_EQ(helper.RunHereIfIdle([&] { ran = true; }), 0u);
+  EXPECT_FALSE(ran);
+  release = true;
+  helper.WaitFor(slow);
+
+  // Paused (tests make passes late that way): never run here.
+  helper.Pause();
+  EXPECT_EQ(helper.RunHereIfIdle([&] { ran = true; }), 0u);
+  EXPECT_FALSE(ran);
+  helper.Resume();
+}
+
+TEST(HelperThread, AJobPushedWhileOneRunsHereWaitsForIt) {
+  HelperThread helper;
+  std::vector<int> order;
+  std::thread other;
+  HelperThread::Ticket here = helper.RunHereIfIdle([&] {
+    other = std::thread([&] { helper.Push([&] { order.push_back(2); }); });
+    std::this_thread::sleep_for(30ms);  // the pushed job must not start meanwhile
+    order.push_back(1);
+  });
+  other.join();
+  helper.WaitAll();
+  EXPECT_EQ(here, 1u);
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+}
+
 }  // namespace
 }  // namespace trainscope::watch

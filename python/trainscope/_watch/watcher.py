@@ -23,7 +23,6 @@ series (time/, mem/, census/) are written once per step by the first of them.
 from __future__ import annotations
 
 import collections
-import functools
 import json
 import sys
 
@@ -35,13 +34,16 @@ from trainscope._watch.executors import DeviceExecutor, HostExecutor, global_nor
 from trainscope._watch import optimizers as optimizer_search
 from trainscope._watch.models import series_tag
 from trainscope._watch.ops import OpsRecorder
-from trainscope._watch.hooks import (BoundWrapper, Failures, Hook, SelfTime, fused_amp_state, outside_graphs,
-                                     step_hooks_may_nest, unwatch_grad_scalers, watch_grad_scalers)
+from trainscope._watch.hooks import (BoundWrapper, Failures, GuardedHook, Hook, SelfTime, fused_amp_state,
+                                     outside_graphs, step_hooks_may_nest, unwatch_grad_scalers, watch_grad_scalers)
 import trainscope.watch as facade  # first_tensor and unit_layout are looked up there per call: tests patch them
 from trainscope._watch.plan import (CONTAINERS, DENSE_STEPS, DTYPE_CODES, INT_CODES, PLAIN, ParamPlan, Schedule,
                                     activation_kind)
 
 _INT_DTYPES = tuple(INT_CODES)
+# Module outputs held for one helper job at most (a forward's end submits the rest): a
+# transformer's small outputs go in a few jobs, a CNN's large ones one a job, as before.
+ACTIVATION_BATCH_BYTES = 2 << 20
 
 
 class Watcher:
@@ -115,6 +117,8 @@ class Watcher:
         self._forward = []          # (executor, ticket, names, versions) of the last forward's activation jobs not logged yet
         self._inputs = []           # (name, host item, version) of this step's model inputs, for its gradient pass
         self._captured = []         # this forward's (name, item) reduced on the device, until its end
+        self._act_batch = []        # this forward's (name, host item, version) not submitted yet (_capture)
+        self._act_batch_bytes = 0
         self._device_tickets = collections.deque()
         self._rss_step = None       # the step whose RSS the helper logs with the gradient pass
         self._weights_due = None    # (step, histogram): the last optimizer step's weight pass, to start
@@ -366,20 +370,11 @@ class Watcher:
 
     def _call_guarded(self, part, fn, *args, **kwargs):
         """fn(*args, **kwargs), skipped once `part` failed, its failure reported, never raised."""
-        if part in self.failures.off:
-            return None
-        self.self_time.enter()
-        try:
-            return fn(*args, **kwargs)
-        except Exception as error:  # the monitor never kills the training
-            self.failures.report(part, error)
-            return None
-        finally:
-            self.self_time.leave()
+        return self._guarded(part, fn)(*args, **kwargs)
 
     def _guarded(self, part, fn):
-        """fn as a hook for torch (or a listener) to call: _call_guarded(part, fn, ...)."""
-        return Hook(functools.partial(self._call_guarded, part, fn))
+        """fn as a hook for torch (or a listener) to call, guarded and timed (GuardedHook)."""
+        return GuardedHook(fn, part, self.failures, self.self_time)
 
     def _id(self, tag, kind):
         key = (tag, kind)
@@ -466,12 +461,12 @@ class Watcher:
         # the process's series, so the first model's only.
         if self.primary:
             self._input_elements += _leading_numel(args)
-        first_forward = self._mode_step != self.clock.step
+        step = self.clock.step
+        first_forward = self._mode_step != step
         if first_forward:  # the step's first forward with gradients
-            self._mode_step = self.clock.step
+            self._mode_step = step
             if module.training is not self._training_mode:
                 self._log_mode(module.training)
-        step = self.clock.step
         due = self.schedule.at(step)
         if self.optimizer is not None and module.training and not self._stepping \
                 and "weights" not in self.failures.off:
@@ -504,6 +499,8 @@ class Watcher:
             self.timer.stop("forward")
         if self.schedule.activations_every > 1:  # measured every step: the hooks stay
             self._detach_activation_hooks()
+        if self._act_batch:
+            self._submit_activation_batch()
         if self._captured:
             self._submit_forward()
         if not self._order_recorded and self._module_order:
@@ -567,12 +564,12 @@ class Watcher:
     def _capture(self, name, tag, tensor, kind, histogram, flat=False):
         """Measures a module output (or model input) of a measuring forward.
 
-        On the host it is a job of its own, submitted now: the helper reads it while the
-        forward goes on, and the tensor is let go at the first later hook that finds the job
-        done. An output autograd does not keep (a BatchNorm's before its ReLU) then lives a
-        few modules longer, not until the optimizer step: held that long, the CNN
-        benchmark's allocator returned and re-faulted ~10 MB more per step, +10 % of its
-        step time (docs/benchmarks.md). On a device it is reduced now, and the forward's
+        On the host it joins the forward's batch, a helper job once ACTIVATION_BATCH_BYTES
+        are held or the forward ends: the helper reads it while the forward goes on, and the
+        tensor is let go at the first later hook that finds the job done. An output autograd
+        does not keep (a BatchNorm's before its ReLU) then lives a few modules longer, not
+        until the optimizer step: held that long, the CNN benchmark's allocator returned and
+        re-faulted ~10 MB more per step, +10 % of its step time (docs/benchmarks.md). On a device it is reduced now, and the forward's
         rows go to the host in one copy at its end. A module a later op changed in place
         before is measured at once (its values after its hook are gone by then)."""
         executor = self._executor(tensor.is_cpu)
@@ -587,12 +584,23 @@ class Watcher:
             # there if no op changed it in place since (_take_inputs).
             self._inputs.append((name, item, tensor._version))
             return
-        ticket = executor.activations(self.clock.step, [item])
         if name in self._act_in_place:
-            ticket.log_activations([True])
+            executor.activations(self.clock.step, [item]).log_activations([True])
             return
+        self._act_batch.append((name, item, tensor._version))
+        self._act_batch_bytes += tensor.numel() * tensor.element_size()
+        if self._act_batch_bytes >= ACTIVATION_BATCH_BYTES:
+            self._submit_activation_batch()
+
+    def _submit_activation_batch(self):
+        """The module outputs captured since the last job, as one job of the helper: each job
+        wakes it (20-60 us of the training thread on a VM), and a transformer's 45 small
+        outputs a step were 45 wakes. ACTIVATION_BATCH_BYTES bounds what is held meanwhile."""
+        batch, self._act_batch, self._act_batch_bytes = self._act_batch, [], 0
+        executor = self._host_executor()
+        ticket = executor.activations(self.clock.step, [item for _, item, _ in batch])
         self._commit_activations(finished_only=True)
-        self._forward.append((executor, ticket, [name], [tensor._version]))
+        self._forward.append((executor, ticket, [name for name, _, _ in batch], [v for _, _, v in batch]))
 
     def _take_inputs(self):
         """The captured model inputs as captured: [(name, host item)]; one a later op changed
@@ -645,6 +653,8 @@ class Watcher:
 
     def _flush_forward(self):
         """Submits the captured forward and logs the statistics of every pending one."""
+        if self._act_batch:
+            self._submit_activation_batch()
         if self._captured:
             self._submit_forward()
         if self._forward:
@@ -682,7 +692,8 @@ class Watcher:
 
     def _inspect_batch(self, batch):
         """run.data(): the label range of integer tensors in the batch (targets)."""
-        if not self.inputs or not self.schedule.at(self.clock.step).inputs:
+        step = self.clock.step
+        if not self.inputs or not self.schedule.at(step).inputs:
             return
         targets = None
         if isinstance(batch, (tuple, list)) and len(batch) >= 2:
@@ -695,7 +706,7 @@ class Watcher:
         if isinstance(targets, torch.Tensor) and not targets.is_floating_point() and targets.numel() \
                 and targets.dtype != torch.bool:
             self._labels_from_data = True  # the model's integer inputs are then not labels
-            self.log_label_range(targets, self.clock.step)
+            self.log_label_range(targets, step)
 
     # ---- backward ----
 
