@@ -11,7 +11,8 @@
 from trainscope.reader import RunView, diagnose, open_run, list_runs
 from trainscope.run import Run, StopTraining, init, on_alert
 from trainscope.metrics import classification_metrics
-from trainscope.checks import check_model, overfit_check
+from trainscope.checks import check_model
+from trainscope.overfit import overfit_check
 
 __all__ = ["Run", "RunView", "StopTraining", "check_model", "classification_metrics", "count_flops", "diagnose", "init", "list_runs",
            "on_alert", "open_run", "overfit_check"]

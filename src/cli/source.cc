@@ -71,7 +71,7 @@ Status LoadImportedDir(const std::string& path, std::vector<LoadedRun>* runs, bo
   Status s = ingest::FindImportSources(path, &sources, &considered);
   if (!s.ok()) return s;
   if (sources.empty()) {
-    return Status::Error(path + ": no runs found among " + std::to_string(considered) +
+    return Status::NotFound(path + ": no runs found among " + std::to_string(considered) +
                          " files (expected a run directory holding " + kStoreFileName +
                          ", a logdir of them, TensorBoard event files, trainer_state.json, JSONL, CSV or a "
                          "training log)");
@@ -94,7 +94,7 @@ Status LoadSources(const std::string& path, std::vector<LoadedRun>* runs, bool* 
   runs->clear();
   *is_logdir = false;
   std::error_code ec;
-  if (!fs::exists(path, ec)) return Status::Error(path + ": no such file or directory");
+  if (!fs::exists(path, ec)) return Status::NotFound(path + ": no such file or directory");
   if (fs::is_directory(path, ec)) {
     if (fs::exists(fs::path(path) / kStoreFileName, ec)) {
       runs->emplace_back();
@@ -107,7 +107,7 @@ Status LoadSources(const std::string& path, std::vector<LoadedRun>* runs, bool* 
 #ifdef TRAINSCOPE_WITH_INGEST
       return LoadImportedDir(path, runs, is_logdir);
 #endif
-      return Status::Error(path + ": no runs found (expected a run directory holding " + kStoreFileName +
+      return Status::NotFound(path + ": no runs found (expected a run directory holding " + kStoreFileName +
                            ", a logdir of them, or a log file another tool wrote)");
     }
     *is_logdir = true;
@@ -132,7 +132,7 @@ Status LoadSources(const std::string& path, std::vector<LoadedRun>* runs, bool* 
   runs->emplace_back();
   return LoadImported(sources.front(), &runs->back());
 #endif
-  return Status::Error(path + ": unrecognised format (expected a trainscope run directory or store)");
+  return Status::Corruption(path + ": unrecognised format (expected a trainscope run directory or store)");
 }
 
 Status LoadSeries(LoadedRun* run) {

@@ -14,7 +14,7 @@ enum class StatusCode : int {
   kCorruption,       // the data is there but damaged or not in the expected form
   kInvalidArgument,  // the caller asked for something malformed or impossible
   kIOError,          // the system failed us: disk full, permission, a failing write
-  kError,            // not yet classified: Status::Error's callers; treated as an internal error
+  kInternal,         // trainscope or a library it uses failed (a parser that would not start)
 };
 
 // "NotFound", "Corruption", ...: for logs and JSON.
@@ -25,9 +25,9 @@ inline const char* StatusCodeName(StatusCode code) {
     case StatusCode::kCorruption: return "Corruption";
     case StatusCode::kInvalidArgument: return "InvalidArgument";
     case StatusCode::kIOError: return "IOError";
-    case StatusCode::kError: return "Error";
+    case StatusCode::kInternal: return "Internal";
   }
-  return "Error";
+  return "Internal";
 }
 
 class Status {
@@ -40,8 +40,7 @@ class Status {
     return Status(StatusCode::kInvalidArgument, std::move(message));
   }
   static Status IOError(std::string message) { return Status(StatusCode::kIOError, std::move(message)); }
-  // An error of no particular kind. Kept so older call sites compile; new code names a kind.
-  static Status Error(std::string message) { return Status(StatusCode::kError, std::move(message)); }
+  static Status Internal(std::string message) { return Status(StatusCode::kInternal, std::move(message)); }
   // The same kind with a new message, e.g. context prepended: s.WithMessage(path + ": " + s.message()).
   Status WithMessage(std::string message) const { return Status(code_, std::move(message)); }
 

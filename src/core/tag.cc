@@ -28,17 +28,17 @@ bool IsValidUtf8(std::string_view bytes) {
 }
 
 Status ValidateTag(std::string_view tag) {
-  if (tag.empty()) return Status::Error("invalid tag: empty (a tag names a series, e.g. train/loss)");
+  if (tag.empty()) return Status::InvalidArgument("invalid tag: empty (a tag names a series, e.g. train/loss)");
   if (tag.size() > kMaxTagBytes) {
-    return Status::Error("invalid tag '" + std::string(tag.substr(0, 40)) + "...': " +
+    return Status::InvalidArgument("invalid tag '" + std::string(tag.substr(0, 40)) + "...': " +
                          std::to_string(tag.size()) + " bytes, at most " +
                          std::to_string(kMaxTagBytes) + " expected");
   }
-  if (!IsValidUtf8(tag)) return Status::Error("invalid tag: not valid UTF-8");
+  if (!IsValidUtf8(tag)) return Status::InvalidArgument("invalid tag: not valid UTF-8");
   for (size_t i = 0; i < tag.size(); ++i) {
     const unsigned char c = tag[i];
     if (c < 0x20 || c == 0x7f) {
-      return Status::Error("invalid tag '" + std::string(tag.substr(0, 40)) +
+      return Status::InvalidArgument("invalid tag '" + std::string(tag.substr(0, 40)) +
                            "': control character at byte " + std::to_string(i));
     }
   }

@@ -18,6 +18,9 @@ TEST(Tag, RejectsEmptyTooLongControlAndBadUtf8) {
   EXPECT_TRUE(ValidateTag(std::string(kMaxTagBytes, 'a')).ok());
   EXPECT_NE(ValidateTag("a\nb").message().find("control character at byte 1"), std::string::npos);
   EXPECT_NE(ValidateTag("bad\xff").message().find("UTF-8"), std::string::npos);
+  for (const std::string& bad : {std::string(), std::string(kMaxTagBytes + 1, 'a'), std::string("a\nb")}) {
+    EXPECT_TRUE(ValidateTag(bad).IsInvalidArgument()) << StatusCodeName(ValidateTag(bad).code());
+  }
 }
 
 TEST(Utf8, RejectsOverlongsSurrogatesAndTruncation) {

@@ -18,7 +18,7 @@ namespace {
 
 Status Bad(const toml::value& v, const std::string& what, const std::string& origin) {
   // toml11 formats the message with the file, line and a caret under the value.
-  return Status::Error(origin + ": " + toml::format_error(what, v, "here"));
+  return Status::InvalidArgument(origin + ": " + toml::format_error(what, v, "here"));
 }
 
 Status Number(const toml::value& v, const std::string& key, const std::string& origin, double* out) {
@@ -175,7 +175,7 @@ Status ParseRules(std::string_view text, std::string_view origin_view, std::vect
     std::istringstream in{std::string(text)};
     root = toml::parse(in, origin);
   } catch (const std::exception& e) {
-    return Status::Error(std::string("rules file: ") + e.what());
+    return Status::InvalidArgument(std::string("rules file: ") + e.what());
   }
   try {
     for (const auto& [key, v] : root.as_table()) {
@@ -189,14 +189,14 @@ Status ParseRules(std::string_view text, std::string_view origin_view, std::vect
       }
     }
   } catch (const std::exception& e) {
-    return Status::Error(origin + ": " + e.what());
+    return Status::InvalidArgument(origin + ": " + e.what());
   }
   return Status::Ok();
 }
 
 Status LoadRulesFile(const std::string& path, std::vector<AlertRule>* rules) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::Error(path + ": cannot open the rules file");
+  if (!in) return Status::IOError(path + ": cannot open the rules file");
   std::stringstream buf;
   buf << in.rdbuf();
   return ParseRules(buf.str(), path, rules);

@@ -62,10 +62,10 @@ Status ReadCsvLines(LineReader& lines, SampleSink* sink, ImportStats* stats) {
   LineReader::Result r;
   do {
     r = lines.Next(&line);
-    if (r == LineReader::kError) return Status::Error(lines.error());
-    if (r == LineReader::kTooLong) return Status::Error(lines.error() + " (expected a CSV header)");
+    if (r == LineReader::kError) return lines.ErrorStatus();
+    if (r == LineReader::kTooLong) return Status::Corruption(lines.error() + " (expected a CSV header)");
   } while (r == LineReader::kLine && Trim(line).empty());
-  if (r == LineReader::kEnd) return Status::Error(lines.name() + ": empty file (expected a CSV header line)");
+  if (r == LineReader::kEnd) return Status::Corruption(lines.name() + ": empty file (expected a CSV header line)");
   char delimiter = ',';
   if (line.find(',') == std::string_view::npos) {
     if (line.find('\t') != std::string_view::npos) delimiter = '\t';
@@ -99,7 +99,7 @@ Status ReadCsvLines(LineReader& lines, SampleSink* sink, ImportStats* stats) {
   }
   if (step_col >= 0) usable[step_col] = false;
   if (width < 2 && step_col < 0 && !usable[0]) {
-    return Status::Error(lines.name() + ": line 1: expected a CSV header naming the columns");
+    return Status::Corruption(lines.name() + ": line 1: expected a CSV header naming the columns");
   }
   sink->OnMeta("format", "csv");
   sink->OnMeta("csv_step_column", step_col >= 0 ? header[step_col] : std::string("(row index)"));
@@ -110,7 +110,7 @@ Status ReadCsvLines(LineReader& lines, SampleSink* sink, ImportStats* stats) {
     if (r == LineReader::kEnd) break;
     if (r == LineReader::kError) {
       stats->bytes += lines.bytes_read();
-      return Status::Error(lines.error());
+      return lines.ErrorStatus();
     }
     if (r == LineReader::kTooLong) {
       ++stats->damaged;

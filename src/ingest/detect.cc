@@ -115,7 +115,7 @@ bool ParseFormatName(std::string_view name, Format* format) {
 
 Status DetectFormatFromPrefix(std::string_view prefix, const std::string& name, bool whole_file, Format* format) {
   *format = Format::kUnknown;
-  if (prefix.empty()) return Status::Error(name + ": empty file (expected an event file, a JSON, CSV or text log)");
+  if (prefix.empty()) return Status::Corruption(name + ": empty file (expected an event file, a JSON, CSV or text log)");
   if (prefix.size() >= 16 && prefix.substr(0, 15) == "SQLite format 3") {
     *format = Format::kTrainscopeStore;
     return Status::Ok();
@@ -131,13 +131,13 @@ Status DetectFormatFromPrefix(std::string_view prefix, const std::string& name, 
   std::string_view text = prefix;
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // UTF-8 byte order mark
   const std::string_view trimmed = Trim(text);
-  if (trimmed.empty()) return Status::Error(name + ": only whitespace (expected an event file, a JSON, CSV or text log)");
+  if (trimmed.empty()) return Status::Corruption(name + ": only whitespace (expected an event file, a JSON, CSV or text log)");
   if (prefix.size() >= 2 && static_cast<unsigned char>(prefix[0]) == 0x1f && static_cast<unsigned char>(prefix[1]) == 0x8b) {
     return Status::InvalidArgument(name + ": offset 0: gzip-compressed data; a profiler trace (.json.gz) is read by "
                                           "`trainscope trace " + name + "`, other logs must be decompressed first");
   }
   if (LooksBinary(text)) {
-    return Status::Error(name + ": offset 0: binary data that is not a TFRecord event file (its first record header's "
+    return Status::Corruption(name + ": offset 0: binary data that is not a TFRecord event file (its first record header's "
                                 "checksum does not match) nor a trainscope store");
   }
   // Enough lines to pass any preamble: modded-nanoGPT prints its whole source, nvidia-smi
@@ -165,7 +165,7 @@ Status DetectFormatFromPrefix(std::string_view prefix, const std::string& name, 
                                             "analyse it with `trainscope trace " + name + "`");
     }
     if (json_array) {
-      return Status::Error(name + ": line 1: expected a JSON object (trainer_state.json, Megatron golden values) or one "
+      return Status::Corruption(name + ": line 1: expected a JSON object (trainer_state.json, Megatron golden values) or one "
                                   "object a line (JSONL), found a JSON array");
     }
   }
@@ -202,7 +202,7 @@ Status DetectFormatFromPrefix(std::string_view prefix, const std::string& name, 
       return Status::Ok();
     }
     if (whole_file || prefix.size() < kDetectBytes) {
-      return Status::Error(name + ": a JSON object with neither \"log_history\" (trainer_state.json) nor Megatron-style "
+      return Status::Corruption(name + ": a JSON object with neither \"log_history\" (trainer_state.json) nor Megatron-style "
                                   "{\"values\": ...} series; expected one of those, or JSONL");
     }
     *format = Format::kHfTrainerState;  // a large object: let the reader say what is missing
@@ -266,7 +266,7 @@ Status DetectFormatFromPrefix(std::string_view prefix, const std::string& name, 
       return Status::Ok();
     }
   }
-  return Status::Error(name + ": text with no recognisable training metrics in its first " + std::to_string(lines.size()) +
+  return Status::Corruption(name + ": text with no recognisable training metrics in its first " + std::to_string(lines.size()) +
                        " lines (expected TFRecord events, trainer_state.json, JSONL, CSV with a header, or a "
                        "training log with key: value / key=value metrics)");
 }

@@ -46,6 +46,7 @@ TEST(Detect, BadInputSaysWhatWasExpected) {
   EXPECT_NE(s.message().find("no recognisable training metrics"), std::string::npos) << s.message();
   Detect("{\n  \"name\": \"x\"\n}\n", &s);
   EXPECT_NE(s.message().find("log_history"), std::string::npos) << s.message();
+  EXPECT_TRUE(s.IsCorruption()) << StatusCodeName(s.code());  // the file is there, not in a known form
 }
 
 TEST(Detect, FormatNamesRoundTrip) {

@@ -21,7 +21,7 @@ Status ReadWholeJson(const std::string& path, Format format, SampleSink* sink, I
   Status s = MappedFile::Open(path, &file);
   if (!s.ok()) return s;
   if (file->size() > kMaxJsonBytes) {
-    return Status::Error(path + ": " + std::to_string(file->size()) + " bytes; expected a JSON document under 2 GiB");
+    return Status::InvalidArgument(path + ": " + std::to_string(file->size()) + " bytes; expected a JSON document under 2 GiB");
   }
   if (format == Format::kHfTrainerState) return ReadTrainerState(file->view(), path, sink, stats);
   return ReadMegatronGolden(file->view(), path, sink, stats);

@@ -87,7 +87,7 @@ Status FindImportSources(const std::string& path, std::vector<ImportSource>* sou
   sources->clear();
   *considered = 0;
   std::error_code ec;
-  if (!fs::exists(path, ec)) return Status::Error(path + ": no such file or directory");
+  if (!fs::exists(path, ec)) return Status::NotFound(path + ": no such file or directory");
   if (!fs::is_directory(path, ec)) {
     ImportSource src;
     src.name = fs::path(path).filename().string();
@@ -178,8 +178,8 @@ Status ImportSourceTo(const ImportSource& source, SampleSink* sink, ImportStats*
   }
   TagCollector collector(sink);
   const FormatEntry* entry = FindFormat(format);
-  if (entry == nullptr) return Status::Error(source.path + ": unrecognised format");
-  if (entry->read == nullptr) return Status::Error(source.path + ": already a trainscope store (nothing to import)");
+  if (entry == nullptr) return Status::Corruption(source.path + ": unrecognised format");
+  if (entry->read == nullptr) return Status::InvalidArgument(source.path + ": already a trainscope store (nothing to import)");
   Status s = entry->read(source, &collector, stats, options);
   const std::string sub = SubFormat(format, collector.tags(), stats->format);
   sink->OnMeta("format", sub);
@@ -205,7 +205,7 @@ Status ImportPath(const std::string& path, SampleSink* sink, ImportStats* stats,
     Status s = FindTfEventsRuns(path, &runs);
     if (!s.ok()) return s;
     if (runs.size() != 1) {
-      return Status::Error(path + ": expected one TensorBoard run (a directory of event files), found " +
+      return Status::InvalidArgument(path + ": expected one TensorBoard run (a directory of event files), found " +
                            std::to_string(runs.size()));
     }
     source.format = Format::kTfEvents;

@@ -95,6 +95,10 @@ TEST(Importer, DirectoryOfUnrelatedFilesFindsNothing) {
   ASSERT_TRUE(FindImportSources(dir.path(), &sources, &considered).ok());
   EXPECT_TRUE(sources.empty());
   EXPECT_EQ(considered, 3u);
+  RunData run;
+  ImportStats stats;
+  const Status missing = ImportPath(dir.File("no-such-file.log"), &run, &stats);
+  EXPECT_TRUE(missing.IsNotFound()) << StatusCodeName(missing.code()) << ": " << missing.message();
 }
 
 TEST(Importer, LogdirWithMixedSources) {

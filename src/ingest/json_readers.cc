@@ -154,10 +154,10 @@ Status ParseLenientJson(std::string_view text, const std::string& name, json* ou
     *out = json::parse(quoted);
   } catch (const json::parse_error& e) {
     // Offsets refer to the rewritten text; close enough to point at the place.
-    return Status::Error(name + ": " + LineColumn(quoted, e.byte ? e.byte - 1 : 0) +
+    return Status::Corruption(name + ": " + LineColumn(quoted, e.byte ? e.byte - 1 : 0) +
                          ": expected valid JSON: " + e.what());
   } catch (const json::exception& e) {  // e.g. a number too large for any JSON type
-    return Status::Error(name + ": expected valid JSON: " + e.what());
+    return Status::Corruption(name + ": expected valid JSON: " + e.what());
   }
   return Status::Ok();
 }
@@ -196,12 +196,12 @@ Status ReadTrainerState(std::string_view text, const std::string& name, SampleSi
   if (!s.ok()) return s;
   stats->bytes += text.size();
   if (!doc.is_object()) {
-    return Status::Error(name + ": expected a JSON object with a \"log_history\" array (trainer_state.json), found " +
+    return Status::Corruption(name + ": expected a JSON object with a \"log_history\" array (trainer_state.json), found " +
                          TypeName(doc));
   }
   auto history = doc.find("log_history");
   if (history == doc.end() || !history->is_array()) {
-    return Status::Error(name + ": expected a \"log_history\" array (trainer_state.json), found " +
+    return Status::Corruption(name + ": expected a \"log_history\" array (trainer_state.json), found " +
                          (history == doc.end() ? std::string("none") : TypeName(*history)));
   }
   sink->OnMeta("format", "hf_trainer_state");
@@ -257,7 +257,7 @@ Status ReadMegatronGolden(std::string_view text, const std::string& name, Sample
   if (!s.ok()) return s;
   stats->bytes += text.size();
   if (!doc.is_object()) {
-    return Status::Error(name + ": expected a JSON object of metric series (Megatron golden values), found " +
+    return Status::Corruption(name + ": expected a JSON object of metric series (Megatron golden values), found " +
                          TypeName(doc));
   }
   sink->OnMeta("format", "megatron_golden");
@@ -293,7 +293,7 @@ Status ReadMegatronGolden(std::string_view text, const std::string& name, Sample
       if (m.contains("start_step")) JsonToNumber(m["start_step"], &start);
       if (m.contains("step_interval")) JsonToNumber(m["step_interval"], &interval);
       if (!std::isfinite(start) || !std::isfinite(interval) || std::fabs(start) > 1e15 || std::fabs(interval) > 1e12) {
-        return Status::Error(name + ": \"" + it.key() + "\": expected finite start_step and step_interval");
+        return Status::Corruption(name + ": \"" + it.key() + "\": expected finite start_step and step_interval");
       }
       for (size_t i = 0; i < values.size(); ++i) {
         double x;
@@ -332,7 +332,7 @@ Status ReadJsonlLines(LineReader& lines, SampleSink* sink, ImportStats* stats) {
   for (;;) {
     const LineReader::Result r = lines.Next(&line);
     if (r == LineReader::kEnd) break;
-    if (r == LineReader::kError) return Status::Error(lines.error());
+    if (r == LineReader::kError) return lines.ErrorStatus();
     if (r == LineReader::kTooLong) {
       ++stats->damaged;
       stats->Warn(lines.error());
@@ -403,7 +403,7 @@ Status ReadJsonlLines(LineReader& lines, SampleSink* sink, ImportStats* stats) {
   }
   stats->bytes += lines.bytes_read();
   if (stats->scalars == 0) {
-    return Status::Error(lines.name() + ": no numeric values in " + std::to_string(stats->records) +
+    return Status::Corruption(lines.name() + ": no numeric values in " + std::to_string(stats->records) +
                          " lines (expected one JSON object a line with numeric metrics)");
   }
   return Status::Ok();

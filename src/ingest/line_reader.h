@@ -49,6 +49,9 @@ class LineReader {
   uint64_t bytes_read() const { return consumed_; }
   uint64_t total_bytes() const { return total_; }
   const std::string& error() const { return error_; }
+  // error() as a Status of its kind, after kError: IOError when the system failed the
+  // read, Corruption for a runaway line (the file is not text lines).
+  Status ErrorStatus() const { return io_failed_ ? Status::IOError(error_) : Status::Corruption(error_); }
   const std::string& name() const { return name_; }
 
  private:

@@ -26,7 +26,7 @@ std::string Json(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 Status ReadSmall(const fs::path& p, std::unique_ptr<MappedFile>* file) {
   Status s = MappedFile::Open(p.string(), file);
   if (!s.ok()) return s;
-  if ((*file)->size() > kMaxFileBytes) return Status::Error(p.string() + ": over 1 GiB; expected an MLflow metric or value file");
+  if ((*file)->size() > kMaxFileBytes) return Status::InvalidArgument(p.string() + ": over 1 GiB; expected an MLflow metric or value file");
   return Status::Ok();
 }
 
@@ -188,7 +188,7 @@ Status ReadMlflowRun(const std::string& dir, SampleSink* sink, ImportStats* stat
   }
   sink->OnMeta("mlflow_files", Json(files));
   if (stats->scalars == 0) {
-    return Status::Error(dir + ": an MLflow run with no metric values (metrics/<key> files of \"<timestamp> <value> <step>\" lines)");
+    return Status::Corruption(dir + ": an MLflow run with no metric values (metrics/<key> files of \"<timestamp> <value> <step>\" lines)");
   }
   return Status::Ok();
 }

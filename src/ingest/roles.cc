@@ -15,7 +15,7 @@ std::string RoleMapToJson(const RoleMap& roles) {
 Status ParseRoleOverride(const std::string& text, RoleMap* overrides) {
   const size_t eq = text.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
-    return Status::Error("--role " + text + ": expected ROLE=TAG (e.g. loss=train/loss)");
+    return Status::InvalidArgument("--role " + text + ": expected ROLE=TAG (e.g. loss=train/loss)");
   }
   (*overrides)[doctor::CanonicalRoleKey(text.substr(0, eq))] = text.substr(eq + 1);
   return Status::Ok();

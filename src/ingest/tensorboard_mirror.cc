@@ -12,7 +12,7 @@ Status TensorBoardMirror::OnOpen(const RunStart& run, ObserverHost& host) {
   const std::string dir = dir_.empty() ? (fs::path(run.run_dir) / "tensorboard").string()
                                        : (fs::path(dir_) / run.name).string();
   Status created = TfEventsWriter::Create(dir, &writer_);
-  if (!created.ok()) return Status::Error("tensorboard mirror: " + created.message());
+  if (!created.ok()) return created.WithMessage("tensorboard mirror: " + created.message());
   path_ = writer_->path();
   return Status::Ok();
 }

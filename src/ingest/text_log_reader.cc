@@ -748,9 +748,10 @@ Status ReadTextLogLines(LineReader& lines, SampleSink* sink, ImportStats* stats)
     if (r == LineReader::kEnd) break;
     if (r == LineReader::kError) {
       stats->bytes += lines.bytes_read();
-      return Status::Error(lines.error() + (parser.points() ? "; the " + std::to_string(parser.points()) +
-                                                                   " points before it were kept"
-                                                             : std::string()));
+      const Status failed = lines.ErrorStatus();
+      return failed.WithMessage(failed.message() + (parser.points() ? "; the " + std::to_string(parser.points()) +
+                                                                          " points before it were kept"
+                                                                    : std::string()));
     }
     if (r == LineReader::kTooLong) {
       ++stats->damaged;
@@ -770,7 +771,7 @@ Status ReadTextLogLines(LineReader& lines, SampleSink* sink, ImportStats* stats)
     }
   }
   if (parser.points() == 0) {
-    return Status::Error(lines.name() + ": no training metrics recognised in " + std::to_string(stats->records) +
+    return Status::Corruption(lines.name() + ": no training metrics recognised in " + std::to_string(stats->records) +
                          " lines (expected Megatron-LM, nanoGPT, DeepSpeed, PyTorch-examples, Hugging Face or "
                          "key: value / key=value lines)");
   }

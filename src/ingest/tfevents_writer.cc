@@ -90,7 +90,7 @@ std::string EncodeHistogramEvent(std::string_view tag, int64_t step, double wall
 Status TfEventsWriter::Create(const std::string& dir, std::unique_ptr<TfEventsWriter>* writer) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) return Status::Error(dir + ": cannot create directory: " + ec.message());
+  if (ec) return Status::IOError(dir + ": cannot create directory: " + ec.message());
   char host[256] = "localhost";
   gethostname(host, sizeof(host) - 1);
   const double now = Now();
@@ -103,7 +103,7 @@ Status TfEventsWriter::CreateFile(const std::string& path, double wall_time, std
   std::unique_ptr<TfEventsWriter> w(new TfEventsWriter);
   w->path_ = path;
   w->file_ = std::fopen(path.c_str(), "wb");
-  if (!w->file_) return Status::Error(path + ": cannot create: " + std::strerror(errno));
+  if (!w->file_) return Status::IOError(path + ": cannot create: " + std::strerror(errno));
   std::setvbuf(w->file_, nullptr, _IOFBF, 1 << 20);
   Status s = w->WriteEvent(EncodeFileVersion(wall_time));
   if (!s.ok()) return s;
@@ -119,7 +119,7 @@ Status TfEventsWriter::WriteEvent(std::string_view event) {
   record_.clear();
   AppendTfRecord(event, &record_);
   if (std::fwrite(record_.data(), 1, record_.size(), file_) != record_.size())
-    return Status::Error(path_ + ": write failed: " + std::strerror(errno));
+    return Status::IOError(path_ + ": write failed: " + std::strerror(errno));
   ++events_;
   return Status::Ok();
 }
@@ -133,7 +133,7 @@ Status TfEventsWriter::AddHistogram(std::string_view tag, int64_t step, double w
 }
 
 Status TfEventsWriter::Flush() {
-  if (file_ && std::fflush(file_) != 0) return Status::Error(path_ + ": flush failed: " + std::strerror(errno));
+  if (file_ && std::fflush(file_) != 0) return Status::IOError(path_ + ": flush failed: " + std::strerror(errno));
   return Status::Ok();
 }
 
@@ -141,7 +141,7 @@ Status TfEventsWriter::Close() {
   if (!file_) return Status::Ok();
   const int rc = std::fclose(file_);
   file_ = nullptr;
-  if (rc != 0) return Status::Error(path_ + ": close failed: " + std::strerror(errno));
+  if (rc != 0) return Status::IOError(path_ + ": close failed: " + std::strerror(errno));
   return Status::Ok();
 }
 

@@ -504,7 +504,7 @@ Status ReadWandbRun(const std::string& path, SampleSink* sink, ImportStats* stat
   if (!chosen) {
     std::string why;
     for (auto& c : candidates) why += "; " + c->file + ": " + (c->status.ok() ? "no numeric points" : c->status.message());
-    return Status::Error(path + ": a W&B run folder with no metrics (looked for run-*.wandb, wandb-history.jsonl, output.log)" + why);
+    return Status::Corruption(path + ": a W&B run folder with no metrics (looked for run-*.wandb, wandb-history.jsonl, output.log)" + why);
   }
   return Status::Ok();
 }

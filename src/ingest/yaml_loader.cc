@@ -60,7 +60,7 @@ void Put(std::vector<Frame>& stack, json value, json* root, bool* done) {
 Status ParseYaml(std::string_view text, const std::string& name, json* out) {
   *out = nullptr;
   yaml_parser_t parser;
-  if (!yaml_parser_initialize(&parser)) return Status::Error(name + ": could not start the YAML parser");
+  if (!yaml_parser_initialize(&parser)) return Status::Internal(name + ": could not start the YAML parser");
   yaml_parser_set_input_string(&parser, reinterpret_cast<const unsigned char*>(text.data()), text.size());
   std::vector<Frame> stack;
   bool done = false;

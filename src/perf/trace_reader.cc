@@ -110,7 +110,7 @@ Status ReadWholeFile(const std::string& path, simdjson::padded_string* bytes) {
 
 Status Gunzip(const std::string& path, std::string_view compressed, std::string* out) {
   z_stream z{};
-  if (inflateInit2(&z, 15 + 32) != Z_OK) return Status::Error(path + ": zlib could not start");
+  if (inflateInit2(&z, 15 + 32) != Z_OK) return Status::Internal(path + ": zlib could not start");
   z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(compressed.data()));
   z.avail_in = static_cast<uInt>(compressed.size());
   out->clear();

@@ -65,7 +65,7 @@ Status Recorder::Open(const Options& options, std::unique_ptr<Recorder>* out) {
   std::error_code ec;
   const bool exists = fs::exists(fs::path(run_dir) / kStoreFileName, ec);
   if (exists && !options.resume) {
-    return Status::Error(run_dir + ": run '" + name + "' already exists (choose another name, or resume it)");
+    return Status::InvalidArgument(run_dir + ": run '" + name + "' already exists (choose another name, or resume it)");
   }
   // The observers come first: one that cannot start (a mirror's folder not writable) fails
   // Open before a run exists.
@@ -133,7 +133,7 @@ Status Recorder::Open(const Options& options, std::unique_ptr<Recorder>* out) {
 Status ValidateRunName(const std::string& name) {
   if (name.empty() || name.size() > 255 || name == "." || name == ".." || name.find('/') != std::string::npos ||
       name.find('\0') != std::string::npos) {
-    return Status::Error("invalid run name '" + name + "': expected 1-255 characters, no '/', not '.' or '..'");
+    return Status::InvalidArgument("invalid run name '" + name + "': expected 1-255 characters, no '/', not '.' or '..'");
   }
   return Status::Ok();
 }
@@ -156,7 +156,7 @@ uint32_t Recorder::InternLocked(std::string_view tag, SeriesKind kind, Status* s
   auto it = ids_.find(tag);
   if (it != ids_.end()) {
     if (tags_[it->second].second != kind) {
-      *status = Status::Error("series '" + std::string(tag) + "' holds " + SeriesKindName(tags_[it->second].second) +
+      *status = Status::InvalidArgument("series '" + std::string(tag) + "' holds " + SeriesKindName(tags_[it->second].second) +
                               " data, cannot log " + SeriesKindName(kind) + " data to it");
     }
     return it->second;

@@ -52,7 +52,7 @@ int HttpCode(const Status& s) {
     case StatusCode::kInvalidArgument: return 400;
     case StatusCode::kCorruption:
     case StatusCode::kIOError:
-    case StatusCode::kError: return 500;
+    case StatusCode::kInternal: return 500;
   }
   return 500;
 }

@@ -22,10 +22,10 @@ bool IsInside(const std::string& root, const std::string& path) {
 Status RunRegistry::Open(const std::string& logdir, std::unique_ptr<RunRegistry>* registry) {
   std::error_code ec;
   if (!fs::is_directory(logdir, ec)) {
-    return Status::Error(logdir + ": not a directory (expected a logdir holding runs)");
+    return Status::InvalidArgument(logdir + ": not a directory (expected a logdir holding runs)");
   }
   const fs::path root = fs::canonical(logdir, ec);
-  if (ec) return Status::Error(logdir + ": cannot resolve: " + ec.message());
+  if (ec) return Status::IOError(logdir + ": cannot resolve: " + ec.message());
   std::string root_string = root.string();
   while (root_string.size() > 1 && root_string.back() == '/') root_string.pop_back();
   registry->reset(new RunRegistry(root_string));
@@ -33,22 +33,22 @@ Status RunRegistry::Open(const std::string& logdir, std::unique_ptr<RunRegistry>
 }
 
 Status RunRegistry::ValidateName(std::string_view name) {
-  if (name.empty()) return Status::Error("run name is empty");
+  if (name.empty()) return Status::InvalidArgument("run name is empty");
   if (name.size() > kMaxRunNameBytes) {
-    return Status::Error("run name is " + std::to_string(name.size()) + " bytes, at most " +
+    return Status::InvalidArgument("run name is " + std::to_string(name.size()) + " bytes, at most " +
                          std::to_string(kMaxRunNameBytes) + " allowed");
   }
-  if (!IsValidUtf8(name)) return Status::Error("run name is not valid UTF-8");
+  if (!IsValidUtf8(name)) return Status::InvalidArgument("run name is not valid UTF-8");
   for (unsigned char c : name) {
-    if (c < 0x20 || c == 0x7f || c == '\\') return Status::Error("run name holds a control character or a backslash");
+    if (c < 0x20 || c == 0x7f || c == '\\') return Status::InvalidArgument("run name holds a control character or a backslash");
   }
-  if (name.front() == '/') return Status::Error("run name must be relative to the logdir");
+  if (name.front() == '/') return Status::InvalidArgument("run name must be relative to the logdir");
   size_t begin = 0;
   while (begin <= name.size()) {
     const size_t end = std::min(name.find('/', begin), name.size());
     const std::string_view part = name.substr(begin, end - begin);
     if (part.empty() || part == "." || part == "..") {
-      return Status::Error("run name has an empty, '.' or '..' component");
+      return Status::InvalidArgument("run name has an empty, '.' or '..' component");
     }
     begin = end + 1;
   }

@@ -214,7 +214,7 @@ const std::string& DashboardServer::root() const { return registry_->root(); }
 
 Status DashboardServer::Create(const ServerOptions& options, std::unique_ptr<DashboardServer>* out) {
   if (!IsLoopbackHost(options.host) && options.token.empty()) {
-    return Status::Error("serving on " + options.host +
+    return Status::InvalidArgument("serving on " + options.host +
                          " (not a loopback address) needs a token: pass --token SECRET, or --token auto "
                          "to have one generated");
   }
@@ -222,14 +222,14 @@ Status DashboardServer::Create(const ServerOptions& options, std::unique_ptr<Das
     const auto visible = std::count_if(options.token.begin(), options.token.end(),
                                        [](unsigned char c) { return std::isgraph(c); });
     if (visible != static_cast<std::ptrdiff_t>(options.token.size()) || options.token.size() < kMinTokenChars) {
-      return Status::Error("the token has " + std::to_string(visible) + " visible characters" +
+      return Status::InvalidArgument("the token has " + std::to_string(visible) + " visible characters" +
                            (visible != static_cast<std::ptrdiff_t>(options.token.size()) ? " and spaces or control characters" : "") +
                            "; use at least " + std::to_string(kMinTokenChars) +
                            " characters, none a space (or --token auto)");
     }
   }
   if (options.port < 0 || options.port > 65535) {
-    return Status::Error("port " + std::to_string(options.port) + " is not in [0, 65535]");
+    return Status::InvalidArgument("port " + std::to_string(options.port) + " is not in [0, 65535]");
   }
   std::unique_ptr<DashboardServer> server(new DashboardServer(options));
   Status s = RunRegistry::Open(options.logdir, &server->registry_);
@@ -254,10 +254,10 @@ Status DashboardServer::Create(const ServerOptions& options, std::unique_ptr<Das
   server->Routes();
   if (options.port == 0) {
     server->port_ = server->http_->bind_to_any_port(options.host);
-    if (server->port_ <= 0) return Status::Error("cannot bind " + options.host + " on any port");
+    if (server->port_ <= 0) return Status::IOError("cannot bind " + options.host + " on any port");
   } else {
     if (!server->http_->bind_to_port(options.host, options.port)) {
-      return Status::Error("cannot bind " + options.host + ":" + std::to_string(options.port) +
+      return Status::IOError("cannot bind " + options.host + ":" + std::to_string(options.port) +
                            " (in use, or not an address of this machine)");
     }
     server->port_ = options.port;
@@ -440,7 +440,7 @@ Status DashboardServer::Run() {
   const bool ok = http_->listen_after_bind();
   run_finished_ = true;
   feed_->Stop();
-  if (!ok && !stopping_) return Status::Error("the HTTP server stopped with an error");
+  if (!ok && !stopping_) return Status::Internal("the HTTP server stopped with an error");
   return Status::Ok();
 }
 

@@ -183,7 +183,7 @@ Status StatusFromSqlite(int rc, std::string message) {
     case SQLITE_MISMATCH: return Status::InvalidArgument(std::move(message));
     case SQLITE_ERROR:
     case SQLITE_MISUSE:
-    case SQLITE_INTERNAL: return Status::Error(std::move(message));
+    case SQLITE_INTERNAL: return Status::Internal(std::move(message));
     default: return Status::IOError(std::move(message));  // IOERR, FULL, READONLY, BUSY, NOMEM, CANTOPEN, ...
   }
 }
