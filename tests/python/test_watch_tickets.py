@@ -79,3 +79,70 @@ def test_a_plan_and_its_pointers_must_agree_before_anything_is_read(tmp_path):
     with pytest.raises(ValueError, match="unknown dtype code 9"):
         _core.StatsPlan([1], [10], [9], [], [])
     run.finish()
+
+
+def test_a_job_smaller_than_the_wake_runs_on_the_submitting_thread_only_when_the_helper_is_idle(tmp_path):
+    # Waking the helper costs the training thread more than the statistics of a small tensor
+    # (docs/watch.md): under 64 KiB the job runs at once where it is submitted, unless the
+    # helper is paused or has a job before it (jobs keep their order).
+    run = ts.init(tmp_path, "here")
+    rec = run._recorder
+    worker = _core.HostWorker(rec)
+    small, large = torch.randn(1000), torch.randn(64 * 1024)  # 4 KB, 256 KB
+    small_plan, large_plan = plan_of(rec, [small], "grad/small"), plan_of(rec, [large], "grad/large")
+    ticket = worker.submit_stats(0, small_plan, [small.data_ptr()], False, False, kept=[small])
+    assert ticket.done()  # ran before submit returned
+    assert ticket.wait()[0] == pytest.approx(float(small.double().pow(2).sum()), rel=1e-6)
+
+    worker.pause()
+    late_small = worker.submit_stats(1, small_plan, [small.data_ptr()], False, False, kept=[small])
+    assert not late_small.done()  # a paused helper: never run here
+    worker.resume()
+    late_small.wait()
+
+    worker.pause()
+    big = worker.submit_stats(2, large_plan, [large.data_ptr()], False, False, kept=[large])
+    after_big = worker.submit_stats(2, small_plan, [small.data_ptr()], False, False, kept=[small])
+    assert not big.done() and not after_big.done()  # queued behind the large job, in order
+    worker.resume()
+    assert after_big.wait()[0] == pytest.approx(float(small.double().pow(2).sum()), rel=1e-6)
+    assert big.wait()[0] == pytest.approx(float(large.double().pow(2).sum()), rel=1e-6)
+    run.finish()
+    assert [s["step"] for s in ts.open_run(tmp_path / "here").tensor_stats("grad/small0")] == [0, 1, 2]
+
+
+def test_a_forwards_small_module_outputs_go_to_the_helper_in_one_job(tmp_path, monkeypatch):
+    # Each helper job wakes the helper; a forward's outputs under ACTIVATION_BATCH_BYTES go in
+    # one job, and each module's statistics are still its own output's.
+    from trainscope._watch import executors
+    from trainscope._watch.watcher import ACTIVATION_BATCH_BYTES
+    jobs = []
+    submit = executors.HostExecutor.activations
+
+    def counted(self, step, captured):
+        jobs.append((step, len(captured)))
+        return submit(self, step, captured)
+    monkeypatch.setattr(executors.HostExecutor, "activations", counted)
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(16, 16) for _ in range(8)]
+    model = torch.nn.Sequential(*[m for layer in layers for m in (layer, torch.nn.Tanh())])
+    outputs = {}
+    for i, layer in enumerate(layers):
+        layer.register_forward_hook(lambda m, a, out, i=i: outputs.setdefault(i, []).append(out.detach().clone()))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    run = ts.init(tmp_path, "batched")
+    run.watch(model, opt, activations_every=1)
+    x = torch.randn(4, 16)
+    for _ in range(3):
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+    run.finish()
+    assert 16 * 4 * 16 * 4 < ACTIVATION_BATCH_BYTES
+    assert jobs == [(step, 16) for step in range(3)]  # 16 outputs (8 Linear, 8 Tanh), one job a forward
+    view = ts.open_run(tmp_path / "batched")
+    for i in range(8):
+        stats = view.tensor_stats(f"act/{2 * i}")
+        assert [s["step"] for s in stats] == [0, 1, 2]
+        for s in stats:
+            assert s["l2_norm"] == pytest.approx(float(outputs[i][s["step"]].double().norm()), rel=1e-6)
