@@ -301,6 +301,8 @@ class Run:
         """A float for value, or None when it is deferred (device tensor) or unusable."""
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(value, torch.Tensor):
+            # From now on log_dict reads host tensors of one element itself (recorder_bindings.cc).
+            self._recorder.read_tensors_as(torch.Tensor)
             if value.numel() != 1:
                 self._warn_once(("shape", key), f"{key}: a tensor of {value.numel()} elements is not a scalar; skipped")
                 return None

@@ -217,3 +217,24 @@ def test_ts_diagnose_matches_the_cli(logdir):
     assert first["code"] == "NONFINITE_LOSS" and first["step"] == 100 and first["severity"] == "critical"
     with pytest.raises(ValueError, match="no such file"):
         ts.diagnose(logdir / "missing")
+
+
+def test_host_tensors_of_one_element_are_read_by_the_recorder_itself(tmp_path):
+    # After the first torch tensor run.log meets, log_dict reads host tensors of one element
+    # in C++ with the other numbers (no Python frame per value); the values are item()'s.
+    run = ts.init(tmp_path, "tensors")
+    run.log({"loss": torch.tensor(0.5)}, step=0)
+    slow = []
+    original = run._log_slow
+    run._log_slow = lambda items, step: (slow.append([k for k, _ in items]), original(items, step))
+    loss = (torch.ones(3, requires_grad=True) * 2).mean()
+    run.log({"loss": loss, "correct": torch.tensor(7), "nan": torch.tensor(float("nan")), "lr": 0.1}, step=1)
+    assert slow == []
+    with pytest.warns(UserWarning, match="2 elements"):
+        run.log({"loss": torch.tensor([1.0, 2.0])}, step=2)  # not a scalar: Python warns and skips it
+    assert slow == [["loss"]]
+    run.finish()
+    view = ts.open_run(tmp_path / "tensors")
+    assert view.scalars("loss")["value"].tolist() == [0.5, 2.0]
+    assert view.scalars("correct")["value"].tolist() == [7.0]
+    assert math.isnan(view.scalars("nan")["value"][0])

@@ -338,6 +338,41 @@ def test_activation_changed_in_place_later_is_not_misread(tmp_path):
     assert [s["step"] for s in relu] == [0, 1, 2, 3]  # nothing changes the ReLU's output after it
 
 
+def test_outputs_of_a_forward_that_raised_keep_their_step(tmp_path):
+    # A forward's small outputs wait in one batch for the helper until the forward ends; one
+    # that raises never ends, and its batch is submitted at the step's end: its statistics
+    # belong to the step whose forward made them, and the next step's are its own.
+    class FailsOnce(torch.nn.Module):
+        failed = False
+
+        def forward(self, x):
+            if not self.failed and torch.is_grad_enabled() and FailsOnce.at_step:
+                FailsOnce.at_step -= 1
+                if FailsOnce.at_step == 0:
+                    self.failed = True
+                    raise RuntimeError("a bad batch")
+            return x
+
+    FailsOnce.at_step = 2  # the second training forward (step 1) raises
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), FailsOnce(), torch.nn.Linear(32, 4))
+    run = ts.init(tmp_path, "raised")
+    run.watch(model, activations_every=1)  # no optimizer: run.data()'s batches are the steps
+    for x, y in run.data(batches(4)):
+        model.zero_grad()
+        try:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        except RuntimeError:
+            continue  # the loop skips the bad batch
+        loss.backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.01 * p.grad
+    run.finish()
+    steps = [s["step"] for s in ts.open_run(tmp_path / "raised").tensor_stats("act/0")]
+    assert steps == [0, 1, 2, 3]
+
+
 def test_lr_grad_zeroed_labels_and_data_wait(tmp_path):
     import time
 

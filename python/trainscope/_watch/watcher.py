@@ -119,6 +119,7 @@ class Watcher:
         self._captured = []         # this forward's (name, item) reduced on the device, until its end
         self._act_batch = []        # this forward's (name, host item, version) not submitted yet (_capture)
         self._act_batch_bytes = 0
+        self._act_batch_step = None
         self._device_tickets = collections.deque()
         self._rss_step = None       # the step whose RSS the helper logs with the gradient pass
         self._weights_due = None    # (step, histogram): the last optimizer step's weight pass, to start
@@ -587,6 +588,8 @@ class Watcher:
         if name in self._act_in_place:
             executor.activations(self.clock.step, [item]).log_activations([True])
             return
+        if not self._act_batch:
+            self._act_batch_step = self.clock.step  # the outputs' step, whenever the batch is submitted
         self._act_batch.append((name, item, tensor._version))
         self._act_batch_bytes += tensor.numel() * tensor.element_size()
         if self._act_batch_bytes >= ACTIVATION_BATCH_BYTES:
@@ -598,7 +601,7 @@ class Watcher:
         outputs a step were 45 wakes. ACTIVATION_BATCH_BYTES bounds what is held meanwhile."""
         batch, self._act_batch, self._act_batch_bytes = self._act_batch, [], 0
         executor = self._host_executor()
-        ticket = executor.activations(self.clock.step, [item for _, item, _ in batch])
+        ticket = executor.activations(self._act_batch_step, [item for _, item, _ in batch])
         self._commit_activations(finished_only=True)
         self._forward.append((executor, ticket, [name for name, _, _ in batch], [v for _, _, v in batch]))
 
