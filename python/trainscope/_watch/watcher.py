@@ -570,9 +570,10 @@ class Watcher:
         tensor is let go at the first later hook that finds the job done. An output autograd
         does not keep (a BatchNorm's before its ReLU) then lives a few modules longer, not
         until the optimizer step: held that long, the CNN benchmark's allocator returned and
-        re-faulted ~10 MB more per step, +10 % of its step time (docs/benchmarks.md). On a device it is reduced now, and the forward's
-        rows go to the host in one copy at its end. A module a later op changed in place
-        before is measured at once (its values after its hook are gone by then)."""
+        re-faulted ~10 MB more per step, +10 % of its step time (docs/benchmarks.md). On a
+        device it is reduced now, and the forward's rows go to the host in one copy at its end.
+        A module a later op changed in place before is measured at once (its values after its
+        hook are gone by then)."""
         executor = self._executor(tensor.is_cpu)
         item = executor.capture(self._id(tag, "tensor_stats"), tensor, kind, histogram, flat)
         if item is None:
