@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   trainscope::cli::AddDiagnoseCommand(app, &exit_code);
   trainscope::cli::AddDemoCommand(app, &exit_code);
   trainscope::cli::AddReportCommand(app, &exit_code);
+  trainscope::cli::AddPushCommand(app, &exit_code);
 #ifdef TRAINSCOPE_WITH_INGEST
   trainscope::cli::AddImportCommand(app, &exit_code);
   trainscope::cli::AddExportCommand(app, &exit_code);

@@ -39,6 +39,27 @@ Status LoadStore(const std::string& path, LoadedRun* run, bool series_in_store) 
   return s;
 }
 
+// A run in a database (postgresql://...#project/run), or the runs of a database or of one
+// project in it, as a logdir's.
+Status LoadDatabase(const std::string& location, std::vector<LoadedRun>* runs, bool* is_logdir, bool series_in_store) {
+  const size_t hash = location.find('#');
+  if (hash != std::string::npos && location.find('/', hash) != std::string::npos) {
+    runs->emplace_back();
+    return LoadStore(location, &runs->back(), series_in_store);
+  }
+  std::vector<RunEntry> entries;
+  Status s = ListRuns(location, &entries);
+  if (!s.ok()) return s;
+  if (entries.empty()) return Status::NotFound(location + ": no runs in the database");
+  *is_logdir = true;
+  for (const RunEntry& entry : entries) {
+    runs->emplace_back();
+    s = LoadStore(entry.dir, &runs->back(), series_in_store);
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
 bool StartsWithSqliteHeader(const std::string& path) {
   FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) return false;
@@ -93,6 +114,7 @@ Status LoadImportedDir(const std::string& path, std::vector<LoadedRun>* runs, bo
 Status LoadSources(const std::string& path, std::vector<LoadedRun>* runs, bool* is_logdir, bool series_in_store) {
   runs->clear();
   *is_logdir = false;
+  if (IsDatabaseLocation(path)) return LoadDatabase(path, runs, is_logdir, series_in_store);
   std::error_code ec;
   if (!fs::exists(path, ec)) return Status::NotFound(path + ": no such file or directory");
   if (fs::is_directory(path, ec)) {

@@ -63,4 +63,20 @@ json RunMetaToJson(const RunMeta& m, const std::string& effective_status) {
   return out;
 }
 
+void ReadStoredCauses(const std::string& text, std::vector<Cause>* causes) {
+  const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_array()) return;
+  for (const auto& c : parsed) {
+    if (c.is_object()) causes->push_back({c.value("id", ""), c.value("confidence", 0.0)});
+  }
+}
+
+void ReadStoredActions(const std::string& text, std::vector<std::string>* actions) {
+  const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_array()) return;
+  for (const auto& a : parsed) {
+    if (a.is_string()) actions->push_back(a.get<std::string>());
+  }
+}
+
 }  // namespace trainscope

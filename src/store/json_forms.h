@@ -15,6 +15,10 @@ namespace trainscope {
 nlohmann::json FindingToJson(const Finding& finding);
 // [{"id", "confidence"}, ...]: a finding's causes, as JSON and as stored.
 nlohmann::json CausesToJson(const std::vector<Cause>& causes);
+// A finding's causes and actions as a store keeps them (CausesToJson's text, a JSON array of
+// strings), read back; entries of another shape are left out.
+void ReadStoredCauses(const std::string& text, std::vector<Cause>* causes);
+void ReadStoredActions(const std::string& text, std::vector<std::string>* actions);
 nlohmann::json TensorStatsToJson(const TensorStats& stats);
 nlohmann::json RunMetaToJson(const RunMeta& meta, const std::string& effective_status);
 

@@ -235,4 +235,50 @@ Status StoreSink::Finish() {
   return status_;
 }
 
+namespace {
+
+// Everything but the metadata, which CopyRun copies as stored (ReadRun gives the effective
+// status, and a "format" key, in its place).
+class SamplesOnly : public SampleSink {
+ public:
+  explicit SamplesOnly(StoreSink* to) : to_(to) {}
+  void OnScalar(std::string_view tag, int64_t step, double wall_time, double value) override {
+    to_->OnScalar(tag, step, wall_time, value);
+  }
+  void OnTensorStats(std::string_view tag, int64_t step, double wall_time, const TensorStats& stats) override {
+    to_->OnTensorStats(tag, step, wall_time, stats);
+  }
+  void OnVector(std::string_view tag, int64_t step, double wall_time, const std::vector<float>& values) override {
+    to_->OnVector(tag, step, wall_time, values);
+  }
+  void OnSpan(const Span& span) override { to_->OnSpan(span); }
+  void OnFinding(const Finding& finding) override { to_->OnFinding(finding); }
+  void OnMeta(std::string_view, std::string_view) override {}
+
+ private:
+  StoreSink* to_;
+};
+
+}  // namespace
+
+Status CopyRun(RunStore& from, RunStore* to) {
+  RunMeta meta;
+  Status s = from.ReadMeta(&meta);
+  if (s.ok()) s = to->SetMeta(meta);
+  if (s.ok() && meta.backward_steps) s = to->SetMetaValue("backward_steps", std::to_string(meta.backward_steps));
+  // Every series, those without a point too, so that both runs list the same.
+  std::vector<SeriesInfo> series;
+  if (s.ok()) s = from.ListSeries(&series);
+  std::vector<std::pair<std::string, SeriesKind>> kinds;
+  for (const SeriesInfo& info : series) kinds.emplace_back(info.tag, info.kind);
+  std::vector<int64_t> ids;
+  if (s.ok()) s = to->EnsureSeriesAll(kinds, &ids);
+  if (!s.ok()) return s;
+  StoreSink sink(to);
+  SamplesOnly samples(&sink);
+  s = ReadRun(from, &samples);
+  Status written = sink.Finish();
+  return s.ok() ? written : s;
+}
+
 }  // namespace trainscope

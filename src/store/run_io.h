@@ -33,6 +33,10 @@ Status ReplayStepsInWindows(RunStore& store, SampleSink* sink, const std::functi
 // Costs one read of the run (about a second per 4 M points here).
 Status CheckRun(const std::string& path, DamageLog* damage);
 
+// Copies a whole run, its metadata as stored, every series, span and finding, into `to` (a
+// new run of any backend): `trainscope push` from a run file into a team's database.
+Status CopyRun(RunStore& from, RunStore* to);
+
 // A sink that writes what it receives into a store, in batches. Used by importers.
 // Call Finish() at the end; errors are kept and returned by Finish().
 class StoreSink : public SampleSink {

@@ -1,25 +1,26 @@
-// RunStore: one training run in one SQLite file, <logdir>/<run>/trainscope.db.
+// RunStore: one training run's series, spans, findings and metadata.
 //
-// Writes come from one writer (the recorder's writer thread, or an importer); any number
-// of readers may open the same file at the same time (WAL mode). Every point is kept: the
-// reader decimates for display, it never samples.
+// Writes come from one writer (the recorder's writer thread, an importer, the server's
+// ingest); any number of readers may open the same run at the same time. Every point is
+// kept: the reader decimates for display, it never samples.
 //
 // Scalars are stored in chunks of up to kChunkPoints points per row (steps, values and
-// wall-time offsets packed in one blob), as time-series stores do: one SQLite row costs
-// about a microsecond, a point in a chunk costs a few nanoseconds. Each write adds the
-// new points of a series as one small row; when a series has kChunkPoints points, they
-// become one full row that replaces the small ones. So a series logged one point a
-// second still reads back as few rows, and every point is written at most twice.
+// wall-time offsets packed in one blob), as time-series stores do: one row costs about a
+// microsecond, a point in a chunk costs a few nanoseconds. Each write adds the new points
+// of a series as one small row; when a series has kChunkPoints points, they become one
+// full row that replaces the small ones. So a series logged one point a second still reads
+// back as few rows, and every point is written at most twice.
 //
-// A damaged file is read as far as it can be: a record that cannot be read (a corrupt page,
-// a blob of the wrong size, a cut histogram) is skipped and reported with its series and
-// rowid, and the rest is read. Writes fail whole: a failing write rolls back to the last
-// commit.
+// A damaged store is read as far as it can be: a record that cannot be read (a corrupt
+// page, a blob of the wrong size, a cut histogram, a checksum that does not match) is
+// skipped and reported with its series and row id, and the rest is read. Writes fail
+// whole: a failing write rolls back to the last commit.
 //
 // A store is not thread-safe: one RunStore object per thread.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -31,9 +32,6 @@
 #include "core/sample.h"
 #include "core/regular_file.h"
 #include "core/status.h"
-
-struct sqlite3;
-struct sqlite3_stmt;
 
 namespace trainscope {
 
@@ -184,69 +182,79 @@ struct WriteBatch {
 // are few and not counted).
 size_t BatchBytes(const WriteBatch& batch);
 
+struct ChunkView;  // store/store_format.h
+
+// One run's store. Two backends hold it: a SQLite file per run (<logdir>/<run>/trainscope.db,
+// the embedded default: nothing to start) and a PostgreSQL database holding many projects'
+// runs (docs/server.md). Both keep every point, store the same chunk and histogram bytes
+// with the same checksums (store/store_format.h), and answer every read alike.
+//
+// A location names the store: a run directory or its .db file, or
+// postgresql://[user@]host[:port]/database#project/run (also postgres://).
 class RunStore {
  public:
   static constexpr int kChunkPoints = 2048;
 
-  // Creates the run directory and a new store. Fails if a store is already there. A store
-  // that cannot be laid down is removed again (no empty file is left), and `fault` (when
-  // given) gets the cause in StoreFaultCause's words.
-  static Status Create(const std::string& run_dir, const RunMeta& meta, std::unique_ptr<RunStore>* store,
+  // Creates a new run (for SQLite, its directory and file). Fails if the run already exists.
+  // A store that cannot be laid down is removed again (no empty file is left), and `fault`
+  // (when given) gets the cause in StoreFaultCause's words.
+  static Status Create(const std::string& location, const RunMeta& meta, std::unique_ptr<RunStore>* store,
                        std::string* fault = nullptr);
-  // Opens an existing store for appending (resume, import).
-  static Status OpenForWrite(const std::string& run_dir, std::unique_ptr<RunStore>* store);
-  // Opens an existing store read-only. `path` is a run directory or the .db file itself.
-  // Every read of this store tells `reporter` (when given) about the damaged records it
-  // skips; damage() counts them either way.
-  static Status OpenReadOnly(const std::string& path, std::unique_ptr<RunStore>* store,
+  // Opens an existing run for appending (resume, import).
+  static Status OpenForWrite(const std::string& location, std::unique_ptr<RunStore>* store);
+  // Opens an existing run read-only. Every read of this store tells `reporter` (when given)
+  // about the damaged records it skips; damage() counts them either way.
+  static Status OpenReadOnly(const std::string& location, std::unique_ptr<RunStore>* store,
                              DamageReporter* reporter = nullptr);
 
-  ~RunStore();
+  virtual ~RunStore() = default;
   RunStore(const RunStore&) = delete;
   RunStore& operator=(const RunStore&) = delete;
 
-  const std::string& path() const { return db_path_; }
+  // Where the run is, as messages name it: the .db file, or the run's location in a database
+  // (without a password).
+  const std::string& path() const { return path_; }
   // Every damaged record the reads of this store have skipped so far.
   const DamageLog& damage() const { return damage_; }
-  // Caps the file at max_bytes (PRAGMA max_page_count): a write past it fails as on a full
-  // disk, and rolls back. For quotas, and for tests of what a failing write keeps.
-  Status LimitFileSize(int64_t max_bytes);
-  // Caps the bytes of one stored value (SQLITE_LIMIT_LENGTH): a write of a bigger one fails
-  // at that statement, SQLite keeps the transaction open, and the store rolls it back.
-  void LimitValueSize(int max_bytes);
+  // Caps the store at max_bytes: a write past it fails as on a full disk, and rolls back.
+  // For quotas, and for tests of what a failing write keeps. SQLite only.
+  virtual Status LimitFileSize(int64_t max_bytes);
+  // Caps the bytes of one stored value: a write of a bigger one fails and rolls back.
+  // SQLite only (elsewhere a no-op).
+  virtual void LimitValueSize(int max_bytes) { (void)max_bytes; }
 
   // ---- writing ----
   // Returns the id of the series for tag, creating it with kind if it is new. A tag may
   // hold only one kind.
-  Status EnsureSeries(std::string_view tag, SeriesKind kind, int64_t* id);
+  virtual Status EnsureSeries(std::string_view tag, SeriesKind kind, int64_t* id) = 0;
   // EnsureSeries for each, in one transaction (one commit for a thousand new series, not a
   // thousand); on failure none is made and `ids` are all 0.
-  Status EnsureSeriesAll(const std::vector<std::pair<std::string, SeriesKind>>& series, std::vector<int64_t>* ids);
+  virtual Status EnsureSeriesAll(const std::vector<std::pair<std::string, SeriesKind>>& series,
+                                 std::vector<int64_t>* ids) = 0;
   // Writes the batch in one transaction. Series ids come from EnsureSeries.
-  Status Write(const WriteBatch& batch);
+  virtual Status Write(const WriteBatch& batch) = 0;
   // Rewrites stored findings in their final state (severity, last step, summary, evidence,
   // causes, actions), each matched by code, location and first step: the online doctor
   // stores a finding when it opens, and it may grow or escalate afterwards.
-  Status UpdateFindings(const std::vector<Finding>& findings);
+  virtual Status UpdateFindings(const std::vector<Finding>& findings) = 0;
   Status SetMeta(const RunMeta& meta);
-  Status SetMetaValue(const std::string& key, const std::string& value);
+  virtual Status SetMetaValue(const std::string& key, const std::string& value) = 0;
   // Marks the run ended: status "finished" or "crashed", with the reason for a crash, and
   // `meta` keys written in the same transaction (what the run lost: one small commit that a
   // nearly full disk can still take).
-  Status Close(const std::string& status, const std::string& exit_reason,
-               const std::vector<std::pair<std::string, std::string>>& meta = {});
-  // Folds the WAL into the file and truncates it: after a failed write this gives back the
-  // WAL's space (a full disk) or its length (a file size limit).
-  Status Checkpoint();
+  virtual Status Close(const std::string& status, const std::string& exit_reason,
+                       const std::vector<std::pair<std::string, std::string>>& meta = {}) = 0;
+  // Gives back the space a failed write took (SQLite: folds the WAL into the file).
+  virtual Status Checkpoint() { return Status::Ok(); }
   // Why the last failed call failed, in StoreFaultCause's words.
   const std::string& last_fault() const { return last_fault_; }
 
   // ---- reading ----
-  Status ReadMeta(RunMeta* meta);
+  virtual Status ReadMeta(RunMeta* meta) = 0;
   // A run left "running" whose writer is gone is reported "crashed" (same host, pid dead).
-  std::string EffectiveStatus(const RunMeta& meta);
-  Status ListSeries(std::vector<SeriesInfo>* series);
-  Status FindSeries(std::string_view tag, SeriesInfo* info);  // NotFound if no such tag
+  static std::string EffectiveStatus(const RunMeta& meta);
+  virtual Status ListSeries(std::vector<SeriesInfo>* series) = 0;
+  virtual Status FindSeries(std::string_view tag, SeriesInfo* info) = 0;  // NotFound if no such tag
   // Every point with step in [step_min, step_max], in the order it was appended.
   Status ReadScalars(std::string_view tag, int64_t step_min, int64_t step_max, std::vector<Point>* points);
   // Points in [step_min, step_max] summarised into at most `buckets` buckets of equal step
@@ -268,70 +276,44 @@ class RunStore {
     int64_t max_step;
     int64_t count;  // points
   };
-  Status ListChunks(const SeriesInfo& info, std::vector<ChunkSpan>* chunks);
+  virtual Status ListChunks(const SeriesInfo& info, std::vector<ChunkSpan>* chunks) = 0;
   // The points with step in [step_min, step_max] of the chunks `ids`, in that order (as
   // ReadScalars gives them when `ids` are every chunk overlapping the steps).
-  Status ReadChunks(const SeriesInfo& info, const std::vector<int64_t>& ids, int64_t step_min, int64_t step_max,
-                    std::vector<Point>* points);
-  Status ReadTensorStats(const SeriesInfo& info, int64_t step_min, int64_t step_max, std::vector<TensorStatsPoint>* out);
-  Status ReadVectors(const SeriesInfo& info, int64_t step_min, int64_t step_max, std::vector<VectorPoint>* out);
-  Status ReadSpans(int64_t step_min, int64_t step_max, std::vector<Span>* out);
-  Status ReadFindings(std::vector<Finding>* out);
+  virtual Status ReadChunks(const SeriesInfo& info, const std::vector<int64_t>& ids, int64_t step_min,
+                            int64_t step_max, std::vector<Point>* points) = 0;
+  virtual Status ReadTensorStats(const SeriesInfo& info, int64_t step_min, int64_t step_max,
+                                 std::vector<TensorStatsPoint>* out) = 0;
+  virtual Status ReadVectors(const SeriesInfo& info, int64_t step_min, int64_t step_max,
+                             std::vector<VectorPoint>* out) = 0;
+  virtual Status ReadSpans(int64_t step_min, int64_t step_max, std::vector<Span>* out) = 0;
+  virtual Status ReadFindings(std::vector<Finding>* out) = 0;
   // Largest step of any series (0 for an empty run).
-  Status MaxStep(int64_t* step);
-  // Reads go through read(2) into a 32 MB page cache instead of the file mapped: every page
-  // a mapped read touches stays in the process's RSS until the store closes, which a reader
-  // that goes through a long run once (ReplayStepsInWindows) does not want.
-  void UnmapReads();
+  virtual Status MaxStep(int64_t* step) = 0;
+  // For a reader that goes through a long run once (ReplayStepsInWindows): SQLite reads go
+  // through read(2) into a 32 MB page cache instead of the file mapped, whose pages would
+  // stay in the process's RSS until the store closes.
+  virtual void UnmapReads() {}
 
- private:
-  RunStore() = default;
-  static Status OpenDb(const std::string& db_path, bool read_only, std::unique_ptr<RunStore>* store);
-  Status Exec(const char* sql);
-  Status Prepare(const char* sql, sqlite3_stmt** stmt);  // kept until the store closes
-  Status SqlError(const char* what);
-  Status SqlError(const char* what, int rc);
-  void NoteFailure(int rc);  // keeps the cause of a failure in last_fault_
-  void NoteFileId();         // the file a writer opened, to tell when it is deleted
-  // Steps a write statement once (after its binds, whose first failure is bind_rc) and resets it.
-  Status StepDone(sqlite3_stmt* stmt, int bind_rc, const char* what);
+ protected:
+  explicit RunStore(std::string path) : path_(std::move(path)) {}
+  // Calls visit on each chunk of one scalar series that overlaps [lo, hi], in append order;
+  // damaged chunks are reported and skipped.
+  using ChunkVisitor = std::function<void(const ChunkView&)>;
+  virtual Status VisitChunks(const SeriesInfo& info, int64_t lo, int64_t hi, const ChunkVisitor& visit) = 0;
+  // The smallest and largest step of a scalar series' chunks; `any` false when it has none.
+  // A damaged store that cannot say leaves `any` true and the range as it was.
+  virtual Status ScalarStepRange(const SeriesInfo& info, bool* any, int64_t* lo, int64_t* hi) = 0;
   void ReportDamage(DamagedRecord record);
-  void Rollback();  // ends a failed transaction, if SQLite has not ended it already
-  // The rows of one read, by the plan in run_store.cc (ReadPlan): the fast scan first, and
-  // after damage, the rows it did not reach one by one.
-  struct ReadPlan;
-  template <class Row>
-  Status ReadRows(const ReadPlan& plan, const std::string& series, int64_t series_id, int64_t lo, int64_t hi,
-                  Row&& row);
-  Status CreateSchema(const RunMeta& meta);
-  Status CheckSchema();
-  struct OpenChunk;  // a series' last, partial chunk (writer side)
-  Status WriteScalars(const std::vector<WriteBatch::ScalarPoint>& points);
-  Status InsertChunkRow(int64_t series_id, const OpenChunk& chunk, size_t begin, int64_t* rowid);
-  Status WriteFullChunk(int64_t series_id, OpenChunk* chunk);
-  Status WritePartialChunks();
-  // Walks the chunks of one scalar series overlapping [lo, hi] in append order, calling
-  // visit(steps, values, offsets, n, base_time) on each chunk's raw arrays.
-  template <class Visit>
-  Status ForEachChunk(const SeriesInfo& info, int64_t lo, int64_t hi, Visit&& visit);
+  // A series id the store did not hand out (EnsureSeries failed, and the caller wrote on)
+  // would store points no series lists: refused before anything is written.
+  Status CheckSeriesIds(const WriteBatch& batch) const;
+  Status WrongKind(std::string_view tag, SeriesKind kind, const char* expected) const;
+  // The meta keys and values of RunMeta's fields, and RunMeta from stored keys and values.
+  static std::vector<std::pair<std::string, std::string>> MetaValues(const RunMeta& meta);
+  static void SetMetaField(const std::string& key, const std::string& value, RunMeta* meta);
 
-  sqlite3* db_ = nullptr;
-  std::string db_path_;
-  bool read_only_ = true;
-  std::unordered_map<int64_t, std::unique_ptr<OpenChunk>> open_chunks_;
-  std::unordered_map<std::string, std::pair<int64_t, SeriesKind>> series_cache_;
-  std::vector<sqlite3_stmt*> statements_;  // finalized on close
-  sqlite3_stmt* insert_chunk_ = nullptr;
-  sqlite3_stmt* read_chunk_ = nullptr;  // ReadChunks
-  bool row_crc_ = false;  // scalar_chunk, tensor_stats and vector have their crc columns (CheckSchema)
-  sqlite3_stmt* delete_chunk_ = nullptr;
-  sqlite3_stmt* insert_stats_ = nullptr;
-  sqlite3_stmt* insert_span_ = nullptr;
-  sqlite3_stmt* insert_vector_ = nullptr;
-  sqlite3_stmt* insert_finding_ = nullptr;
-  int64_t backward_steps_ = 0;
+  std::string path_;
   std::string last_fault_;
-  std::pair<uint64_t, uint64_t> file_id_{0, 0};  // device and inode of the file a writer opened
   DamageReporter* reporter_ = nullptr;  // the caller's, may be null
   DamageLog damage_;
 };
@@ -342,10 +324,14 @@ class RunStore {
 std::string StoreFaultCause(int sqlite_code, int system_errno);
 
 
-// The runs of a logdir: every directory below it (any depth) holding a trainscope.db.
+// Whether a location names a run in PostgreSQL (postgresql:// or postgres://).
+bool IsDatabaseLocation(std::string_view location);
+
+// The runs of a logdir: every directory below it (any depth) holding a trainscope.db; or the
+// runs of a database (postgresql://.../database, optionally #project): "project/run" each.
 struct RunEntry {
-  std::string name;  // path relative to the logdir
-  std::string dir;
+  std::string name;  // path relative to the logdir; "project/run" in a database
+  std::string dir;   // the run's location, for RunStore::OpenReadOnly
 };
 Status ListRuns(const std::string& logdir, std::vector<RunEntry>* runs);
 

@@ -9,7 +9,9 @@
 
 #include "core/run_data.h"
 #include "store/run_io.h"
+#include "store/postgres_run_store.h"
 #include "store/run_store.h"
+#include "store/test_database.h"
 
 namespace trainscope {
 namespace {
@@ -37,7 +39,45 @@ class RunStoreTest : public ::testing::Test {
   fs::path dir_;
 };
 
-TEST_F(RunStoreTest, ScalarsRoundTripAcrossChunksInAppendOrder) {
+// The contract every backend keeps: the same writes read back the same, on SQLite and on
+// PostgreSQL (a server started for this test process).
+enum class Backend { kSqlite, kPostgres };
+
+class RunStoreContract : public ::testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override {
+    std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    for (char& c : test) c = c == '/' ? '_' : c;
+    dir_ = fs::temp_directory_path() / ("ts_store_" + std::to_string(::getpid()) + "_" + test);
+    fs::remove_all(dir_);
+    if (GetParam() == Backend::kPostgres) {
+      prefix_ = testing::TestDatabaseUrl() + "#store-test-" + std::to_string(::getpid()) + "/" + test + "/";
+    }
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string Location(const std::string& name) const {
+    return GetParam() == Backend::kSqlite ? (dir_ / name).string() : prefix_ + name;
+  }
+  std::unique_ptr<RunStore> NewStore(const std::string& name = "run") {
+    RunMeta meta;
+    meta.name = name;
+    meta.config_json = R"({"lr": 0.1})";
+    std::unique_ptr<RunStore> store;
+    Status s = RunStore::Create(Location(name), meta, &store);
+    EXPECT_TRUE(s.ok()) << s.message();
+    return store;
+  }
+  fs::path dir_;
+  std::string prefix_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, RunStoreContract, ::testing::Values(Backend::kSqlite, Backend::kPostgres),
+                         [](const ::testing::TestParamInfo<Backend>& info) {
+                           return std::string(info.param == Backend::kSqlite ? "sqlite" : "postgresql");
+                         });
+
+TEST_P(RunStoreContract, ScalarsRoundTripAcrossChunksInAppendOrder) {
   auto store = NewStore();
   int64_t loss = 0;
   ASSERT_TRUE(store->EnsureSeries("train/loss", SeriesKind::kScalar, &loss).ok());
@@ -52,7 +92,7 @@ TEST_F(RunStoreTest, ScalarsRoundTripAcrossChunksInAppendOrder) {
   store.reset();
 
   std::unique_ptr<RunStore> reader;
-  ASSERT_TRUE(RunStore::OpenReadOnly((dir_ / "run").string(), &reader).ok());
+  ASSERT_TRUE(RunStore::OpenReadOnly(Location("run"), &reader).ok());
   std::vector<Point> points;
   ASSERT_TRUE(reader->ReadScalars("train/loss", INT64_MIN, INT64_MAX, &points).ok());
   ASSERT_EQ(points.size(), size_t(n + 1));
@@ -71,7 +111,7 @@ TEST_F(RunStoreTest, ScalarsRoundTripAcrossChunksInAppendOrder) {
   EXPECT_DOUBLE_EQ(series[0].last_value, -1.0);
 }
 
-TEST_F(RunStoreTest, SmallWritesBecomeOneRowWhenTheChunkFills) {
+TEST_P(RunStoreContract, SmallWritesBecomeOneRowWhenTheChunkFills) {
   auto store = NewStore();
   int64_t a = 0, b = 0;
   ASSERT_TRUE(store->EnsureSeries("a", SeriesKind::kScalar, &a).ok());
@@ -85,14 +125,14 @@ TEST_F(RunStoreTest, SmallWritesBecomeOneRowWhenTheChunkFills) {
     }
     ASSERT_TRUE(store->Write(batch).ok());
   }
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open_v2(store->path().c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
-  sqlite3_stmt* stmt = nullptr;
-  sqlite3_prepare_v2(db, "SELECT series_id, count FROM scalar_chunk ORDER BY id", -1, &stmt, nullptr);
   std::map<int64_t, std::vector<int64_t>> rows;  // series -> row sizes in row order
-  while (sqlite3_step(stmt) == SQLITE_ROW) rows[sqlite3_column_int64(stmt, 0)].push_back(sqlite3_column_int64(stmt, 1));
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
+  for (const char* tag : {"a", "b"}) {
+    SeriesInfo info;
+    ASSERT_TRUE(store->FindSeries(tag, &info).ok());
+    std::vector<RunStore::ChunkSpan> chunks;
+    ASSERT_TRUE(store->ListChunks(info, &chunks).ok());
+    for (const auto& c : chunks) rows[info.id].push_back(c.count);
+  }
   // Per series: one full chunk of 2048, then one small row with the last 952 points.
   EXPECT_EQ(rows[a], (std::vector<int64_t>{2048, 952}));
   EXPECT_EQ(rows[b], (std::vector<int64_t>{2048, 952}));
@@ -102,7 +142,7 @@ TEST_F(RunStoreTest, SmallWritesBecomeOneRowWhenTheChunkFills) {
   for (size_t i = 0; i < points.size(); ++i) ASSERT_EQ(points[i].value, -double(i));
 }
 
-TEST_F(RunStoreTest, DecimationKeepsEverySpike) {
+TEST_P(RunStoreContract, DecimationKeepsEverySpike) {
   auto store = NewStore();
   int64_t id = 0;
   ASSERT_TRUE(store->EnsureSeries("train/loss", SeriesKind::kScalar, &id).ok());
@@ -131,7 +171,7 @@ TEST_F(RunStoreTest, DecimationKeepsEverySpike) {
   EXPECT_EQ(buckets[2].step_begin, 54320);
 }
 
-TEST_F(RunStoreTest, NonFiniteValuesAreKeptAsEvidence) {
+TEST_P(RunStoreContract, NonFiniteValuesAreKeptAsEvidence) {
   auto store = NewStore();
   int64_t id = 0;
   ASSERT_TRUE(store->EnsureSeries("train/loss", SeriesKind::kScalar, &id).ok());
@@ -152,7 +192,7 @@ TEST_F(RunStoreTest, NonFiniteValuesAreKeptAsEvidence) {
   EXPECT_EQ(buckets[0].last, -INFINITY);
 }
 
-TEST_F(RunStoreTest, StepsGoingBackwardsAreKeptAndCounted) {
+TEST_P(RunStoreContract, StepsGoingBackwardsAreKeptAndCounted) {
   auto store = NewStore();
   int64_t id = 0;
   ASSERT_TRUE(store->EnsureSeries("train/loss", SeriesKind::kScalar, &id).ok());
@@ -168,7 +208,7 @@ TEST_F(RunStoreTest, StepsGoingBackwardsAreKeptAndCounted) {
   EXPECT_EQ(meta.backward_steps, 1);
 }
 
-TEST_F(RunStoreTest, TensorStatsVectorsSpansFindingsAndMetaRoundTrip) {
+TEST_P(RunStoreContract, TensorStatsVectorsSpansFindingsAndMetaRoundTrip) {
   auto store = NewStore();
   int64_t grad = 0, units = 0;
   ASSERT_TRUE(store->EnsureSeries("grad/fc.weight", SeriesKind::kTensorStats, &grad).ok());
@@ -197,7 +237,7 @@ TEST_F(RunStoreTest, TensorStatsVectorsSpansFindingsAndMetaRoundTrip) {
   store.reset();
 
   std::unique_ptr<RunStore> reader;
-  ASSERT_TRUE(RunStore::OpenReadOnly((dir_ / "run" / kStoreFileName).string(), &reader).ok());
+  ASSERT_TRUE(RunStore::OpenReadOnly(GetParam() == Backend::kSqlite ? (dir_ / "run" / kStoreFileName).string() : Location("run"), &reader).ok());
   std::vector<TensorStatsPoint> stats_back;
   ASSERT_TRUE(reader->ReadTensorStats("grad/fc.weight", 0, 100, &stats_back).ok());
   ASSERT_EQ(stats_back.size(), 1u);
@@ -232,10 +272,10 @@ TEST_F(RunStoreTest, TensorStatsVectorsSpansFindingsAndMetaRoundTrip) {
   EXPECT_GT(meta.end_time, 0);
 }
 
-TEST_F(RunStoreTest, RefusesToCreateOverAnExistingStore) {
+TEST_P(RunStoreContract, RefusesToCreateOverAnExistingStore) {
   NewStore();
   std::unique_ptr<RunStore> again;
-  Status s = RunStore::Create((dir_ / "run").string(), RunMeta(), &again);
+  Status s = RunStore::Create(Location("run"), RunMeta(), &again);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("already exists"), std::string::npos);
 }
@@ -295,7 +335,7 @@ namespace trainscope {
 namespace {
 
 // Steps at both ends of the int64 line: 2^64 steps of range, one more than a uint64_t holds.
-TEST_F(RunStoreTest, DecimationOverTheWholeInt64Line) {
+TEST_P(RunStoreContract, DecimationOverTheWholeInt64Line) {
   auto store = NewStore();
   int64_t id = 0;
   ASSERT_TRUE(store->EnsureSeries("x", SeriesKind::kScalar, &id).ok());
@@ -341,7 +381,7 @@ class EventLog : public SampleSink {
 // diagnose reads a stored run window by window (ReplayStepsInWindows) and must see exactly
 // what the whole run replayed step by step gives: same samples, same order, same step ends,
 // whatever the window, with steps that go backwards, repeat, sit far apart or only in spans.
-TEST_F(RunStoreTest, WindowByWindowReadingGivesWhatTheWholeRunGives) {
+TEST_P(RunStoreContract, WindowByWindowReadingGivesWhatTheWholeRunGives) {
   {
     auto store = NewStore();
     int64_t dense, odd, sparse, stats, vec;
@@ -372,7 +412,7 @@ TEST_F(RunStoreTest, WindowByWindowReadingGivesWhatTheWholeRunGives) {
     ASSERT_TRUE(store->Close("finished", "").ok());
   }
   std::unique_ptr<RunStore> store;
-  ASSERT_TRUE(RunStore::OpenReadOnly((dir_ / "run").string(), &store).ok());
+  ASSERT_TRUE(RunStore::OpenReadOnly(Location("run"), &store).ok());
   RunData whole;
   ASSERT_TRUE(ReadRun(*store, &whole).ok());
   EventLog expected;
