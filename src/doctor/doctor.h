@@ -159,8 +159,15 @@ class Doctor : public SampleSink {
   std::string_view Intern(std::string_view tag);
   void JudgeReadyFrames(bool batch_end = false);
   void Judge(const StepFrame& frame);
+  // RunFacts from each judged step (run_facts.cc).
   void UpdateFacts(const StepFrame& frame);
+  void NoteTags(const StepFrame& frame);
+  void UpdateStepNumbers(const StepFrame& frame);
+  void UpdateDifferentialEvidence(const StepFrame& frame);
   void UpdateClipping(double grad_norm);
+  // Tags that only reinforcement-learning runs log: returns, episodes, rollouts, exploration,
+  // advantages, actor/critic losses.
+  static bool IsReinforcementLearningTag(std::string_view tag);
   // A reinforcement-learning run, or several models each with its own optimizer (a GAN):
   // the loss is not one measure of progress, and the loss-progress detectors do not judge it.
   bool LossIsNotProgress() const { return !facts_.rl_tag.empty() || facts_.MultiObjective(); }

@@ -14,291 +14,16 @@
 #include "ingest/fast_sink.h"
 #include "ingest/mapped_file.h"
 #include "ingest/proto_wire.h"
+#include "ingest/tfevents_proto.h"
 #include "ingest/tfrecord.h"
 
 namespace trainscope::ingest {
 
 namespace fs = std::filesystem;
-using wire::Reader;
 
 namespace {
 
-// Field numbers, from tensorflow/core/util/event.proto, framework/summary.proto,
-// framework/tensor.proto, tensor_shape.proto and tensorboard's plugin protos.
-namespace event_f {
-constexpr uint32_t kWallTime = 1, kStep = 2, kFileVersion = 3, kGraphDef = 4, kSummary = 5, kLogMessage = 6,
-                   kSessionLog = 7, kTaggedRunMetadata = 8, kMetaGraphDef = 9, kSourceMetadata = 10;
-}
-namespace value_f {
-constexpr uint32_t kTag = 1, kSimpleValue = 2, kOldHistogram = 3, kImage = 4, kHisto = 5, kAudio = 6,
-                   kNodeName = 7, kTensor = 8, kMetadata = 9;
-}
-namespace histo_f {
-constexpr uint32_t kMin = 1, kMax = 2, kNum = 3, kSum = 4, kSumSquares = 5, kBucketLimit = 6, kBucket = 7;
-}
-namespace tensor_f {
-constexpr uint32_t kDtype = 1, kShape = 2, kVersion = 3, kContent = 4, kFloatVal = 5, kDoubleVal = 6,
-                   kIntVal = 7, kStringVal = 8, kInt64Val = 10, kBoolVal = 11, kHalfVal = 13;
-}
-enum DataType : int { kDtFloat = 1, kDtDouble = 2, kDtInt32 = 3, kDtInt64 = 9, kDtBool = 10, kDtBfloat16 = 14, kDtHalf = 19 };
-
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1f;
-  const uint32_t mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: value = mant * 2^-24
-      const float f = static_cast<float>(mant) * std::ldexp(1.0f, -24);
-      return (h & 0x8000) ? -f : f;
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-float Bfloat16ToFloat(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-// A TensorProto decoded far enough for scalars and histogram tensors.
-struct Tensor {
-  int dtype = 0;
-  std::vector<int64_t> dims;
-  bool unknown_rank = false;
-  std::vector<double> values;  // numeric elements, in order
-  bool numeric = true;         // false for strings and kinds we do not read
-  uint64_t unknown_fields = 0;
-};
-
-// Appends the elements of a repeated scalar field, packed or not.
-template <class T, class Decode>
-bool AppendRepeated(const Reader& r, wire::WireType element_type, std::vector<T>* out, Decode decode) {
-  if (r.type() == wire::kLengthDelimited) {
-    const std::string_view b = r.bytes();
-    if (element_type == wire::kFixed32) {
-      if (b.size() % 4) return false;
-      out->reserve(out->size() + b.size() / 4);
-      for (size_t i = 0; i < b.size(); i += 4) {
-        uint32_t v;
-        std::memcpy(&v, b.data() + i, 4);
-        out->push_back(decode(v));
-      }
-    } else if (element_type == wire::kFixed64) {
-      if (b.size() % 8) return false;
-      out->reserve(out->size() + b.size() / 8);
-      for (size_t i = 0; i < b.size(); i += 8) {
-        uint64_t v;
-        std::memcpy(&v, b.data() + i, 8);
-        out->push_back(decode(v));
-      }
-    } else {  // varints: decode them with a Reader over a synthetic stream
-      const uint8_t* p = reinterpret_cast<const uint8_t*>(b.data());
-      const uint8_t* end = p + b.size();
-      while (p < end) {
-        uint64_t v = 0;
-        int shift = 0;
-        bool done = false;
-        while (p < end && shift < 70) {
-          const uint8_t byte = *p++;
-          v |= static_cast<uint64_t>(byte & 0x7f) << (shift < 64 ? shift : 63);
-          shift += 7;
-          if (!(byte & 0x80)) {
-            done = true;
-            break;
-          }
-        }
-        if (!done) return false;
-        out->push_back(decode(v));
-      }
-    }
-    return true;
-  }
-  if (r.type() != element_type) return false;
-  out->push_back(decode(r.varint()));
-  return true;
-}
-
-double AsFloat(uint64_t v) {
-  const uint32_t u = static_cast<uint32_t>(v);
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-double AsDouble(uint64_t v) {
-  double d;
-  std::memcpy(&d, &v, 8);
-  return d;
-}
-
-bool DecodeShape(std::string_view bytes, Tensor* t) {
-  Reader r(bytes);
-  while (r.Next()) {
-    if (r.field() == 2 && r.type() == wire::kLengthDelimited) {  // Dim
-      Reader dim(r.bytes());
-      int64_t size = 0;
-      while (dim.Next()) {
-        if (dim.field() == 1 && dim.type() == wire::kVarint) size = dim.int64();
-      }
-      if (dim.error()) return false;
-      t->dims.push_back(size);
-    } else if (r.field() == 3 && r.type() == wire::kVarint) {
-      t->unknown_rank = r.varint() != 0;
-    }
-  }
-  return r.error() == nullptr;
-}
-
-bool DecodeTensor(std::string_view bytes, Tensor* t) {
-  Reader r(bytes);
-  std::string_view content;
-  bool has_content = false;
-  // half_val's raw 16-bit patterns, kept apart from the values of the other fields: only the
-  // dtype (which may come later on the wire) says how to read them.
-  std::vector<uint16_t> half_bits;
-  while (r.Next()) {
-    switch (r.field()) {
-      case tensor_f::kDtype:
-        t->dtype = static_cast<int>(r.varint());
-        break;
-      case tensor_f::kShape:
-        if (r.type() != wire::kLengthDelimited || !DecodeShape(r.bytes(), t)) return false;
-        break;
-      case tensor_f::kVersion:
-        break;
-      case tensor_f::kContent:
-        if (r.type() != wire::kLengthDelimited) return false;
-        content = r.bytes();
-        has_content = true;
-        break;
-      case tensor_f::kFloatVal:
-        if (!AppendRepeated(r, wire::kFixed32, &t->values, AsFloat)) return false;
-        break;
-      case tensor_f::kDoubleVal:
-        if (!AppendRepeated(r, wire::kFixed64, &t->values, AsDouble)) return false;
-        break;
-      case tensor_f::kIntVal:
-      case tensor_f::kInt64Val:
-      case tensor_f::kBoolVal:
-        if (!AppendRepeated(r, wire::kVarint, &t->values,
-                            [](uint64_t v) { return static_cast<double>(static_cast<int64_t>(v)); }))
-          return false;
-        break;
-      case tensor_f::kHalfVal:
-        // half_val holds the raw 16-bit patterns of DT_HALF and DT_BFLOAT16 as int32 (the
-        // low 16 bits are the pattern).
-        if (!AppendRepeated(r, wire::kVarint, &half_bits, [](uint64_t v) { return static_cast<uint16_t>(v); }))
-          return false;
-        break;
-      case tensor_f::kStringVal:
-        t->numeric = false;
-        break;
-      default:
-        ++t->unknown_fields;
-        break;
-    }
-  }
-  if (r.error()) return false;
-  if (has_content) {
-    t->values.clear();
-    size_t width = 0;
-    switch (t->dtype) {
-      case kDtFloat: case kDtInt32: width = 4; break;
-      case kDtDouble: case kDtInt64: width = 8; break;
-      case kDtHalf: case kDtBfloat16: width = 2; break;
-      case kDtBool: width = 1; break;
-      default: t->numeric = false; return true;
-    }
-    if (content.size() % width) return false;
-    const size_t n = content.size() / width;
-    t->values.reserve(n);
-    for (size_t i = 0; i < n; ++i) {
-      const char* p = content.data() + i * width;
-      switch (t->dtype) {
-        case kDtFloat: { float f; std::memcpy(&f, p, 4); t->values.push_back(f); break; }
-        case kDtDouble: { double d; std::memcpy(&d, p, 8); t->values.push_back(d); break; }
-        case kDtInt32: { int32_t v; std::memcpy(&v, p, 4); t->values.push_back(v); break; }
-        case kDtInt64: { int64_t v; std::memcpy(&v, p, 8); t->values.push_back(static_cast<double>(v)); break; }
-        case kDtHalf: { uint16_t v; std::memcpy(&v, p, 2); t->values.push_back(HalfToFloat(v)); break; }
-        case kDtBfloat16: { uint16_t v; std::memcpy(&v, p, 2); t->values.push_back(Bfloat16ToFloat(v)); break; }
-        case kDtBool: t->values.push_back(*p ? 1.0 : 0.0); break;
-      }
-    }
-  } else if (t->dtype == kDtHalf || t->dtype == kDtBfloat16) {
-    // Values another field put beside them (a damaged record) are values, not patterns:
-    // they stay as they are; a NaN among them stays a NaN.
-    for (uint16_t raw : half_bits) t->values.push_back(t->dtype == kDtHalf ? HalfToFloat(raw) : Bfloat16ToFloat(raw));
-  } else if (!half_bits.empty()) {
-    return false;  // 16-bit patterns under a dtype that is not 16-bit: nothing to read them as
-  } else if (t->dtype != kDtFloat && t->dtype != kDtDouble && t->dtype != kDtInt32 && t->dtype != kDtInt64 &&
-             t->dtype != kDtBool) {
-    t->numeric = false;
-  }
-  return true;
-}
-
-// Decodes the hparams plugin's session_start_info into a JSON object of hparam values.
-bool DecodeHparams(std::string_view content, nlohmann::json* out) {
-  Reader plugin(content);
-  while (plugin.Next()) {
-    if (plugin.field() != 3 || plugin.type() != wire::kLengthDelimited) continue;  // session_start_info
-    Reader start(plugin.bytes());
-    while (start.Next()) {
-      if (start.field() != 1 || start.type() != wire::kLengthDelimited) continue;  // hparams map entry
-      Reader entry(start.bytes());
-      std::string key;
-      nlohmann::json value;
-      while (entry.Next()) {
-        if (entry.field() == 1 && entry.type() == wire::kLengthDelimited) {
-          key = std::string(entry.bytes());
-        } else if (entry.field() == 2 && entry.type() == wire::kLengthDelimited) {
-          Reader v(entry.bytes());  // google.protobuf.Value
-          while (v.Next()) {
-            if (v.field() == 2 && v.type() == wire::kFixed64) value = v.fixed64_double();
-            else if (v.field() == 3 && v.type() == wire::kLengthDelimited) value = std::string(v.bytes());
-            else if (v.field() == 4 && v.type() == wire::kVarint) value = v.varint() != 0;
-          }
-          if (v.error()) return false;
-        }
-      }
-      if (entry.error()) return false;
-      if (!key.empty() && IsValidUtf8(key) && (!value.is_string() || IsValidUtf8(value.get<std::string>())))
-        (*out)[key] = value;
-    }
-    if (start.error()) return false;
-  }
-  return plugin.error() == nullptr;
-}
-
-struct PluginInfo {
-  std::string name;
-  std::string_view content;
-};
-
-bool DecodeMetadata(std::string_view bytes, PluginInfo* info) {
-  Reader r(bytes);
-  while (r.Next()) {
-    if (r.field() == 1 && r.type() == wire::kLengthDelimited) {  // plugin_data
-      Reader pd(r.bytes());
-      while (pd.Next()) {
-        if (pd.field() == 1 && pd.type() == wire::kLengthDelimited) info->name = std::string(pd.bytes());
-        else if (pd.field() == 2 && pd.type() == wire::kLengthDelimited) info->content = pd.bytes();
-      }
-      if (pd.error()) return false;
-    }
-  }
-  return r.error() == nullptr;
-}
+using namespace tfevents;  // the protos an event file holds (tfevents_proto.h)
 
 // Decodes the records of one file, keeping per-tag plugin names across records (TF1
 // writers attach metadata to the first value of a tag only).
@@ -470,6 +195,11 @@ class EventDecoder {
       if (!CheckTag(tag, offset)) return true;
       return DecodeHisto(histo, tag, step, wall_time, offset, error);
     }
+    return DecodeTensorValue(tag, tensor, has_tensor, metadata, has_metadata, step, wall_time, offset, error);
+  }
+
+  bool DecodeTensorValue(std::string_view tag, std::string_view tensor, bool has_tensor, std::string_view metadata,
+                         bool has_metadata, int64_t step, double wall_time, uint64_t offset, std::string* error) {
     // A tensor: what it means depends on the plugin, named in this value's metadata or,
     // for TF1 writers, in the first value of the tag.
     std::string plugin;
@@ -516,31 +246,35 @@ class EventDecoder {
     }
     if (t.dims.size() == 2 && t.dims[1] == 3 && t.dims[0] >= 0 &&
         static_cast<uint64_t>(t.dims[0]) == t.values.size() / 3 && t.values.size() % 3 == 0) {
-      // TF2 histogram: rows of (left edge, right edge, count).
-      const size_t k = static_cast<size_t>(t.dims[0]);
-      std::vector<double> lefts(k), rights(k), counts(k);
-      double num = 0;
-      for (size_t i = 0; i < k; ++i) {
-        lefts[i] = t.values[3 * i];
-        rights[i] = t.values[3 * i + 1];
-        counts[i] = t.values[3 * i + 2];
-        num += counts[i];
-      }
-      double lo = std::numeric_limits<double>::infinity(), hi = -lo, sum = 0, sum_sq = 0;
-      for (size_t i = 0; i < k; ++i) {
-        if (counts[i] <= 0) continue;
-        lo = std::min(lo, lefts[i]);
-        hi = std::max(hi, rights[i]);
-        const double mid = 0.5 * (lefts[i] + rights[i]);
-        sum += counts[i] * mid;
-        sum_sq += counts[i] * mid * mid;
-      }
-      sink_->OnTensorStats(tag, step, wall_time, HistogramToStats(lo, hi, num, sum, sum_sq, lefts, rights, counts));
+      EmitTf2Histogram(t, tag, step, wall_time);
       ++stats_->tensor_stats;
       return true;
     }
     ++stats_->skipped_values;  // a tensor of another shape
     return true;
+  }
+
+  // A TF2 histogram tensor: rows of (left edge, right edge, count).
+  void EmitTf2Histogram(const Tensor& t, std::string_view tag, int64_t step, double wall_time) {
+    const size_t k = static_cast<size_t>(t.dims[0]);
+    std::vector<double> lefts(k), rights(k), counts(k);
+    double num = 0;
+    for (size_t i = 0; i < k; ++i) {
+      lefts[i] = t.values[3 * i];
+      rights[i] = t.values[3 * i + 1];
+      counts[i] = t.values[3 * i + 2];
+      num += counts[i];
+    }
+    double lo = std::numeric_limits<double>::infinity(), hi = -lo, sum = 0, sum_sq = 0;
+    for (size_t i = 0; i < k; ++i) {
+      if (counts[i] <= 0) continue;
+      lo = std::min(lo, lefts[i]);
+      hi = std::max(hi, rights[i]);
+      const double mid = 0.5 * (lefts[i] + rights[i]);
+      sum += counts[i] * mid;
+      sum_sq += counts[i] * mid * mid;
+    }
+    sink_->OnTensorStats(tag, step, wall_time, HistogramToStats(lo, hi, num, sum, sum_sq, lefts, rights, counts));
   }
 
   bool DecodeHisto(std::string_view bytes, std::string_view tag, int64_t step, double wall_time, uint64_t offset,

@@ -47,6 +47,8 @@ class GradExplosionDetector : public Detector {
 
  private:
   bool BeyondLogNoise(const RollingMedianMad& logs, double norm) const;
+  void FindLayerJump(const StepFrame& frame, std::string* worst_layer, double* worst_layer_ratio);
+  void CheckDepth(const StepFrame& frame, const DetectorContext& ctx);
   GradExplosionOptions options_;
   // The global norm's history, per model: one model's norm in a run of several (a GAN's
   // generator and discriminator, each with its own optimizer) is judged against its own
@@ -169,6 +171,10 @@ class UpdateRatioDetector : public Detector {
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:
+  void MeasureRatios(const StepFrame& frame, const RunFacts& facts, std::vector<double>* ratios, std::string* worst_param,
+                     double* worst_param_median);
+  void ReportHigh(int64_t step_now, const std::string& worst, double worst_median, const DetectorContext& ctx);
+  void CheckLow(int64_t step_now, const std::vector<double>& step_ratios, const DetectorContext& ctx);
   UpdateRatioOptions options_;
   std::unordered_map<std::string, std::deque<std::pair<int64_t, double>>> ratios_;  // (step, ratio)
   std::deque<double> global_;

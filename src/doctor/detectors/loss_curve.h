@@ -161,6 +161,10 @@ class LossDivergenceDetector : public Detector {
   void Finish(const DetectorContext& ctx) override;
 
  private:
+  bool Record(int64_t step, double x);
+  bool Climbing(int64_t step, double x, double initial, double cur);
+  void Deliver(Finding f, int64_t step, const DetectorContext& ctx);
+  Finding DescribeClimb(int64_t step, double initial, double cur, bool critical, const DetectorContext& ctx) const;
   DivergenceOptions options_;
   std::optional<Finding> deferred_;
   std::deque<double> tail_;  // the last `window` finite points (end level)
@@ -216,6 +220,8 @@ struct PlateauOptions {
   double regressed_ratio = 0.7;
 };
 
+struct PlateauLevel;  // where the recent loss sits (loss_plateau.cc)
+
 class LossPlateauDetector : public Detector {
  public:
   explicit LossPlateauDetector(PlateauOptions options = {}) : options_(options) {}
@@ -229,6 +235,11 @@ class LossPlateauDetector : public Detector {
 
  private:
   void Check(const DetectorContext& ctx, bool final, double min_improvement);
+  bool JudgeLevel(const DetectorContext& ctx, bool final, double min_improvement, PlateauLevel* level) const;
+  Finding DescribePlateau(const DetectorContext& ctx, PlateauLevel* level) const;
+  nlohmann::json PlateauEvidence(const PlateauLevel& level) const;
+  void ReportRegressed(Finding f, nlohmann::json ev, const DetectorContext& ctx) const;
+  void ReportStuck(Finding f, nlohmann::json ev, const PlateauLevel& level, const DetectorContext& ctx) const;
   void ReportFrozen(const DetectorContext& ctx);
   // Cross-entropy fed probabilities (a softmax before a loss that applies its own) cannot go
   // below ln(1 + (C - 1) / e), whatever the model learns: a run whose accuracy is high while

@@ -146,7 +146,8 @@ DeclaredPrecision ParseDeclaredPrecision(const std::map<std::string, std::string
 // Whether a dtype name (meta `param_dtypes`: "bfloat16", "torch.float16", ...) is a 16-bit float.
 bool IsSixteenBitFloat(const std::string& dtype);
 
-struct PrecisionFitStale;  // a parameter's lost-update counts (numerics.cc)
+struct PrecisionFitStale;  // a parameter's lost-update counts (precision_fit_state.h)
+struct PrecisionFitLost;   // a parameter whose updates are lost, and how much
 
 class PrecisionFitDetector : public Detector {
  public:
@@ -164,6 +165,12 @@ class PrecisionFitDetector : public Detector {
 
  private:
   struct State;
+  // Finish's findings (precision_fit_findings.cc, precision_fit_updates.cc).
+  void ReportUnderflow(const DetectorContext& ctx) const;
+  void ReportUpdates(const DetectorContext& ctx) const;
+  void ReportStaleUpdates(std::vector<PrecisionFitLost> lost, const DetectorContext& ctx) const;
+  void ReportFp8Readiness(const DetectorContext& ctx) const;
+  void ReportTf32(const DetectorContext& ctx) const;
   void ReportWithoutGradient(size_t moving, const std::vector<std::string>& moving_params,
                              const DetectorContext& ctx) const;
   void ReportNotUpdated(const std::vector<std::pair<std::string, const PrecisionFitStale*>>& params,
