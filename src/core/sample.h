@@ -51,6 +51,10 @@ struct TensorStats {
   double mean() const {
     return finite() ? sum / static_cast<double>(finite()) : std::numeric_limits<double>::quiet_NaN();
   }
+  // Root mean square of the finite values.
+  double rms() const {
+    return finite() ? std::sqrt(sum_squares / static_cast<double>(finite())) : std::numeric_limits<double>::quiet_NaN();
+  }
   // Population standard deviation of the finite values.
   double stddev() const;
   // Exponent of the bin a finite non-zero |x| falls in (clamped to the histogram's range).

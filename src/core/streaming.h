@@ -66,6 +66,7 @@ class RollingMedianMad {
 
 // Median of the values (copies; NaN when empty).
 double Median(std::span<const double> values);
+inline double Median(const std::deque<double>& values) { return Median(std::vector<double>(values.begin(), values.end())); }
 
 // Theil-Sen slope: the median of the slopes between all pairs of points. Robust to up to
 // ~29 % outliers. Above max_points the series is thinned evenly first (keeps O(n^2) bounded).

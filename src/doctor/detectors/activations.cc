@@ -13,11 +13,6 @@ namespace {
 
 using json = nlohmann::json;
 
-double MedianOf(const std::deque<double>& d) {
-  std::vector<double> v(d.begin(), d.end());
-  return Median(v);
-}
-
 // Dead units, by what they were at first: units that died in training point at the
 // learning rate, units dead from the first record at the initialisation.
 // Units alive at first that all died within the first steps were killed by the first
@@ -172,7 +167,7 @@ void ActivationDriftDetector::OnStep(const StepFrame& frame, const DetectorConte
     }
     if (L.std.size() < options_.window || L.count % 10 != 0) continue;
     const double b_sd = Median(L.base_std), b_mean = Median(L.base_mean);
-    const double n_sd = MedianOf(L.std), n_mean = MedianOf(L.mean);
+    const double n_sd = Median(L.std), n_mean = Median(L.mean);
     if (!(b_sd > 0) || !(n_sd > 0)) continue;
     const double ratio = std::max(n_sd / b_sd, b_sd / n_sd);
     const double shift = std::fabs(n_mean - b_mean) / b_sd;

@@ -14,15 +14,6 @@ namespace {
 
 using json = nlohmann::json;
 
-double Rms(const TensorStats& s) {
-  return s.finite() ? std::sqrt(s.sum_squares / static_cast<double>(s.finite())) : kNaN;
-}
-
-double MedianOf(const std::deque<double>& d) {
-  std::vector<double> v(d.begin(), d.end());
-  return Median(v);
-}
-
 // Weight matrices (not biases, not norm scales, not embeddings) in forward order, with
 // their gradient stats at this step.
 std::vector<std::pair<std::string, const TensorStats*>> WeightGradsByDepth(const StepFrame& frame,
@@ -176,12 +167,12 @@ void GradExplosionDetector::CheckDepth(const StepFrame& frame, const DetectorCon
   const RunFacts& facts = ctx.facts;
   const auto by_depth = WeightGradsByDepth(frame, facts);
   if (by_depth.size() >= 3) {
-    const double first = Rms(*by_depth.front().second), last = Rms(*by_depth.back().second);
+    const double first = by_depth.front().second->rms(), last = by_depth.back().second->rms();
     if (std::isfinite(first) && std::isfinite(last) && last > 0) {
       depth_.push_back(first / last);
       if (depth_.size() > options_.depth_window) depth_.pop_front();
       if (depth_.size() == options_.depth_window) {
-        const double med = MedianOf(depth_);
+        const double med = Median(depth_);
         if (med >= options_.depth_ratio) {
           Finding f;
           f.code = "GRAD_EXPLOSION";
@@ -239,12 +230,12 @@ void GradVanishingDetector::OnStep(const StepFrame& frame, const DetectorContext
   // By depth.
   const auto by_depth = WeightGradsByDepth(frame, facts);
   if (by_depth.size() >= 3) {
-    const double first = Rms(*by_depth.front().second), last = Rms(*by_depth.back().second);
+    const double first = by_depth.front().second->rms(), last = by_depth.back().second->rms();
     if (std::isfinite(first) && std::isfinite(last) && last > 0 && first > 0) {
       depth_.push_back(first / last);
       if (depth_.size() > options_.depth_window) depth_.pop_front();
       if (depth_.size() == options_.depth_window) {
-        const double med = MedianOf(depth_);
+        const double med = Median(depth_);
         if (med <= options_.depth_ratio) {
           Finding f;
           f.code = "GRAD_VANISHING";
@@ -252,7 +243,7 @@ void GradVanishingDetector::OnStep(const StepFrame& frame, const DetectorContext
           f.step = f.last_step = frame.step;
           f.location = by_depth.front().first;
           json layers = json::object();
-          for (const auto& [p, s] : by_depth) layers[p] = Num(Rms(*s));
+          for (const auto& [p, s] : by_depth) layers[p] = Num(s->rms());
           f.summary = "gradients vanish toward the input: the first layer's RMS gradient is " + FormatNumber(med, 3) +
                       "x the last layer's (median over " + std::to_string(options_.depth_window) + " steps)";
           if (!depth_reported_) {

@@ -14,15 +14,6 @@ namespace {
 
 using json = nlohmann::json;
 
-double Rms(const TensorStats& s) {
-  return s.finite() ? std::sqrt(s.sum_squares / static_cast<double>(s.finite())) : kNaN;
-}
-
-double MedianOf(const std::deque<double>& d) {
-  std::vector<double> v(d.begin(), d.end());
-  return Median(v);
-}
-
 }  // namespace
 
 // ---- update ratio ----
@@ -81,7 +72,7 @@ void UpdateRatioDetector::MeasureRatios(const StepFrame& frame, const RunFacts& 
     if (d.size() >= options_.min_records && frame.step - d.front().first + 1 >= window) {
       std::deque<double> values;
       for (const auto& point : d) values.push_back(point.second);
-      const double med = MedianOf(values);
+      const double med = Median(values);
       if (med > worst_median) {
         worst_median = med;
         worst = p;
@@ -130,7 +121,7 @@ void UpdateRatioDetector::CheckLow(int64_t step_now, const std::vector<double>& 
   global_.push_back(Median(step_ratios));
   if (global_.size() > options_.low_window) global_.pop_front();
   if (global_.size() < options_.low_window) return;
-  const double med = MedianOf(global_);
+  const double med = Median(global_);
   if (med >= options_.low) return;
   // A schedule that has decayed the LR on purpose is not "too low".
   if (std::isfinite(facts.lr) && facts.lr_max > 0 && facts.lr < options_.decayed_lr_fraction * facts.lr_max) return;
@@ -152,7 +143,7 @@ void UpdateRatioDetector::CheckLow(int64_t step_now, const std::vector<double>& 
     const bool loss_fell = facts.loss_first > 0 && loss_now <= options_.converged_loss_fraction * facts.loss_first;
     const bool grads_known = early_grad_.size() >= options_.early_grad_points && !recent_grad_.empty();
     const double grad_early = grads_known ? Median(early_grad_) : kNaN;
-    const double grad_now = grads_known ? MedianOf(recent_grad_) : kNaN;
+    const double grad_now = grads_known ? Median(recent_grad_) : kNaN;
     if (loss_fell && (!grads_known || grad_now <= options_.converged_grad_fraction * grad_early)) {
       f.severity = Severity::kInfo;
       f.summary = updates + "usual), after the loss fell from " + FormatNumber(facts.loss_first, 3) + " to " +
@@ -240,7 +231,7 @@ void NormScaleDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
     if (!tags::kWeight.Holds(tag, &rest)) continue;
     const std::string p(rest);
     if (ClassifyParam(p, ctx.facts) != ParamRole::kNormScale) continue;
-    const double rms = Rms(s);
+    const double rms = s.rms();
     if (!std::isfinite(rms)) continue;
     auto [it, added] = baseline_.try_emplace(p, rms);
     const double base = it->second;
