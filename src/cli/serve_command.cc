@@ -66,7 +66,10 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   auto host = std::make_shared<std::string>("127.0.0.1");
   auto port = std::make_shared<int>(6007);
   auto token = std::make_shared<std::string>();
-  cmd->add_option("LOGDIR", *logdir, "Directory holding runs (each a directory with trainscope.db)")->required();
+  cmd->add_option("LOGDIR", *logdir,
+                  "Directory holding runs (each a directory with trainscope.db), or a database: "
+                  "postgresql://host[:port]/database[#project]")
+      ->required();
   cmd->add_option("--host", *host, "Address to listen on; anything but loopback needs --token")
       ->capture_default_str();
   cmd->add_option("--port", *port, "Port to listen on (0: any free port)")->capture_default_str();

@@ -150,7 +150,8 @@ void ForgetStores(const std::string& db_path) {
 Status StoreFor(const std::string& db_path, StoreLease* out) {
   struct stat st{};
   std::list<IdleStore> stale;  // closed outside the lock
-  if (::stat(db_path.c_str(), &st) != 0) {
+  // A run in a database has no file to be replaced: its connection is kept as it is.
+  if (!IsDatabaseLocation(db_path) && ::stat(db_path.c_str(), &st) != 0) {
     ForgetStores(db_path);
     return Status::NotFound(db_path + ": run store vanished");
   }
@@ -282,6 +283,15 @@ const char* Health(const std::vector<Finding>& findings, const std::string& stat
 }  // namespace
 
 std::string StoreSignature(const std::string& db_path) {
+  if (IsDatabaseLocation(db_path)) {
+    // Every write of a run in a database moves its heartbeat; closing it sets its status.
+    StoreLease store;
+    RunMeta meta;
+    if (!StoreFor(db_path, &store).ok() || !store->ReadMeta(&meta).ok()) return "";
+    char part[96];
+    std::snprintf(part, sizeof(part), "db|%.17g|", meta.heartbeat);
+    return part + meta.status;
+  }
   std::string signature;
   for (const char* suffix : {"", "-wal"}) {
     struct stat st{};

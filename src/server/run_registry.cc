@@ -20,6 +20,14 @@ bool IsInside(const std::string& root, const std::string& path) {
 }  // namespace
 
 Status RunRegistry::Open(const std::string& logdir, std::unique_ptr<RunRegistry>* registry) {
+  if (IsDatabaseLocation(logdir)) {
+    // A database (or one project of it): runs are rows, named "project/run"; no path to contain.
+    if (logdir.find('#') != std::string::npos && logdir.find('/', logdir.find('#')) != std::string::npos) {
+      return Status::InvalidArgument(logdir + ": expected a database (or #project), not one run");
+    }
+    registry->reset(new RunRegistry(logdir));
+    return (*registry)->Refresh();
+  }
   std::error_code ec;
   if (!fs::is_directory(logdir, ec)) {
     return Status::InvalidArgument(logdir + ": not a directory (expected a logdir holding runs)");
@@ -56,6 +64,11 @@ Status RunRegistry::ValidateName(std::string_view name) {
 }
 
 std::string RunRegistry::ContainedStorePath(const std::string& relative_name) const {
+  if (IsDatabaseLocation(root_)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const bool listed = std::binary_search(names_.begin(), names_.end(), relative_name);
+    return listed ? root_.substr(0, root_.find('#')) + "#" + relative_name : "";
+  }
   std::error_code ec;
   const fs::path dir = fs::canonical(fs::path(root_) / relative_name, ec);
   if (ec || !IsInside(root_, dir.string())) return "";
@@ -70,9 +83,10 @@ Status RunRegistry::Refresh() {
   if (!s.ok()) return s;
   std::vector<std::string> names;
   names.reserve(runs.size());
+  const bool database = IsDatabaseLocation(root_);
   for (const RunEntry& run : runs) {
-    if (!ValidateName(run.name).ok()) continue;            // a name the API could not address
-    if (ContainedStorePath(run.name).empty()) continue;   // symlinked out of the logdir
+    if (!ValidateName(run.name).ok()) continue;                         // a name the API could not address
+    if (!database && ContainedStorePath(run.name).empty()) continue;  // symlinked out of the logdir
     names.push_back(run.name);
   }
   std::sort(names.begin(), names.end());
@@ -102,6 +116,11 @@ RunRegistry::Resolved RunRegistry::Resolve(std::string_view name) {
   if (!known()) Refresh();
   // Checked again even for a known name: the directory may have been swapped for a symlink.
   out.db_path = ContainedStorePath(key);
+  if (out.db_path.empty() && IsDatabaseLocation(root_)) {
+    out.http_status = 404;
+    out.error = "no run '" + key + "' in the database";
+    return out;
+  }
   if (out.db_path.empty()) {
     std::error_code ec;
     const bool exists = fs::exists(fs::path(root_) / key / kStoreFileName, ec);

@@ -1,5 +1,7 @@
 #include "store/run_io.h"
 
+#include "store/store_format.h"
+
 #include <algorithm>
 #include <cstdint>
 
@@ -266,9 +268,11 @@ Status CopyRun(RunStore& from, RunStore* to) {
   Status s = from.ReadMeta(&meta);
   if (s.ok()) s = to->SetMeta(meta);
   if (s.ok() && meta.backward_steps) s = to->SetMetaValue("backward_steps", std::to_string(meta.backward_steps));
-  // Every series, those without a point too, so that both runs list the same.
+  // Every series, those without a point too, made in the order the run made them (the
+  // dashboard lists them so), so that both runs list the same.
   std::vector<SeriesInfo> series;
   if (s.ok()) s = from.ListSeries(&series);
+  std::sort(series.begin(), series.end(), [](const SeriesInfo& a, const SeriesInfo& b) { return a.id < b.id; });
   std::vector<std::pair<std::string, SeriesKind>> kinds;
   for (const SeriesInfo& info : series) kinds.emplace_back(info.tag, info.kind);
   std::vector<int64_t> ids;
@@ -278,7 +282,10 @@ Status CopyRun(RunStore& from, RunStore* to) {
   SamplesOnly samples(&sink);
   s = ReadRun(from, &samples);
   Status written = sink.Finish();
-  return s.ok() ? written : s;
+  if (!s.ok()) return s;
+  // Each write moved the heartbeat to now: the copy's is the run's own.
+  if (written.ok()) written = to->SetMetaValue("heartbeat", FormatMetaDouble(meta.heartbeat));
+  return written;
 }
 
 }  // namespace trainscope
