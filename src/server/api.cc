@@ -1,5 +1,7 @@
 #include "server/api.h"
 
+#include "server/access.h"
+
 #ifdef TRAINSCOPE_WITH_NUMERICS
 #include "core/tag.h"
 #include "numerics/fit.h"
@@ -309,7 +311,7 @@ std::string StoreSignature(const std::string& db_path) {
   return signature;
 }
 
-ApiReply Api::Handle(const std::string& endpoint, const QueryParams& params) {
+ApiReply Api::Handle(const std::string& endpoint, const QueryParams& params, const ProjectFilter* readable) {
   if (params.size() > kMaxParams) {
     return Error(400, "too many query parameters (" + std::to_string(params.size()) + ", at most " +
                           std::to_string(kMaxParams) + ")");
@@ -320,7 +322,7 @@ ApiReply Api::Handle(const std::string& endpoint, const QueryParams& params) {
                             std::to_string(kMaxParamBytes) + " bytes");
     }
   }
-  if (endpoint == "runs") return Runs();
+  if (endpoint == "runs") return Runs(readable);
   // The per-run endpoints: adding one is one entry here (and its method). The dashboard's
   // views (web/src/views/) name the endpoints they read.
   using Handler = ApiReply (*)(Api*, const std::string& db, const QueryParams&);
@@ -344,6 +346,9 @@ ApiReply Api::Handle(const std::string& endpoint, const QueryParams& params) {
   if (!handler) return Error(404, "no API endpoint '" + endpoint + "'");
   const std::string* run = Param(params, "run");
   if (!run) return Error(400, "parameter 'run' is required");
+  if (readable && !(*readable)(ProjectOfRun(*run))) {
+    return Error(403, "the token may not read project '" + ProjectOfRun(*run) + "'");
+  }
   RunRegistry::Resolved resolved = registry_->Resolve(*run);
   if (resolved.http_status != 200) return Error(resolved.http_status, RedactPaths(resolved.error, registry_->root()));
   const std::string& db = resolved.db_path;
@@ -393,10 +398,11 @@ std::string Api::Damage(const std::string& db_path) {
   return text;
 }
 
-ApiReply Api::Runs() {
+ApiReply Api::Runs(const ProjectFilter* readable) {
   registry_->Refresh();
   json runs = json::array();
   for (const std::string& name : registry_->Names()) {
+    if (readable && !(*readable)(ProjectOfRun(name))) continue;
     RunRegistry::Resolved resolved = registry_->Resolve(name);
     if (resolved.http_status != 200) continue;
     const std::string signature = StoreSignature(resolved.db_path);

@@ -29,6 +29,7 @@
 // reopened when the file was replaced.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -56,12 +57,16 @@ class Api {
   // `registry` must outlive the Api.
   explicit Api(RunRegistry* registry) : registry_(registry) {}
 
-  // endpoint is the path after "/api/" ("runs", "scalars", ...).
-  ApiReply Handle(const std::string& endpoint, const QueryParams& params);
+  // Whether the caller may read a project's runs (a team server's token file); null: every run.
+  using ProjectFilter = std::function<bool(const std::string& project)>;
+  // endpoint is the path after "/api/" ("runs", "scalars", ...). With `readable`, the runs
+  // list holds only the runs of readable projects (names "project/run"), and a per-run
+  // endpoint of another project's run is a 403.
+  ApiReply Handle(const std::string& endpoint, const QueryParams& params, const ProjectFilter* readable = nullptr);
 
  private:
   struct RunSummaryCache;
-  ApiReply Runs();
+  ApiReply Runs(const ProjectFilter* readable);
   ApiReply Run(const std::string& db_path);
   ApiReply Scalars(const std::string& db_path, const QueryParams& params);
   ApiReply TensorStatsSeries(const std::string& db_path, const QueryParams& params);

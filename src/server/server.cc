@@ -18,12 +18,16 @@
 #include <thread>
 
 #include <httplib.h>
+#include <nlohmann/json.hpp>
 #include <zlib.h>
 
+#include "server/access.h"
 #include "server/api.h"
+#include "server/ingest.h"
 #include "server/assets.h"
 #include "server/live_feed.h"
 #include "server/run_registry.h"
+#include "store/run_store.h"
 
 namespace trainscope::server {
 
@@ -213,7 +217,18 @@ DashboardServer::~DashboardServer() { Stop(); }
 const std::string& DashboardServer::root() const { return registry_->root(); }
 
 Status DashboardServer::Create(const ServerOptions& options, std::unique_ptr<DashboardServer>* out) {
-  if (!IsLoopbackHost(options.host) && options.token.empty()) {
+  std::unique_ptr<AccessList> access;
+  if (!options.token_file.empty()) {
+    if (!options.token.empty()) return Status::InvalidArgument("--token and --token-file: give one of them");
+    if (!IsDatabaseLocation(options.logdir)) {
+      return Status::InvalidArgument(options.logdir + ": a server with a token file keeps its runs in a database "
+                                     "(postgresql://host[:port]/database)");
+    }
+    access = std::make_unique<AccessList>();
+    Status loaded = AccessList::Load(options.token_file, access.get());
+    if (!loaded.ok()) return loaded;
+  }
+  if (!IsLoopbackHost(options.host) && options.token.empty() && !access) {
     return Status::InvalidArgument("serving on " + options.host +
                          " (not a loopback address) needs a token: pass --token SECRET, or --token auto "
                          "to have one generated");
@@ -235,6 +250,10 @@ Status DashboardServer::Create(const ServerOptions& options, std::unique_ptr<Das
   Status s = RunRegistry::Open(options.logdir, &server->registry_);
   if (!s.ok()) return s;
   server->api_ = std::make_unique<Api>(server->registry_.get());
+  if (access) {
+    server->access_ = std::move(access);
+    server->ingest_ = std::make_unique<Ingest>(options.logdir.substr(0, options.logdir.find('#')));
+  }
   server->feed_ = std::make_unique<LiveFeed>(server->registry_.get(), options.poll_interval);
   server->http_ = std::make_unique<HttpServer>();
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a second server on
@@ -270,6 +289,28 @@ Status DashboardServer::Create(const ServerOptions& options, std::unique_ptr<Das
   return Status::Ok();
 }
 
+std::string DashboardServer::TokenOf(const httplib::Request& req) {
+  static const std::string kBearer = "Bearer ";
+  const std::string header = req.get_header_value("Authorization");
+  if (header.size() > kBearer.size() && header.compare(0, kBearer.size(), kBearer) == 0) return header.substr(kBearer.size());
+  return req.get_param_value("token");
+}
+
+bool DashboardServer::WithinRate(const std::string& token) {
+  const double rate = options_.requests_per_second, burst = 4 * rate;
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(rate_mu_);
+  auto [it, fresh] = rates_.try_emplace(token, Bucket{burst, now});
+  Bucket& b = it->second;
+  if (!fresh) {
+    b.tokens = std::min(burst, b.tokens + rate * std::chrono::duration<double>(now - b.refilled).count());
+    b.refilled = now;
+  }
+  if (b.tokens < 1) return false;
+  b.tokens -= 1;
+  return true;
+}
+
 bool DashboardServer::Authorized(const std::string& header, const std::string& query_token) const {
   static const std::string kBearer = "Bearer ";
   if (header.size() > kBearer.size() && header.compare(0, kBearer.size(), kBearer) == 0 &&
@@ -288,7 +329,8 @@ void DashboardServer::Routes() {
                              "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
                              "connect-src 'self'; frame-ancestors 'none'"}});
   http.set_keep_alive_max_count(1000);
-  http.set_payload_max_length(0);  // no request bodies: the API is read-only
+  // No request bodies but an ingest batch's (a team server's only write).
+  http.set_payload_max_length(access_ ? options_.max_body_bytes : 0);
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     // Debian's cpp-httplib is built with brotli and compresses every JSON/text answer at
@@ -302,9 +344,12 @@ void DashboardServer::Routes() {
       headers.erase(accept);
       headers.emplace(kAcceptEncoding, std::move(value));
     }
-    if (req.method != "GET" && req.method != "HEAD") {
-      res.set_header("Allow", "GET, HEAD");
-      JsonError(res, 405, "the dashboard is read-only: only GET and HEAD are answered");
+    const bool ingest = access_ && req.method == "POST" && req.path == "/api/v1/ingest";
+    if (req.method != "GET" && req.method != "HEAD" && !ingest) {
+      res.set_header("Allow", access_ ? "GET, HEAD, POST" : "GET, HEAD");
+      JsonError(res, 405,
+                access_ ? "only GET and HEAD are answered, and POST to /api/v1/ingest"
+                        : "the dashboard is read-only: only GET and HEAD are answered");
       return httplib::Server::HandlerResponse::Handled;
     }
     // Strict framing: a request whose length is ambiguous (Content-Length twice, as request
@@ -321,14 +366,26 @@ void DashboardServer::Routes() {
     }
     // A GET with a body: httplib leaves the body unread (it would be parsed as the next
     // request), so it is refused and the connection closed before any of it is read.
-    if ((req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0") ||
-        req.has_header("Transfer-Encoding")) {
+    if (!ingest && ((req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0") ||
+                    req.has_header("Transfer-Encoding"))) {
       res.set_header("Connection", "close");
       JsonError(res, 413, "request bodies are refused: the dashboard is read-only");
       return httplib::Server::HandlerResponse::Handled;
     }
     if (req.path.rfind("/api/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-    if (!options_.token.empty()) {
+    if (access_) {
+      const std::string token = TokenOf(req);
+      if (!access_->Known(token)) {
+        res.set_header("WWW-Authenticate", "Bearer");
+        JsonError(res, 401, "missing or unknown token (Authorization: Bearer TOKEN)");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (!WithinRate(token)) {
+        res.set_header("Retry-After", "1");
+        JsonError(res, 429, "too many requests for this token");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    } else if (!options_.token.empty()) {
       const std::string query_token = req.get_param_value("token");
       if (!Authorized(req.get_header_value("Authorization"), query_token)) {
         res.set_header("WWW-Authenticate", "Bearer");
@@ -359,9 +416,18 @@ void DashboardServer::Routes() {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     auto first = std::make_shared<bool>(true);
+    // On a team server a stream carries only the events of the token's projects.
+    std::function<bool(const std::string&)> readable = [](const std::string&) { return true; };
+    if (access_) {
+      readable = [this, token = TokenOf(req)](const std::string& event) {
+        const auto parsed = nlohmann::json::parse(event, nullptr, false);
+        const std::string run = parsed.is_object() ? parsed.value("run", "") : "";
+        return access_->Allows(token, ProjectOfRun(run), Scope::kRead);
+      };
+    }
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, after, first](size_t, httplib::DataSink& sink) mutable {
+        [this, after, first, readable](size_t, httplib::DataSink& sink) mutable {
           std::string chunk;
           if (*first) {
             *first = false;
@@ -374,8 +440,9 @@ void DashboardServer::Routes() {
               return true;
             }
             for (const LiveFeed::Event& e : events) {
-              chunk += "id: " + std::to_string(e.seq) + "\ndata: " + e.json + "\n\n";
               after = e.seq;
+              if (!readable(e.json)) continue;
+              chunk += "id: " + std::to_string(e.seq) + "\ndata: " + e.json + "\n\n";
             }
             if (chunk.empty()) chunk = ": keep-alive\n\n";  // also finds clients that left
           }
@@ -384,10 +451,18 @@ void DashboardServer::Routes() {
         [this](bool) { streams_.fetch_sub(1); });
   });
 
+  if (access_) IngestRoutes();
+
   http.Get(R"(/api/([a-z_]+))", [this](const httplib::Request& req, httplib::Response& res) {
     QueryParams params(req.params.begin(), req.params.end());
     params.erase("token");
-    ApiReply reply = api_->Handle(req.matches[1], params);
+    Api::ProjectFilter readable;
+    if (access_) {
+      readable = [this, token = TokenOf(req)](const std::string& project) {
+        return access_->Allows(token, project, Scope::kRead);
+      };
+    }
+    ApiReply reply = api_->Handle(req.matches[1], params, access_ ? &readable : nullptr);
     res.status = reply.status;
     res.set_header("Cache-Control", "no-store");
     res.set_header("Vary", "Accept-Encoding");
@@ -427,6 +502,47 @@ void DashboardServer::Routes() {
       }
     }
     res.set_content(reinterpret_cast<const char*>(asset->data), asset->size, asset->content_type);
+  });
+}
+
+void DashboardServer::IngestRoutes() {
+  httplib::Server& http = *http_;
+  auto reply_json = [](httplib::Response& res, const ApiReply& reply) {
+    res.status = reply.status;
+    res.set_header("Cache-Control", "no-store");
+    res.set_content(reply.body, "application/json");
+  };
+  // project and run of an ingest call, checked; empty project on error (answered).
+  auto names = [](const httplib::Request& req, httplib::Response& res, std::string* project, std::string* run) {
+    *project = req.get_param_value("project");
+    *run = req.get_param_value("run");
+    Status s = RunRegistry::ValidateName(*run);
+    if (project->empty() || project->find('/') != std::string::npos || !RunRegistry::ValidateName(*project).ok()) {
+      s = Status::InvalidArgument("parameter 'project': expected one name without '/'");
+    }
+    if (!s.ok()) JsonError(res, 400, s.message());
+    return s.ok();
+  };
+  http.Post("/api/v1/ingest", [this, names, reply_json](const httplib::Request& req, httplib::Response& res) {
+    std::string project, run;
+    if (!names(req, res, &project, &run)) return;
+    if (!access_->Allows(TokenOf(req), project, Scope::kWrite)) {
+      JsonError(res, 403, "the token may not write to project '" + project + "'");
+      return;
+    }
+    reply_json(res, ingest_->Post(project, run, req.body));
+  });
+  http.Get("/api/v1/positions", [this, names, reply_json](const httplib::Request& req, httplib::Response& res) {
+    std::string project, run;
+    if (!names(req, res, &project, &run)) return;
+    if (!access_->Allows(TokenOf(req), project, Scope::kRead)) {
+      JsonError(res, 403, "the token may not read project '" + project + "'");
+      return;
+    }
+    reply_json(res, ingest_->Positions(project, run));
+  });
+  http.Get("/api/projects", [this, reply_json](const httplib::Request& req, httplib::Response& res) {
+    reply_json(res, {200, nlohmann::json({{"projects", access_->Projects(TokenOf(req))}}).dump()});
   });
 }
 

@@ -23,6 +23,35 @@ json FindingToJson(const Finding& f) {
           {"actions", f.actions}};
 }
 
+Status FindingFromJson(const json& j, Finding* f) {
+  if (!j.is_object()) return Status::InvalidArgument("a finding: expected an object");
+  const char* const kText[] = {"code", "severity", "location", "summary"};
+  for (const char* key : kText) {
+    if (!j.contains(key) || !j[key].is_string()) {
+      return Status::InvalidArgument(std::string("a finding: expected \"") + key + "\" as a string");
+    }
+  }
+  for (const char* key : {"step", "last_step"}) {
+    if (!j.contains(key) || !j[key].is_number_integer()) {
+      return Status::InvalidArgument(std::string("a finding: expected \"") + key + "\" as an integer");
+    }
+  }
+  *f = Finding();
+  f->code = j["code"].get<std::string>();
+  if (!ParseSeverity(j["severity"].get<std::string>(), &f->severity)) {
+    return Status::InvalidArgument("a finding: severity '" + j["severity"].get<std::string>() +
+                                   "', expected info, warning or critical");
+  }
+  f->step = j["step"].get<int64_t>();
+  f->last_step = j["last_step"].get<int64_t>();
+  f->location = j["location"].get<std::string>();
+  f->summary = j["summary"].get<std::string>();
+  f->evidence_json = j.contains("evidence") && j["evidence"].is_object() ? j["evidence"].dump() : "{}";
+  if (j.contains("causes")) ReadStoredCauses(j["causes"].dump(), &f->causes);
+  if (j.contains("actions")) ReadStoredActions(j["actions"].dump(), &f->actions);
+  return Status::Ok();
+}
+
 json TensorStatsToJson(const TensorStats& s) {
   json out = {{"numel", s.numel},
               {"nan", s.nan},

@@ -13,6 +13,8 @@ namespace trainscope {
 // {"code", "severity", "step", "last_step", "location", "summary", "evidence", "causes",
 //  "actions"}; evidence is the finding's JSON object (an unparsable one becomes {}).
 nlohmann::json FindingToJson(const Finding& finding);
+// FindingToJson's form read back; fails naming the field that is missing or of another type.
+Status FindingFromJson(const nlohmann::json& j, Finding* finding);
 // [{"id", "confidence"}, ...]: a finding's causes, as JSON and as stored.
 nlohmann::json CausesToJson(const std::vector<Cause>& causes);
 // A finding's causes and actions as a store keeps them (CausesToJson's text, a JSON array of

@@ -61,7 +61,7 @@ PostgresRunStore::~PostgresRunStore() {
 }
 
 Status PostgresRunStore::Fail(Status s) {
-  last_fault_ = db_->last_fault();
+  last_fault_ = s.IsIOError() ? db_->last_fault() : "";
   if (db_->in_transaction()) (void)db_->Exec("ROLLBACK", "roll back");
   return s;
 }
@@ -360,23 +360,60 @@ Status PostgresRunStore::WriteRows(const WriteBatch& batch) {
   return s;
 }
 
+Status PostgresRunStore::WriteInTransaction(const WriteBatch& batch) {
+  Status s = chunker_.Add(batch.scalars, this);
+  if (s.ok()) s = FlushChunks();
+  if (s.ok()) s = WriteRows(batch);
+  if (s.ok()) s = SetMetaValue("heartbeat", FormatMetaDouble(WallClockNow()));
+  return s;
+}
+
 Status PostgresRunStore::Write(const WriteBatch& batch) {
-  Status s = CheckSeriesIds(batch);
-  if (!s.ok()) return s;
+  return WriteAdvancing(
+      [&batch](const StreamPositions&, WriteBatch* out, StreamPositions*) {
+        *out = batch;
+        return Status::Ok();
+      },
+      /*replace_findings=*/false);
+}
+
+Status PostgresRunStore::ReadPositions(StreamPositions* positions) {
+  positions->clear();
+  PgResult rows;
+  Status s = db_->Query("SELECT stream, position FROM ingest_position WHERE run_id = $1", PgParams().Int(run_id_),
+                        "read ingest positions", &rows);
+  for (int i = 0; s.ok() && i < rows.rows(); ++i) (*positions)[rows.Text(i, 0)] = rows.Int(i, 1);
+  return s;
+}
+
+Status PostgresRunStore::WriteAdvancing(const BatchBuilder& build, bool replace_findings) {
   if (!db_->Reconnect()) {
     last_fault_ = "I/O error";
     return Status::IOError(path_ + ": write: the database is not reachable");
   }
-  s = db_->Exec("BEGIN", "write");
+  Status s = db_->Exec("BEGIN", "write");
   // A connection the server dropped while idle (a restart) fails its first statement: open
   // it again and begin once more, nothing having been sent.
   if (!s.ok() && db_->Reconnect()) s = db_->Exec("BEGIN", "write");
   if (!s.ok()) return Fail(s);
   const int64_t backward_before = chunker_.backward_steps();
-  s = chunker_.Add(batch.scalars, this);
-  if (s.ok()) s = FlushChunks();
-  if (s.ok()) s = WriteRows(batch);
-  if (s.ok()) s = SetMetaValue("heartbeat", FormatMetaDouble(WallClockNow()));
+  // Writers of the same run (two server processes given the same batch) take turns.
+  if (s.ok()) s = db_->Query("SELECT pg_advisory_xact_lock($1)", PgParams().Int(run_id_), "lock run");
+  StreamPositions held, after;
+  if (s.ok()) s = ReadPositions(&held);
+  WriteBatch batch;
+  if (s.ok()) s = build(held, &batch, &after);
+  if (s.ok()) s = CheckSeriesIds(batch);
+  if (s.ok() && replace_findings) {
+    s = db_->Query("DELETE FROM finding WHERE run_id = $1", PgParams().Int(run_id_), "replace findings");
+  }
+  if (s.ok()) s = WriteInTransaction(batch);
+  for (const auto& [stream, position] : after) {
+    if (!s.ok()) break;
+    s = db_->Query("INSERT INTO ingest_position(run_id, stream, position) VALUES ($1, $2, $3) ON CONFLICT (run_id, "
+                   "stream) DO UPDATE SET position = excluded.position",
+                   PgParams().Int(run_id_).Text(stream).Int(position), "advance ingest position");
+  }
   if (s.ok() && chunker_.backward_steps() != backward_before) {
     s = SetMetaValue("backward_steps", std::to_string(chunker_.backward_steps()));
   }

@@ -8,6 +8,8 @@
 // name it without the password.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -44,6 +46,18 @@ class PostgresRunStore final : public RunStore, private ChunkTable {
   static Status DropRun(const std::string& location);
   ~PostgresRunStore() override;
 
+  // How far the run holds each stream a source sends (the ingest's exactly-once: a scalar
+  // series' points in append order, "scalar:TAG"; a table's rows by the source's row id,
+  // "tensor_stats", "vector", "span").
+  using StreamPositions = std::map<std::string, int64_t>;
+  // One ingest batch in one transaction, the run locked against other writers (other server
+  // processes): reads the positions, lets `build` fill `batch` with what is new and set the
+  // positions after it (and write metadata through SetMetaValue), then writes both. With
+  // `replace_findings`, the batch's findings replace the run's.
+  using BatchBuilder = std::function<Status(const StreamPositions& held, WriteBatch* batch, StreamPositions* after)>;
+  Status WriteAdvancing(const BatchBuilder& build, bool replace_findings);
+  Status ReadPositions(StreamPositions* positions);
+
   Status EnsureSeries(std::string_view tag, SeriesKind kind, int64_t* id) override;
   Status EnsureSeriesAll(const std::vector<std::pair<std::string, SeriesKind>>& series,
                          std::vector<int64_t>* ids) override;
@@ -79,6 +93,7 @@ class PostgresRunStore final : public RunStore, private ChunkTable {
   Status Fail(Status s);  // keeps the fault's cause, rolls back an open transaction
   Status FlushChunks();   // sends the chunk rows and deletions InsertChunk and DeleteChunks queued
   Status WriteRows(const WriteBatch& batch);
+  Status WriteInTransaction(const WriteBatch& batch);  // after BEGIN: rows, chunks, heartbeat
 
   std::unique_ptr<PgConnection> db_;
   int64_t run_id_;

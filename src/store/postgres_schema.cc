@@ -55,6 +55,14 @@ CREATE TABLE finding(
   summary text NOT NULL, evidence text NOT NULL, causes text NOT NULL, actions text NOT NULL);
 CREATE INDEX finding_by_run ON finding(run_id, id);
 )sql",
+    // 2: the ingest's positions: of each stream a source sends (a scalar series' points in
+    // the order they were appended, a table's rows by the source's row id), how far the run
+    // holds it, advanced in the transaction that stores the records (exactly once).
+    R"sql(
+CREATE TABLE ingest_position(
+  run_id bigint NOT NULL REFERENCES run(id) ON DELETE CASCADE, stream text NOT NULL, position bigint NOT NULL,
+  PRIMARY KEY(run_id, stream));
+)sql",
 };
 
 constexpr int kKnownVersion = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));

@@ -1,0 +1,319 @@
+#include "server/ingest.h"
+
+#include <cmath>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "store/json_forms.h"
+#include "store/postgres_run_store.h"
+
+namespace trainscope::server {
+
+namespace {
+
+using json = nlohmann::json;
+using StreamPositions = PostgresRunStore::StreamPositions;
+
+// Writers kept open between batches (a run's chunker and connection), at most this many.
+constexpr size_t kMaxWriters = 256;
+
+ApiReply Reply(int status, const json& body) {
+  return {status, body.dump(-1, ' ', false, json::error_handler_t::replace)};
+}
+ApiReply Error(int status, const std::string& message) { return Reply(status, {{"error", message}}); }
+
+// A number as the forwarder writes it: JSON numbers, and "nan", "inf", "-inf" for what JSON
+// cannot spell.
+bool Number(const json& j, double* out) {
+  if (j.is_number()) {
+    *out = j.get<double>();
+    return true;
+  }
+  if (!j.is_string()) return false;
+  const std::string& s = j.get_ref<const std::string&>();
+  if (s == "nan") *out = std::numeric_limits<double>::quiet_NaN();
+  else if (s == "inf") *out = std::numeric_limits<double>::infinity();
+  else if (s == "-inf") *out = -std::numeric_limits<double>::infinity();
+  else return false;
+  return true;
+}
+
+bool Int(const json& j, int64_t* out) {
+  if (!j.is_number_integer()) return false;
+  *out = j.get<int64_t>();
+  return true;
+}
+
+bool FromHex(const std::string& hex, std::string* out) {
+  if (hex.size() % 2) return false;
+  out->resize(hex.size() / 2);
+  for (size_t i = 0; i < out->size(); ++i) {
+    int v = 0;
+    for (int k = 0; k < 2; ++k) {
+      const char c = hex[2 * i + k];
+      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (d < 0) return false;
+      v = v * 16 + d;
+    }
+    (*out)[i] = static_cast<char>(v);
+  }
+  return true;
+}
+
+// Reads one batch into `batch`, keeping only what the run does not hold yet, and sets the
+// positions after it. A malformed batch is InvalidArgument naming the place; a batch past a
+// gap is FailedPrecondition-like: NotFound with "gap" (409 to the client).
+class BatchReader {
+ public:
+  BatchReader(const json& body, RunStore* store) : body_(body), store_(store) {}
+
+  Status Read(const StreamPositions& held, WriteBatch* batch, StreamPositions* after) {
+    Status s = Scalars(held, batch, after);
+    if (s.ok()) s = Rows("tensor_stats", held, after, [&](const json& r, int64_t) { return StatsRow(r, batch); });
+    if (s.ok()) s = Rows("vectors", held, after, [&](const json& r, int64_t) { return VectorRow(r, batch); });
+    if (s.ok()) s = Rows("spans", held, after, [&](const json& r, int64_t) { return SpanRow(r, batch); });
+    if (s.ok() && body_.contains("findings")) {
+      if (!body_["findings"].is_array()) return Bad("\"findings\": expected an array");
+      for (const json& f : body_["findings"]) {
+        Finding finding;
+        s = FindingFromJson(f, &finding);
+        if (!s.ok()) return Bad(s.message());
+        batch->findings.push_back(std::move(finding));
+      }
+    }
+    if (s.ok() && body_.contains("meta")) {
+      if (!body_["meta"].is_object()) return Bad("\"meta\": expected an object of strings");
+      for (const auto& [key, value] : body_["meta"].items()) {
+        if (!value.is_string()) return Bad("\"meta\".\"" + key + "\": expected a string");
+        s = store_->SetMetaValue(key, value.get<std::string>());
+        if (!s.ok()) return s;
+      }
+    }
+    return s;
+  }
+  bool gap() const { return gap_; }
+
+ private:
+  Status Bad(const std::string& what) { return Status::InvalidArgument("ingest batch: " + what); }
+
+  int64_t Series(const std::string& tag, SeriesKind kind, Status* s) {
+    int64_t id = 0;
+    *s = store_->EnsureSeries(tag, kind, &id);
+    return id;
+  }
+
+  // "scalars": {"TAG": {"from": N, "points": [[step, wall_time, value], ...]}}
+  Status Scalars(const StreamPositions& held, WriteBatch* batch, StreamPositions* after) {
+    if (!body_.contains("scalars")) return Status::Ok();
+    if (!body_["scalars"].is_object()) return Bad("\"scalars\": expected an object by tag");
+    for (const auto& [tag, entry] : body_["scalars"].items()) {
+      int64_t from = 0;
+      if (!entry.is_object() || !Int(entry.value("from", json()), &from) || from < 0 || !entry.contains("points") ||
+          !entry["points"].is_array()) {
+        return Bad("\"scalars\".\"" + tag + "\": expected {\"from\": N, \"points\": [[step, wall_time, value], ...]}");
+      }
+      const std::string stream = "scalar:" + tag;
+      auto it = held.find(stream);
+      const int64_t have = it == held.end() ? 0 : it->second;
+      if (from > have) {
+        gap_ = true;
+        return Status::NotFound("ingest batch: gap in '" + tag + "': the batch starts at point " +
+                                std::to_string(from) + ", the run holds " + std::to_string(have));
+      }
+      const json& points = entry["points"];
+      Status s;
+      const int64_t id = Series(tag, SeriesKind::kScalar, &s);
+      if (!s.ok()) return s;
+      for (size_t i = static_cast<size_t>(have - from); i < points.size(); ++i) {
+        const json& p = points[i];
+        int64_t step = 0;
+        double wall = 0, value = 0;
+        if (!p.is_array() || p.size() != 3 || !Int(p[0], &step) || !Number(p[1], &wall) || !Number(p[2], &value)) {
+          return Bad("\"scalars\".\"" + tag + "\" point " + std::to_string(i) + ": expected [step, wall_time, value]");
+        }
+        batch->scalars.push_back({id, step, wall, value});
+      }
+      (*after)[stream] = std::max<int64_t>(have, from + static_cast<int64_t>(points.size()));
+    }
+    return Status::Ok();
+  }
+
+  // "NAME": [[row_id, ...], ...] in row id order; rows the run holds are skipped.
+  template <class Row>
+  Status Rows(const char* name, const StreamPositions& held, StreamPositions* after, Row&& row) {
+    if (!body_.contains(name)) return Status::Ok();
+    const json& rows = body_[name];
+    if (!rows.is_array()) return Bad(std::string("\"") + name + "\": expected an array of rows");
+    const std::string stream = name;
+    auto it = held.find(stream);
+    int64_t last = it == held.end() ? 0 : it->second;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      int64_t row_id = 0;
+      if (!rows[i].is_array() || rows[i].empty() || !Int(rows[i][0], &row_id)) {
+        return Bad(std::string("\"") + name + "\" row " + std::to_string(i) + ": expected [row_id, ...]");
+      }
+      if (row_id <= last) continue;
+      Status s = row(rows[i], row_id);
+      if (!s.ok()) return s.IsInvalidArgument() ? Bad(std::string("\"") + name + "\" row " + std::to_string(i) + ": " + s.message()) : s;
+      last = row_id;
+    }
+    if (last > 0) (*after)[stream] = last;
+    return Status::Ok();
+  }
+
+  // [row_id, tag, step, wall, numel, nan, inf, zeros, min, max, sum, sum_squares, abs_max,
+  //  dead_fraction, saturated_fraction, histogram hex or null]
+  Status StatsRow(const json& r, WriteBatch* batch) {
+    TensorStatsPoint p;
+    int64_t counts[4];
+    double reals[7];
+    if (r.size() != 16 || !r[1].is_string() || !Int(r[2], &p.step) || !Number(r[3], &p.wall_time)) {
+      return Status::InvalidArgument("expected 16 fields: row_id, tag, step, wall_time, 4 counts, 7 statistics, histogram");
+    }
+    for (int k = 0; k < 4; ++k) {
+      if (!Int(r[4 + k], &counts[k]) || counts[k] < 0) return Status::InvalidArgument("counts: expected integers >= 0");
+    }
+    for (int k = 0; k < 7; ++k) {
+      if (!Number(r[8 + k], &reals[k])) return Status::InvalidArgument("statistics: expected numbers");
+    }
+    TensorStats& t = p.stats;
+    t.numel = counts[0], t.nan = counts[1], t.inf = counts[2], t.zeros = counts[3];
+    t.min = reals[0], t.max = reals[1], t.sum = reals[2], t.sum_squares = reals[3], t.abs_max = reals[4];
+    t.dead_fraction = reals[5], t.saturated_fraction = reals[6];
+    if (!r[15].is_null()) {
+      std::string blob;
+      if (!r[15].is_string() || !FromHex(r[15].get<std::string>(), &blob) ||
+          !DecodeHistogram(reinterpret_cast<const unsigned char*>(blob.data()), static_cast<int64_t>(blob.size()), &t)
+               .empty()) {
+        return Status::InvalidArgument("histogram: expected the store's histogram bytes in hex");
+      }
+    }
+    Status s;
+    const int64_t id = Series(r[1].get<std::string>(), SeriesKind::kTensorStats, &s);
+    if (!s.ok()) return s;
+    batch->tensor_stats.push_back({id, p.step, p.wall_time, t});
+    return Status::Ok();
+  }
+
+  // [row_id, tag, step, wall, [values]]
+  Status VectorRow(const json& r, WriteBatch* batch) {
+    WriteBatch::VectorRecord v;
+    if (r.size() != 5 || !r[1].is_string() || !Int(r[2], &v.step) || !Number(r[3], &v.wall_time) || !r[4].is_array()) {
+      return Status::InvalidArgument("expected [row_id, tag, step, wall_time, [values]]");
+    }
+    for (const json& x : r[4]) {
+      double value = 0;
+      if (!Number(x, &value)) return Status::InvalidArgument("values: expected numbers");
+      v.values.push_back(static_cast<float>(value));
+    }
+    Status s;
+    v.series_id = Series(r[1].get<std::string>(), SeriesKind::kVector, &s);
+    if (!s.ok()) return s;
+    batch->vectors.push_back(std::move(v));
+    return Status::Ok();
+  }
+
+  // [row_id, step, phase, start, duration]
+  Status SpanRow(const json& r, WriteBatch* batch) {
+    Span span;
+    if (r.size() != 5 || !Int(r[1], &span.step) || !r[2].is_string() || !Number(r[3], &span.start) ||
+        !Number(r[4], &span.duration)) {
+      return Status::InvalidArgument("expected [row_id, step, phase, start, duration]");
+    }
+    span.phase = r[2].get<std::string>();
+    batch->spans.push_back(std::move(span));
+    return Status::Ok();
+  }
+
+  const json& body_;
+  RunStore* store_;
+  bool gap_ = false;
+};
+
+json PositionsJson(const StreamPositions& positions) {
+  json out = json::object();
+  for (const auto& [stream, position] : positions) out[stream] = position;
+  return out;
+}
+
+}  // namespace
+
+Status Ingest::WriterFor(const std::string& project, const std::string& run, std::shared_ptr<Writer>* out) {
+  const std::string key = project + "/" + run;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = writers_.find(key);
+  if (it != writers_.end()) {
+    *out = it->second;
+    return Status::Ok();
+  }
+  auto writer = std::make_shared<Writer>();
+  const std::string location = database_ + "#" + key;
+  Status s = RunStore::OpenForWrite(location, &writer->store);
+  if (s.IsNotFound()) {
+    RunMeta meta;
+    meta.name = run;
+    s = RunStore::Create(location, meta, &writer->store);
+    // Another server made it meanwhile: open theirs.
+    if (s.IsInvalidArgument()) s = RunStore::OpenForWrite(location, &writer->store);
+  }
+  if (!s.ok()) return s;
+  if (writers_.size() >= kMaxWriters) {
+    for (auto victim = writers_.begin(); victim != writers_.end(); ++victim) {
+      if (victim->second.use_count() == 1) {  // no batch of it in flight
+        writers_.erase(victim);
+        break;
+      }
+    }
+  }
+  writers_.emplace(key, writer);
+  *out = std::move(writer);
+  return Status::Ok();
+}
+
+ApiReply Ingest::Post(const std::string& project, const std::string& run, const std::string& body) {
+  const json batch_json = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!batch_json.is_object()) return Error(400, "ingest batch: expected a JSON object");
+  if (batch_json.value("version", 0) != kIngestVersion) {
+    return Error(400, "ingest batch: \"version\" " + batch_json.value("version", json()).dump() + ", this server reads " +
+                          std::to_string(kIngestVersion));
+  }
+  std::shared_ptr<Writer> writer;
+  Status s = WriterFor(project, run, &writer);
+  if (!s.ok()) return Error(s.IsInvalidArgument() ? 400 : 503, s.message());
+  std::lock_guard<std::mutex> lock(writer->mu);
+  auto* store = static_cast<PostgresRunStore*>(writer->store.get());
+  BatchReader reader(batch_json, store);
+  const bool has_findings = batch_json.contains("findings");
+  s = store->WriteAdvancing(
+      [&](const StreamPositions& held, WriteBatch* batch, StreamPositions* after) { return reader.Read(held, batch, after); },
+      has_findings);
+  if (s.ok() && batch_json.contains("close") && batch_json["close"].is_object()) {
+    const json& close = batch_json["close"];
+    s = store->Close(close.value("status", "finished"), close.value("exit_reason", ""), {});
+  }
+  StreamPositions positions;
+  const Status read = store->ReadPositions(&positions);
+  if (reader.gap()) return Reply(409, {{"error", s.message()}, {"positions", PositionsJson(positions)}});
+  if (!s.ok()) {
+    // A broken connection or a failed transaction: the next batch reopens the run.
+    std::lock_guard<std::mutex> writers_lock(mu_);
+    writers_.erase(project + "/" + run);
+    return Error(s.IsInvalidArgument() ? 400 : 503, s.message());
+  }
+  if (!read.ok()) return Error(503, read.message());
+  return Reply(200, {{"batch", batch_json.value("batch", "")}, {"positions", PositionsJson(positions)}});
+}
+
+ApiReply Ingest::Positions(const std::string& project, const std::string& run) {
+  std::unique_ptr<RunStore> store;
+  Status s = RunStore::OpenReadOnly(database_ + "#" + project + "/" + run, &store);
+  if (s.IsNotFound()) return Reply(200, {{"positions", json::object()}});
+  if (!s.ok()) return Error(503, s.message());
+  PostgresRunStore::StreamPositions positions;
+  s = static_cast<PostgresRunStore*>(store.get())->ReadPositions(&positions);
+  if (!s.ok()) return Error(503, s.message());
+  return Reply(200, {{"positions", PositionsJson(positions)}});
+}
+
+}  // namespace trainscope::server
