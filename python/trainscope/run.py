@@ -73,7 +73,7 @@ def on_alert(name, fn=None):
 
 
 def init(logdir="runs", name=None, config=None, *, resume=False, flush_interval=1.0,
-         queue_capacity=1 << 22, doctor=True, alerts=None, tensorboard=False):
+         queue_capacity=1 << 22, doctor=True, alerts=None, tensorboard=False, project=None):
     """Starts recording a run into <logdir>/<name>/trainscope.db and returns it.
 
     name: None makes one from the start time. config: any JSON-able dict (other values are
@@ -86,11 +86,15 @@ def init(logdir="runs", name=None, config=None, *, resume=False, flush_interval=
     tensorboard: True mirrors the run's scalars and histograms live into
     <run dir>/tensorboard/, a directory name into <dir>/<run name>/, for
     `tensorboard --logdir` (docs/ingest.md).
+    project: with TRAINSCOPE_SERVER (and TRAINSCOPE_TOKEN) set, the run is also forwarded to
+    that team server under this project (default TRAINSCOPE_PROJECT) as it is written: the
+    local file first, sent from a background thread, resumed after an outage (docs/server.md).
     """
     from trainscope.distributed import rank_layout
     logdir, name = rank_layout(logdir, name)  # under torch.distributed: <logdir>/<name>/rank-<r>
     return Run(logdir, name, config, resume=resume, flush_interval=flush_interval,
-               queue_capacity=queue_capacity, doctor=doctor, alerts=alerts, tensorboard=tensorboard)
+               queue_capacity=queue_capacity, doctor=doctor, alerts=alerts, tensorboard=tensorboard,
+               project=project)
 
 
 def _alert_rules_source(alerts):
@@ -141,7 +145,7 @@ class Run:
     """One training run being recorded. See ts.init()."""
 
     def __init__(self, logdir, name, config, *, resume, flush_interval, queue_capacity, doctor=True,
-                 alerts=None, tensorboard=False):
+                 alerts=None, tensorboard=False, project=None):
         config_json = json.dumps(config if config is not None else {}, default=str)
         command_line = " ".join([sys.executable] + sys.argv)
         rules_file, rules_text, rules_origin = _alert_rules_source(alerts)
@@ -152,7 +156,8 @@ class Run:
                                         resume, queue_capacity, flush_interval, self._rank_meta(),
                                         doctor, alert_rules_file=rules_file, alert_rules_text=rules_text,
                                         alert_rules_origin=rules_origin or "alert rules",
-                                        tensorboard=bool(tensorboard), tensorboard_dir=tensorboard_dir)
+                                        tensorboard=bool(tensorboard), tensorboard_dir=tensorboard_dir,
+                                        project=project or "")
         self.tensorboard_path = self._recorder.tensorboard_path or None
         self.alerts = []          # every alert taken so far (dicts), oldest first
         self._has_rules = self._recorder.alert_rule_count > 0

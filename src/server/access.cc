@@ -8,17 +8,12 @@
 
 namespace trainscope::server {
 
-namespace {
-
-bool SameToken(const std::string& a, const std::string& b) {
-  // Constant time in the contents (the lengths are not secret: tokens are long and random).
+bool ConstantTimeEquals(const std::string& a, const std::string& b) {
   if (a.size() != b.size()) return false;
   unsigned char diff = 0;
   for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
 }
-
-}  // namespace
 
 Status AccessList::Load(const std::string& path, AccessList* out) {
   std::ifstream in(path);
@@ -60,14 +55,14 @@ Status AccessList::Parse(const std::string& text, const std::string& source, Acc
 
 bool AccessList::Known(const std::string& token) const {
   bool known = false;
-  for (const Grant& g : grants_) known |= SameToken(g.token, token);
+  for (const Grant& g : grants_) known |= ConstantTimeEquals(g.token, token);
   return known;
 }
 
 bool AccessList::Allows(const std::string& token, const std::string& project, Scope scope) const {
   bool allowed = false;
   for (const Grant& g : grants_) {
-    const bool matches = SameToken(g.token, token) && (g.project == "*" || g.project == project) &&
+    const bool matches = ConstantTimeEquals(g.token, token) && (g.project == "*" || g.project == project) &&
                          (scope == Scope::kRead || g.scope == Scope::kWrite);
     allowed |= matches && !project.empty();
   }
@@ -77,7 +72,7 @@ bool AccessList::Allows(const std::string& token, const std::string& project, Sc
 std::vector<std::string> AccessList::Projects(const std::string& token) const {
   std::vector<std::string> projects;
   for (const Grant& g : grants_) {
-    if (SameToken(g.token, token)) projects.push_back(g.project);
+    if (ConstantTimeEquals(g.token, token)) projects.push_back(g.project);
   }
   std::sort(projects.begin(), projects.end());
   projects.erase(std::unique(projects.begin(), projects.end()), projects.end());

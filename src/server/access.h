@@ -40,6 +40,9 @@ class AccessList {
   std::vector<Grant> grants_;
 };
 
+// a == b, in time independent of where they differ (tokens; the lengths are not secret).
+bool ConstantTimeEquals(const std::string& a, const std::string& b);
+
 // The project of a run name "project/run..." (empty when the name has no '/').
 std::string ProjectOfRun(const std::string& run_name);
 

@@ -288,10 +288,8 @@ ApiReply Ingest::Post(const std::string& project, const std::string& run, const 
   s = store->WriteAdvancing(
       [&](const StreamPositions& held, WriteBatch* batch, StreamPositions* after) { return reader.Read(held, batch, after); },
       has_findings);
-  if (s.ok() && batch_json.contains("close") && batch_json["close"].is_object()) {
-    const json& close = batch_json["close"];
-    s = store->Close(close.value("status", "finished"), close.value("exit_reason", ""), {});
-  }
+  // "close" ends the run: its status, reason and times come with the batch's metadata, as
+  // the source wrote them.
   StreamPositions positions;
   const Status read = store->ReadPositions(&positions);
   if (reader.gap()) return Reply(409, {{"error", s.message()}, {"positions", PositionsJson(positions)}});

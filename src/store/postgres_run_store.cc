@@ -364,7 +364,6 @@ Status PostgresRunStore::WriteInTransaction(const WriteBatch& batch) {
   Status s = chunker_.Add(batch.scalars, this);
   if (s.ok()) s = FlushChunks();
   if (s.ok()) s = WriteRows(batch);
-  if (s.ok()) s = SetMetaValue("heartbeat", FormatMetaDouble(WallClockNow()));
   return s;
 }
 
@@ -401,6 +400,8 @@ Status PostgresRunStore::WriteAdvancing(const BatchBuilder& build, bool replace_
   if (s.ok()) s = db_->Query("SELECT pg_advisory_xact_lock($1)", PgParams().Int(run_id_), "lock run");
   StreamPositions held, after;
   if (s.ok()) s = ReadPositions(&held);
+  // Now, unless the batch brings its source's own (an ingest's metadata).
+  if (s.ok()) s = SetMetaValue("heartbeat", FormatMetaDouble(WallClockNow()));
   WriteBatch batch;
   if (s.ok()) s = build(held, &batch, &after);
   if (s.ok()) s = CheckSeriesIds(batch);

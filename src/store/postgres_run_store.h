@@ -93,7 +93,7 @@ class PostgresRunStore final : public RunStore, private ChunkTable {
   Status Fail(Status s);  // keeps the fault's cause, rolls back an open transaction
   Status FlushChunks();   // sends the chunk rows and deletions InsertChunk and DeleteChunks queued
   Status WriteRows(const WriteBatch& batch);
-  Status WriteInTransaction(const WriteBatch& batch);  // after BEGIN: rows, chunks, heartbeat
+  Status WriteInTransaction(const WriteBatch& batch);  // after BEGIN: chunks and rows
 
   std::unique_ptr<PgConnection> db_;
   int64_t run_id_;

@@ -62,3 +62,30 @@ def run_cli(*args, check=False):
 @pytest.fixture
 def logdir(tmp_path):
     return tmp_path / "runs"
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A real PostgreSQL for the session (Debian's; scripts/test-postgres.sh: initdb into a
+    fresh directory, loopback, a free port), stopped at the end. Yields its URL; the
+    server's directory is postgres_url.directory for tests that restart it."""
+    import uuid
+    # Directly under /tmp: as root the server runs as the postgres user, who must reach it.
+    directory = pathlib.Path("/tmp") / f"trainscope-pytest-pg-{uuid.uuid4().hex[:8]}"
+    script = REPO / "scripts" / "test-postgres.sh"
+    started = subprocess.run(["bash", str(script), "start", str(directory)], capture_output=True, text=True,
+                             timeout=120)
+    assert started.returncode == 0, started.stderr
+    url = PostgresUrl(started.stdout.strip())
+    url.directory = directory
+    url.script = script
+    yield url
+    subprocess.run(["bash", str(script), "stop", str(directory)], timeout=60)
+    subprocess.run(["rm", "-rf", str(directory)])
+
+
+class PostgresUrl(str):
+    """The URL of the test database, with where its server lives (restart())."""
+
+    def restart(self):
+        subprocess.run(["bash", str(self.script), "restart", str(self.directory)], check=True, timeout=60)

@@ -1,6 +1,6 @@
 """A run kept in PostgreSQL answers as the same run kept in its SQLite file: real PyTorch
 trainings recorded by trainscope, pushed into a real PostgreSQL (Debian's, started for this
-module by scripts/test-postgres.sh), then `diagnose --json` and every dashboard API answer
+session by conftest.postgres_url), then `diagnose --json` and every dashboard API answer
 compared between the two (docs/server.md)."""
 import http.client
 import json
@@ -8,14 +8,11 @@ import re
 import signal
 import subprocess
 import textwrap
-import uuid
 from pathlib import Path
 
 import pytest
 
-from conftest import CLI, PYTHON, REPO, child_env, run_cli
-
-SCRIPT = REPO / "scripts" / "test-postgres.sh"
+from conftest import CLI, PYTHON, child_env, run_cli
 
 TRAIN = textwrap.dedent("""
     import sys, torch, trainscope as ts
@@ -38,19 +35,8 @@ TRAIN = textwrap.dedent("""
 
 
 @pytest.fixture(scope="module")
-def database():
-    # Directly under /tmp: as root the server runs as the postgres user, who must reach it.
-    directory = Path("/tmp") / f"trainscope-pytest-pg-{uuid.uuid4().hex[:8]}"
-    started = subprocess.run(["bash", str(SCRIPT), "start", str(directory)], capture_output=True, text=True,
-                             timeout=120)
-    assert started.returncode == 0, started.stderr
-    yield started.stdout.strip()
-    subprocess.run(["bash", str(SCRIPT), "stop", str(directory)], timeout=60)
-    subprocess.run(["rm", "-rf", str(directory)])
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory, database):
+def runs(tmp_path_factory, postgres_url):
+    database = postgres_url
     """Two trainings (healthy; NaN input at step 60) in a logdir, pushed into the database."""
     logdir = tmp_path_factory.mktemp("pg") / "runs"
     for name, lr, nan_at in (("healthy", 0.05, -1), ("nan", 0.05, 60)):

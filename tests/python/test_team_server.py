@@ -1,0 +1,247 @@
+"""A team server as a team runs it (docs/server.md): `trainscope server` over a real
+PostgreSQL, tokens per project, real PyTorch trainings forwarded live by their ranks
+(TRAINSCOPE_SERVER), the server killed and the database restarted while they train, and the
+security rules over real sockets. Every point is counted end to end: none lost, none doubled."""
+import gzip
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import textwrap
+import time
+
+import pytest
+
+from conftest import CLI, PYTHON, child_env, run_cli
+
+WRITER_A = "writer-a-0123456789abcdef"
+READER_A = "reader-a-0123456789abcdef"
+WRITER_B = "writer-b-0123456789abcdef"
+
+TRAIN = textwrap.dedent("""
+    import sys, time, torch, trainscope as ts
+    logdir, name, steps, pause = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    run = ts.init(logdir=logdir, name=name, project="alpha", flush_interval=0.2)
+    run.watch(model, opt)
+    x, y = torch.randn(64, 8), torch.randn(64, 1)
+    for step in range(steps):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        run.log({"train/loss": loss, "it/step": step})
+        time.sleep(pause)
+    run.finish()
+""")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, database, tokens, port=None, *extra):
+        self.args = [str(CLI), "server", "--store", database, "--token-file", str(tokens), *extra]
+        self.port = port or free_port()
+        self.start()
+
+    def start(self):
+        self.proc = subprocess.Popen(self.args + ["--listen", f"127.0.0.1:{self.port}"], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        line = self.proc.stdout.readline()
+        assert re.search(r"http://127.0.0.1:\d+/", line), line
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=10)
+
+    def request(self, method, target, token=None, body=None, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        headers = dict(headers or {})
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        conn.request(method, target, body=body, headers=headers)
+        res = conn.getresponse()
+        text = res.read().decode("utf-8", "replace")
+        conn.close()
+        return res.status, text
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+
+@pytest.fixture
+def tokens(tmp_path):
+    path = tmp_path / "tokens"
+    path.write_text(f"# token project scope\n{WRITER_A} alpha write\n{READER_A} alpha read\n{WRITER_B} beta write\n")
+    return path
+
+
+@pytest.fixture
+def server(postgres_url, tokens):
+    s = Server(postgres_url, tokens)
+    yield s
+    s.stop()
+
+
+def every_point(location):
+    """{tag: [(step, value), ...]} of every scalar series, and {tag: rows} of the rest."""
+    import trainscope
+    run = trainscope.open_run(location)
+    out = {}
+    for s in run.series():
+        tag, kind = s["tag"], s["kind"]
+        if kind == "scalar":
+            got = run.scalars(tag)
+            out[tag] = list(zip(got["step"].tolist(), got["value"].tolist()))
+        elif kind == "tensor_stats":
+            out[tag] = [r["step"] for r in run.tensor_stats(tag)]
+    out["spans"] = len(run.spans())
+    return out
+
+
+def wait_until(predicate, seconds=30):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_a_forwarded_run_reaches_the_server_whole_through_a_server_kill_and_a_database_restart(
+        tmp_path, postgres_url, tokens):
+    server = Server(postgres_url, tokens)
+    logdir = tmp_path / "runs"
+    env = child_env()
+    env.update(TRAINSCOPE_SERVER=server.url, TRAINSCOPE_TOKEN=WRITER_A)
+    name = f"outage-{os.getpid()}"
+    training = subprocess.Popen([PYTHON, "-c", TRAIN, str(logdir), name, "300", "0.02"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        time.sleep(1.5)
+        server.kill()                      # the server dies mid-run ...
+        time.sleep(1.5)
+        server.start()                     # ... and comes back on the same address
+        time.sleep(1.0)
+        postgres_url.restart()             # the database restarts under it
+        out, _ = training.communicate(timeout=120)
+        assert training.returncode == 0, out
+        location = f"{postgres_url}#alpha/{name}"
+        assert wait_until(lambda: run_cli("runs", f"{postgres_url}#alpha").stdout.count(name) == 1)
+        import trainscope
+        assert wait_until(lambda: trainscope.open_run(location).meta["status"] == "finished"), out
+        local, remote = every_point(logdir / name), every_point(location)
+        assert len(local["train/loss"]) == 300
+        assert sorted(local) == sorted(remote)
+        for tag in local:
+            assert remote[tag] == local[tag], tag   # every point, once, in order
+        names = {location: "RUN", str(logdir / name): "RUN"}
+        a = run_cli("diagnose", "--json", logdir / name).stdout
+        b = run_cli("diagnose", "--json", location).stdout
+        for old, new in names.items():
+            a, b = a.replace(old, new), b.replace(old, new)
+        assert json.loads(a) == json.loads(b)
+    finally:
+        if training.poll() is None:
+            training.kill()
+        server.stop()
+
+
+def ingest(server, token, project, run, body, gzip_it=False):
+    data = json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if gzip_it:
+        data = gzip.compress(data)
+        headers["Content-Encoding"] = "gzip"
+    return server.request("POST", f"/api/v1/ingest?project={project}&run={run}", token, data, headers)
+
+
+def test_a_batch_sent_twice_is_stored_once_and_a_gap_is_refused(server, postgres_url):
+    run = f"twice-{os.getpid()}"
+    batch = {"version": 1, "batch": "t:1", "scalars": {"loss": {"from": 0, "points": [[0, 1.0, 2.0], [1, 2.0, 3.0]]}}}
+    assert ingest(server, WRITER_A, "alpha", run, batch, gzip_it=True)[0] == 200
+    status, reply = ingest(server, WRITER_A, "alpha", run, batch)
+    assert status == 200 and json.loads(reply)["positions"]["scalar:loss"] == 2
+    overlap = {"version": 1, "scalars": {"loss": {"from": 1, "points": [[1, 2.0, 3.0], [2, 3.0, "nan"]]}}}
+    assert ingest(server, WRITER_A, "alpha", run, overlap)[0] == 200
+    gap = {"version": 1, "scalars": {"loss": {"from": 9, "points": [[9, 9.0, 9.0]]}}}
+    status, reply = ingest(server, WRITER_A, "alpha", run, gap)
+    assert status == 409 and json.loads(reply)["positions"]["scalar:loss"] == 3
+    import trainscope
+    got = trainscope.open_run(f"{postgres_url}#alpha/{run}").scalars("loss")
+    assert got["step"].tolist() == [0, 1, 2]
+    assert got["value"].tolist()[:2] == [2.0, 3.0]
+
+
+def test_tokens_keep_projects_apart(server):
+    run = f"secret-{os.getpid()}"
+    assert ingest(server, WRITER_B, "beta", run, {"version": 1, "meta": {"note": "beta's"}})[0] == 200
+    # A's tokens neither list, read nor write B's runs.
+    status, listing = server.request("GET", "/api/runs", READER_A)
+    assert status == 200 and all(not r["name"].startswith("beta/") for r in json.loads(listing)["runs"])
+    assert server.request("GET", f"/api/run?run=beta/{run}", READER_A)[0] == 403
+    assert server.request("GET", f"/api/run?run=beta/{run}", WRITER_A)[0] == 403
+    assert ingest(server, WRITER_A, "beta", run, {"version": 1})[0] == 403
+    # B's writer reads its own.
+    status, body = server.request("GET", f"/api/run?run=beta/{run}", WRITER_B)
+    assert status == 200 and json.loads(body)["meta"]["extra"]["note"] == "beta's"
+    assert json.loads(server.request("GET", "/api/projects", READER_A)[1])["projects"] == ["alpha"]
+
+
+def test_a_read_token_cannot_write_and_an_unknown_one_reads_nothing(server):
+    assert ingest(server, READER_A, "alpha", "x", {"version": 1})[0] == 403
+    assert server.request("GET", "/api/runs", "not-a-token-0123456789")[0] == 401
+    assert server.request("GET", "/api/runs")[0] == 401
+    assert server.request("POST", "/api/runs", WRITER_A, b"{}")[0] == 405
+
+
+def test_an_oversized_body_is_refused(postgres_url, tokens):
+    small = Server(postgres_url, tokens, None, "--max-body", "100000")
+    try:
+        big = {"version": 1, "scalars": {"loss": {"from": 0, "points": [[i, 1.0, 1.0] for i in range(20000)]}}}
+        assert ingest(small, WRITER_A, "alpha", f"big-{os.getpid()}", big)[0] == 413
+        # A small gzip body that inflates past the bound is refused too.
+        bomb = {"version": 1, "meta": {"pad": "0" * 5_000_000}}
+        assert ingest(small, WRITER_A, "alpha", f"bomb-{os.getpid()}", bomb, gzip_it=True)[0] == 413
+    finally:
+        small.stop()
+
+
+def test_requests_past_the_rate_are_refused(postgres_url, tokens):
+    slow = Server(postgres_url, tokens, None, "--rate", "2")
+    try:
+        statuses = [slow.request("GET", "/api/projects", READER_A)[0] for _ in range(30)]
+        assert statuses[:8] == [200] * 8 and statuses.count(429) >= 15
+    finally:
+        slow.stop()
+
+
+def test_sql_in_run_names_and_tags_is_stored_as_text(server, postgres_url):
+    run = "x'); DROP TABLE run; --"
+    tag = "loss\"; DELETE FROM series; -- '"
+    body = {"version": 1, "scalars": {tag: {"from": 0, "points": [[0, 1.0, 4.5]]}},
+            "spans": [[1, 0, "p'); DROP TABLE span; --", 1.0, 0.5]]}
+    from urllib.parse import quote
+    status, reply = server.request("POST", f"/api/v1/ingest?project=alpha&run={quote(run)}", WRITER_A,
+                                   json.dumps(body).encode())
+    assert status == 200, reply
+    status, series = server.request("GET", f"/api/run?run={quote('alpha/' + run)}", READER_A)
+    assert status == 200
+    assert [s["tag"] for s in json.loads(series)["series"]] == [tag]
+    status, points = server.request("GET", f"/api/scalars?run={quote('alpha/' + run)}&tag={quote(tag)}", READER_A)
+    assert status == 200 and json.loads(points)["last"] == [4.5]
+    assert run_cli("runs", postgres_url).returncode == 0  # the tables are all still there
