@@ -39,6 +39,9 @@ class TorchRun {
     std::string logdir = "runs";
     std::string name;                 // empty: made from the start time
     std::string config_json = "{}";
+    // With TRAINSCOPE_SERVER (and TRAINSCOPE_TOKEN) set, the run is also forwarded to that team
+    // server under this project (empty: TRAINSCOPE_PROJECT) as it is written (docs/server.md).
+    std::string project;
     int every = 1;                    // gradient statistics, lr: every N optimizer steps
     int histograms_every = 100;       // exponent histograms and per-unit norms
     int weights_every = 10;           // weight and update statistics

@@ -10,6 +10,9 @@
 
 #include "core/tag.h"
 #include "recorder/recorder.h"
+#ifdef TRAINSCOPE_WITH_FORWARD
+#include "forward/forwarder.h"
+#endif
 #include "watch/run_facts.h"
 #include "watch/system_sampler.h"
 #include "watch/tensor_passes.h"
@@ -95,6 +98,11 @@ TorchRun::TorchRun(const Options& options) : state_(new State) {
   r.git_commit = GitCommit(".");
 #ifdef TRAINSCOPE_WITH_DOCTOR
   r.observers.push_back(std::make_shared<doctor::OnlineDoctor>());  // judged while it trains
+#endif
+#ifdef TRAINSCOPE_WITH_FORWARD
+  if (ForwardTarget target = ForwardTargetFromEnvironment(options.project, ""); !target.server.empty()) {
+    r.observers.push_back(std::make_shared<Forwarder>(std::move(target)));
+  }
 #endif
   Status s = Recorder::Open(r, &state_->recorder);
   if (!s.ok()) throw std::runtime_error("trainscope: " + s.message());

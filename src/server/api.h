@@ -63,6 +63,9 @@ class Api {
   // list holds only the runs of readable projects (names "project/run"), and a per-run
   // endpoint of another project's run is a 403.
   ApiReply Handle(const std::string& endpoint, const QueryParams& params, const ProjectFilter* readable = nullptr);
+  // /metrics: every readable run's status, step, throughput, open findings by severity and
+  // how long ago it last wrote, in OpenMetrics text (docs/server.md).
+  std::string Metrics(const ProjectFilter* readable);
 
  private:
   struct RunSummaryCache;

@@ -399,7 +399,7 @@ void DashboardServer::Routes() {
       JsonError(res, 413, "request bodies are refused: the dashboard is read-only");
       return httplib::Server::HandlerResponse::Handled;
     }
-    if (req.path.rfind("/api/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    if (req.path.rfind("/api/", 0) != 0 && req.path != "/metrics") return httplib::Server::HandlerResponse::Unhandled;
     if (access_) {
       const std::string token = TokenOf(req);
       if (!access_->Known(token)) {
@@ -479,6 +479,18 @@ void DashboardServer::Routes() {
   });
 
   if (access_) IngestRoutes();
+
+  // Prometheus' scrape: OpenMetrics text, under the same token rules as the API.
+  http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+    Api::ProjectFilter readable;
+    if (access_) {
+      readable = [this, token = TokenOf(req)](const std::string& project) {
+        return access_->Allows(token, project, Scope::kRead);
+      };
+    }
+    res.set_header("Cache-Control", "no-store");
+    res.set_content(api_->Metrics(access_ ? &readable : nullptr), "application/openmetrics-text; version=1.0.0; charset=utf-8");
+  });
 
   http.Get(R"(/api/([a-z_]+))", [this](const httplib::Request& req, httplib::Response& res) {
     QueryParams params(req.params.begin(), req.params.end());

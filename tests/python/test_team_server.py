@@ -245,3 +245,29 @@ def test_sql_in_run_names_and_tags_is_stored_as_text(server, postgres_url):
     status, points = server.request("GET", f"/api/scalars?run={quote('alpha/' + run)}&tag={quote(tag)}", READER_A)
     assert status == 200 and json.loads(points)["last"] == [4.5]
     assert run_cli("runs", postgres_url).returncode == 0  # the tables are all still there
+
+
+def test_metrics_are_openmetrics_that_prometheus_parses_per_token(server):
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+    run = f"metrics-{os.getpid()}"
+    finding = {"code": "LOSS_NAN", "severity": "critical", "step": 3, "last_step": 3, "location": "loss",
+               "summary": "s", "evidence": {}, "causes": [], "actions": []}
+    body = {"version": 1, "meta": {"start_time": "1000", "heartbeat": "1010", "status": "running"},
+            "scalars": {"loss": {"from": 0, "points": [[s, 1000.0 + s, 1.0] for s in range(50)]}},
+            "findings": [finding]}
+    assert ingest(server, WRITER_A, "alpha", run, body)[0] == 200
+    assert ingest(server, WRITER_B, "beta", run, {"version": 1, "meta": {"status": "running"}})[0] == 200
+    status, text = server.request("GET", "/metrics", READER_A)
+    assert status == 200 and text.endswith("# EOF\n")
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    def value(family, **labels):
+        return [s.value for s in families[family].samples
+                if all(s.labels.get(k) == v for k, v in labels.items()) and s.name.startswith(family)]
+    assert value("trainscope_run_step", project="alpha", run=run) == [49]
+    assert value("trainscope_run_findings", project="alpha", run=run, severity="critical") == [1]
+    assert value("trainscope_run_findings", project="alpha", run=run, severity="warning") == [0]
+    assert value("trainscope_run_steps_per_second", project="alpha", run=run) == [pytest.approx(4.9)]
+    assert value("trainscope_run_last_write_age_seconds", project="alpha", run=run)[0] > 0
+    assert families["trainscope_run"].samples[0].labels["status"]
+    assert not value("trainscope_run_step", project="beta")  # another project's runs are not shown
+    assert server.request("GET", "/metrics")[0] == 401
