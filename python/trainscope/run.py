@@ -91,10 +91,14 @@ def init(logdir="runs", name=None, config=None, *, resume=False, flush_interval=
     local file first, sent from a background thread, resumed after an outage (docs/server.md).
     """
     from trainscope.distributed import rank_layout
+    given = logdir
     logdir, name = rank_layout(logdir, name)  # under torch.distributed: <logdir>/<name>/rank-<r>
+    # On a team server, a rank's run is <name>/rank-<r> too (as below the logdir).
+    relative = os.path.relpath(os.path.join(os.fspath(logdir), name or ""), os.fspath(given))
+    forward_name = relative.replace(os.sep, "/") if name and not relative.startswith("..") else ""
     return Run(logdir, name, config, resume=resume, flush_interval=flush_interval,
                queue_capacity=queue_capacity, doctor=doctor, alerts=alerts, tensorboard=tensorboard,
-               project=project)
+               project=project, forward_name=forward_name)
 
 
 def _alert_rules_source(alerts):
@@ -145,7 +149,7 @@ class Run:
     """One training run being recorded. See ts.init()."""
 
     def __init__(self, logdir, name, config, *, resume, flush_interval, queue_capacity, doctor=True,
-                 alerts=None, tensorboard=False, project=None):
+                 alerts=None, tensorboard=False, project=None, forward_name=""):
         config_json = json.dumps(config if config is not None else {}, default=str)
         command_line = " ".join([sys.executable] + sys.argv)
         rules_file, rules_text, rules_origin = _alert_rules_source(alerts)
@@ -157,7 +161,7 @@ class Run:
                                         doctor, alert_rules_file=rules_file, alert_rules_text=rules_text,
                                         alert_rules_origin=rules_origin or "alert rules",
                                         tensorboard=bool(tensorboard), tensorboard_dir=tensorboard_dir,
-                                        project=project or "")
+                                        project=project or "", forward_name=forward_name)
         self.tensorboard_path = self._recorder.tensorboard_path or None
         self.alerts = []          # every alert taken so far (dicts), oldest first
         self._has_rules = self._recorder.alert_rule_count > 0

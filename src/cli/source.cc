@@ -43,14 +43,22 @@ Status LoadStore(const std::string& path, LoadedRun* run, bool series_in_store) 
 // project in it, as a logdir's.
 Status LoadDatabase(const std::string& location, std::vector<LoadedRun>* runs, bool* is_logdir, bool series_in_store) {
   const size_t hash = location.find('#');
-  if (hash != std::string::npos && location.find('/', hash) != std::string::npos) {
-    runs->emplace_back();
-    return LoadStore(location, &runs->back(), series_in_store);
-  }
+  const size_t slash = hash == std::string::npos ? std::string::npos : location.find('/', hash);
   std::vector<RunEntry> entries;
-  Status s = ListRuns(location, &entries);
+  Status s = ListRuns(location.substr(0, slash), &entries);
   if (!s.ok()) return s;
-  if (entries.empty()) return Status::NotFound(location + ": no runs in the database");
+  if (slash != std::string::npos) {
+    // One run, or the runs below a name (a data-parallel run's rank-<r>), as in a logdir.
+    const std::string name = location.substr(hash + 1);
+    for (const RunEntry& entry : entries) {
+      if (entry.name == name) {
+        runs->emplace_back();
+        return LoadStore(entry.dir, &runs->back(), series_in_store);
+      }
+    }
+    std::erase_if(entries, [&](const RunEntry& e) { return e.name.rfind(name + "/", 0) != 0; });
+  }
+  if (entries.empty()) return Status::NotFound(location + ": no such run in the database");
   *is_logdir = true;
   for (const RunEntry& entry : entries) {
     runs->emplace_back();

@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <chrono>
+#include <cstring>
 #include <cstdlib>
 #include <random>
 
@@ -38,6 +39,39 @@ std::string Hex(const void* data, size_t bytes) {
     out += kDigits[b & 15];
   }
   return out;
+}
+
+std::string Base64(const std::string& bytes) {
+  static const char* const kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 3 <= bytes.size(); i += 3) {
+    const uint32_t v = (static_cast<unsigned char>(bytes[i]) << 16) | (static_cast<unsigned char>(bytes[i + 1]) << 8) |
+                       static_cast<unsigned char>(bytes[i + 2]);
+    for (int k = 18; k >= 0; k -= 6) out += kAlphabet[(v >> k) & 63];
+  }
+  if (i < bytes.size()) {
+    uint32_t v = static_cast<unsigned char>(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) v |= static_cast<unsigned char>(bytes[i + 1]) << 8;
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < bytes.size() ? kAlphabet[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+// A series' points in the ingest's packed form: int64 steps[n], float64 wall_times[n],
+// float64 values[n], little-endian, in base64.
+std::string PackPoints(const std::vector<int64_t>& steps, const std::vector<double>& walls,
+                       const std::vector<double>& values) {
+  const size_t n = steps.size();
+  std::string bytes(24 * n, '\0');
+  std::memcpy(bytes.data(), steps.data(), 8 * n);
+  std::memcpy(bytes.data() + 8 * n, walls.data(), 8 * n);
+  std::memcpy(bytes.data() + 16 * n, values.data(), 8 * n);
+  return Base64(bytes);
 }
 
 std::string Gzip(const std::string& text) {
@@ -156,7 +190,8 @@ class BatchBuilder {
       const int64_t series_id = sqlite3_column_int64(series.get(), 0);
       const std::string tag = ColumnText(series.get(), 1);
       const int64_t from = Held("scalar:" + tag);
-      json points = json::array();
+      std::vector<int64_t> steps;
+      std::vector<double> walls, values;
       int64_t seen = 0;
       sqlite3_bind_int64(chunks.get(), 1, series_id);
       while (budget_ > 0 && sqlite3_step(chunks.get()) == SQLITE_ROW) {
@@ -173,15 +208,17 @@ class BatchBuilder {
                          sqlite3_column_bytes(chunk.get(), 2), nullptr, &view);
           if (!wrong.empty()) return Status::Corruption("series '" + tag + "': " + wrong);
           for (int64_t i = std::max<int64_t>(0, from - first); i < view.n && budget_ > 0; ++i, --budget_) {
-            points.push_back({view.Step(i), Number(view.WallTime(i)), Number(view.Value(i))});
+            steps.push_back(view.Step(i));
+            walls.push_back(view.WallTime(i));
+            values.push_back(view.Value(i));
           }
         }
         sqlite3_reset(chunk.get());
       }
       sqlite3_reset(chunks.get());
-      if (!points.empty()) {
-        stats->points += static_cast<int64_t>(points.size());
-        (*body)["scalars"][tag] = {{"from", from}, {"points", std::move(points)}};
+      if (!steps.empty()) {
+        stats->points += static_cast<int64_t>(steps.size());
+        (*body)["scalars"][tag] = {{"from", from}, {"packed", PackPoints(steps, walls, values)}};
       }
     }
     return Status::Ok();

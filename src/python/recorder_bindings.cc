@@ -30,7 +30,8 @@ std::unique_ptr<Recorder> OpenRecorder(const std::string& logdir, const std::str
                                        const std::map<std::string, std::string>& extra_meta, bool online_doctor,
                                        const std::string& alert_rules_file, const std::string& alert_rules_text,
                                        const std::string& alert_rules_origin, bool tensorboard,
-                                       const std::string& tensorboard_dir, const std::string& project) {
+                                       const std::string& tensorboard_dir, const std::string& project,
+                                       const std::string& forward_name) {
   Recorder::Options options;
   options.logdir = logdir;
   options.name = name;
@@ -62,14 +63,14 @@ std::unique_ptr<Recorder> OpenRecorder(const std::string& logdir, const std::str
   if (online_doctor) options.observers.push_back(std::make_shared<doctor::OnlineDoctor>());
   // TRAINSCOPE_SERVER set: the run is forwarded to a team server as it is written.
 #ifdef TRAINSCOPE_WITH_FORWARD
-  if (ForwardTarget target = ForwardTargetFromEnvironment(project, ""); !target.server.empty()) {
+  if (ForwardTarget target = ForwardTargetFromEnvironment(project, forward_name); !target.server.empty()) {
     options.observers.push_back(std::make_shared<Forwarder>(std::move(target)));
   }
 #else
   if (const char* server = std::getenv("TRAINSCOPE_SERVER"); server && *server) {
     throw py::value_error("TRAINSCOPE_SERVER: forwarding needs the server part, which this build leaves out");
   }
-  (void)project;
+  (void)project, (void)forward_name;
 #endif
   std::unique_ptr<Recorder> recorder;
   Status s;
@@ -235,7 +236,7 @@ void RegisterRecorder(py::module_& m) {
            py::arg("flush_interval") = 1.0, py::arg("extra_meta") = std::map<std::string, std::string>{},
            py::arg("online_doctor") = true, py::arg("alert_rules_file") = "", py::arg("alert_rules_text") = "",
            py::arg("alert_rules_origin") = "alert rules", py::arg("tensorboard") = false,
-           py::arg("tensorboard_dir") = "", py::arg("project") = "")
+           py::arg("tensorboard_dir") = "", py::arg("project") = "", py::arg("forward_name") = "")
       .def_property_readonly("run_dir", &Recorder::run_dir)
       .def_property_readonly("name", &Recorder::name)
       .def_property_readonly("dropped", &Recorder::dropped)

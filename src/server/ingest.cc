@@ -1,5 +1,6 @@
 #include "server/ingest.h"
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -7,6 +8,7 @@
 
 #include "store/json_forms.h"
 #include "store/postgres_run_store.h"
+#include "store/store_format.h"
 
 namespace trainscope::server {
 
@@ -43,6 +45,39 @@ bool Int(const json& j, int64_t* out) {
   if (!j.is_number_integer()) return false;
   *out = j.get<int64_t>();
   return true;
+}
+
+bool FromBase64(const std::string& text, std::string* out) {
+  static const auto kValues = [] {
+    std::array<int8_t, 256> v{};
+    v.fill(-1);
+    const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (int i = 0; i < 64; ++i) v[static_cast<unsigned char>(alphabet[i])] = static_cast<int8_t>(i);
+    return v;
+  }();
+  out->clear();
+  out->reserve(text.size() / 4 * 3);
+  uint32_t bits = 0;
+  int count = 0;
+  for (char c : text) {
+    if (c == '=') break;
+    const int v = kValues[static_cast<unsigned char>(c)];
+    if (v < 0) return false;
+    bits = (bits << 6) | static_cast<uint32_t>(v);
+    if (++count == 4) {
+      out->push_back(static_cast<char>(bits >> 16));
+      out->push_back(static_cast<char>(bits >> 8));
+      out->push_back(static_cast<char>(bits));
+      bits = 0;
+      count = 0;
+    }
+  }
+  if (count == 2) out->push_back(static_cast<char>(bits >> 4));
+  if (count == 3) {
+    out->push_back(static_cast<char>(bits >> 10));
+    out->push_back(static_cast<char>(bits >> 2));
+  }
+  return count != 1;
 }
 
 bool FromHex(const std::string& hex, std::string* out) {
@@ -103,14 +138,33 @@ class BatchReader {
     return id;
   }
 
-  // "scalars": {"TAG": {"from": N, "points": [[step, wall_time, value], ...]}}
+  // A series' points packed (base64 of int64 steps[n], float64 wall_times[n], float64
+  // values[n], little-endian): a point in 32 characters instead of a JSON array of three
+  // numbers, and no number to parse.
+  bool Packed(const json& packed, std::vector<WriteBatch::ScalarPoint>* points, int64_t id) {
+    std::string bytes;
+    if (!packed.is_string() || !FromBase64(packed.get_ref<const std::string&>(), &bytes) || bytes.size() % 24) {
+      return false;
+    }
+    const size_t n = bytes.size() / 24;
+    const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+    for (size_t i = 0; i < n; ++i) {
+      points->push_back({id, LoadUnaligned<int64_t>(p + 8 * i), LoadUnaligned<double>(p + 8 * (n + i)),
+                         LoadUnaligned<double>(p + 8 * (2 * n + i))});
+    }
+    return true;
+  }
+
+  // "scalars": {"TAG": {"from": N, "points": [[step, wall_time, value], ...]}} or
+  // {"from": N, "packed": "..."} (Packed)
   Status Scalars(const StreamPositions& held, WriteBatch* batch, StreamPositions* after) {
     if (!body_.contains("scalars")) return Status::Ok();
     if (!body_["scalars"].is_object()) return Bad("\"scalars\": expected an object by tag");
     for (const auto& [tag, entry] : body_["scalars"].items()) {
       int64_t from = 0;
-      if (!entry.is_object() || !Int(entry.value("from", json()), &from) || from < 0 || !entry.contains("points") ||
-          !entry["points"].is_array()) {
+      const bool packed = entry.is_object() && entry.contains("packed");
+      if (!entry.is_object() || !Int(entry.value("from", json()), &from) || from < 0 ||
+          (!packed && (!entry.contains("points") || !entry["points"].is_array()))) {
         return Bad("\"scalars\".\"" + tag + "\": expected {\"from\": N, \"points\": [[step, wall_time, value], ...]}");
       }
       const std::string stream = "scalar:" + tag;
@@ -121,10 +175,20 @@ class BatchReader {
         return Status::NotFound("ingest batch: gap in '" + tag + "': the batch starts at point " +
                                 std::to_string(from) + ", the run holds " + std::to_string(have));
       }
-      const json& points = entry["points"];
       Status s;
       const int64_t id = Series(tag, SeriesKind::kScalar, &s);
       if (!s.ok()) return s;
+      if (packed) {
+        std::vector<WriteBatch::ScalarPoint> unpacked;
+        if (!Packed(entry["packed"], &unpacked, id)) {
+          return Bad("\"scalars\".\"" + tag + "\".\"packed\": expected base64 of 24 bytes a point");
+        }
+        const auto skip = static_cast<size_t>(have - from);
+        if (skip < unpacked.size()) batch->scalars.insert(batch->scalars.end(), unpacked.begin() + skip, unpacked.end());
+        (*after)[stream] = std::max<int64_t>(have, from + static_cast<int64_t>(unpacked.size()));
+        continue;
+      }
+      const json& points = entry["points"];
       for (size_t i = static_cast<size_t>(have - from); i < points.size(); ++i) {
         const json& p = points[i];
         int64_t step = 0;

@@ -271,3 +271,31 @@ def test_metrics_are_openmetrics_that_prometheus_parses_per_token(server):
     assert families["trainscope_run"].samples[0].labels["status"]
     assert not value("trainscope_run_step", project="beta")  # another project's runs are not shown
     assert server.request("GET", "/metrics")[0] == 401
+
+
+def test_a_forwarded_data_parallel_run_names_its_straggler_and_its_diverging_rank_on_the_server(
+        tmp_path, postgres_url, tokens, server):
+    import sys
+    import torch
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    from pathlib import Path
+    name = f"ddp-{os.getpid()}"
+    env = child_env()
+    env.update(OMP_NUM_THREADS="1", TRAINSCOPE_SERVER=server.url, TRAINSCOPE_TOKEN=WRITER_A,
+               TRAINSCOPE_PROJECT="alpha")
+    # Rank 3's gradients leave the all-reduce from step 30; rank 0's forward waits 10 ms.
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4", "--master_addr", "127.0.0.1",
+               "--master_port", str(free_port()), "--redirects", "2", "--tee", "2",
+               str(Path(__file__).with_name("ddp_train.py")), "--logdir", str(tmp_path / "runs"), "--name", name,
+               "--steps", "80", "--perturb", "grads", "--perturb-rank", "3", "--perturb-from", "30", "--slow-rank", "0"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    listed = lambda: run_cli("runs", f"{postgres_url}#alpha").stdout
+    assert wait_until(lambda: all(f"rank-{r}" in listed() for r in range(4)) and listed().count("finished") >= 5)
+    report = json.loads(run_cli("diagnose", "--json", f"{postgres_url}#alpha/{name}", check=True).stdout)
+    named = {(f["code"], f["rank"]) for f in report["findings"] if f["code"] in ("RANK_DIVERGENCE", "STRAGGLER")}
+    assert named == {("RANK_DIVERGENCE", 3), ("STRAGGLER", 0)}, report["findings"]
+    local = json.loads(run_cli("diagnose", "--json", tmp_path / "runs" / name, check=True).stdout)
+    assert {(f["code"], f.get("rank"), f["location"], f["step"]) for f in report["findings"]} == \
+        {(f["code"], f.get("rank"), f["location"], f["step"]) for f in local["findings"]}
