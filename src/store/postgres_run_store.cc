@@ -409,11 +409,16 @@ Status PostgresRunStore::WriteAdvancing(const BatchBuilder& build, bool replace_
     s = db_->Query("DELETE FROM finding WHERE run_id = $1", PgParams().Int(run_id_), "replace findings");
   }
   if (s.ok()) s = WriteInTransaction(batch);
-  for (const auto& [stream, position] : after) {
-    if (!s.ok()) break;
-    s = db_->Query("INSERT INTO ingest_position(run_id, stream, position) VALUES ($1, $2, $3) ON CONFLICT (run_id, "
-                   "stream) DO UPDATE SET position = excluded.position",
-                   PgParams().Int(run_id_).Text(stream).Int(position), "advance ingest position");
+  if (s.ok() && !after.empty()) {  // every stream in one statement
+    std::vector<std::string> streams;
+    std::vector<int64_t> positions;
+    for (const auto& [stream, position] : after) {
+      streams.push_back(stream);
+      positions.push_back(position);
+    }
+    s = db_->Query("INSERT INTO ingest_position(run_id, stream, position) SELECT $1, * FROM unnest($2::text[], "
+                   "$3::int8[]) ON CONFLICT (run_id, stream) DO UPDATE SET position = excluded.position",
+                   PgParams().Int(run_id_).TextArray(streams).IntArray(positions), "advance ingest positions");
   }
   if (s.ok() && chunker_.backward_steps() != backward_before) {
     s = SetMetaValue("backward_steps", std::to_string(chunker_.backward_steps()));

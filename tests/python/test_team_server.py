@@ -248,7 +248,10 @@ def test_sql_in_run_names_and_tags_is_stored_as_text(server, postgres_url):
 
 
 def test_metrics_are_openmetrics_that_prometheus_parses_per_token(server):
-    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+    # Prometheus' own parser: Debian's python3-prometheus-client on the fast leg (the torch-2
+    # venv does not carry it).
+    parser = pytest.importorskip("prometheus_client.openmetrics.parser")
+    text_string_to_metric_families = parser.text_string_to_metric_families
     run = f"metrics-{os.getpid()}"
     finding = {"code": "LOSS_NAN", "severity": "critical", "step": 3, "last_step": 3, "location": "loss",
                "summary": "s", "evidence": {}, "causes": [], "actions": []}
@@ -299,3 +302,17 @@ def test_a_forwarded_data_parallel_run_names_its_straggler_and_its_diverging_ran
     local = json.loads(run_cli("diagnose", "--json", tmp_path / "runs" / name, check=True).stdout)
     assert {(f["code"], f.get("rank"), f["location"], f["step"]) for f in report["findings"]} == \
         {(f["code"], f.get("rank"), f["location"], f["step"]) for f in local["findings"]}
+
+
+def test_a_short_load_of_simulated_ranks_into_two_servers_is_stored_whole(postgres_url):
+    # The benchmark (bench/server/ingest_bench.py, docs/benchmarks.md) in small: 6 ranks for
+    # 4 s into two servers; every point the servers acknowledged is in the database, once.
+    import importlib.util
+    from conftest import BUILD, REPO
+    spec = importlib.util.spec_from_file_location("ingest_bench", REPO / "bench" / "server" / "ingest_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    result = bench.run(ranks=6, seconds=4, servers=2, build=BUILD, series=4, points=1024, database=postgres_url)
+    assert result["failed_requests"] == 0
+    assert result["points_acknowledged"] >= 6 * 4 * 1024
+    assert result["points_stored"] == result["points_acknowledged"]
