@@ -21,33 +21,14 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "core/base64.h"
+
 namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 double Now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
-
-std::string Base64(const std::string& bytes) {
-  static const char* const kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 3 <= bytes.size(); i += 3) {
-    const uint32_t v = (static_cast<unsigned char>(bytes[i]) << 16) | (static_cast<unsigned char>(bytes[i + 1]) << 8) |
-                       static_cast<unsigned char>(bytes[i + 2]);
-    for (int k = 18; k >= 0; k -= 6) out += kAlphabet[(v >> k) & 63];
-  }
-  if (i < bytes.size()) {
-    uint32_t v = static_cast<unsigned char>(bytes[i]) << 16;
-    if (i + 1 < bytes.size()) v |= static_cast<unsigned char>(bytes[i + 1]) << 8;
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += i + 1 < bytes.size() ? kAlphabet[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
 
 struct Args {
   std::vector<std::string> servers;
@@ -85,7 +66,7 @@ void Rank(const Args& a, int rank, const std::string& file) {
         std::memcpy(bytes.data() + 8 * (n + i), &wall, 8);
         std::memcpy(bytes.data() + 8 * (2 * n + i), &value, 8);
       }
-      body["scalars"]["series/" + std::to_string(s)] = {{"from", from[static_cast<size_t>(s)]}, {"packed", Base64(bytes)}};
+      body["scalars"]["series/" + std::to_string(s)] = {{"from", from[static_cast<size_t>(s)]}, {"packed", trainscope::Base64Encode(bytes)}};
     }
     const auto t0 = Clock::now();
     auto result = client.Post(target, body.dump(), "application/json");

@@ -11,6 +11,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "core/base64.h"
 #include "store/json_forms.h"
 #include "store/sqlite_util.h"
 #include "store/store_format.h"
@@ -41,27 +42,6 @@ std::string Hex(const void* data, size_t bytes) {
   return out;
 }
 
-std::string Base64(const std::string& bytes) {
-  static const char* const kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 3 <= bytes.size(); i += 3) {
-    const uint32_t v = (static_cast<unsigned char>(bytes[i]) << 16) | (static_cast<unsigned char>(bytes[i + 1]) << 8) |
-                       static_cast<unsigned char>(bytes[i + 2]);
-    for (int k = 18; k >= 0; k -= 6) out += kAlphabet[(v >> k) & 63];
-  }
-  if (i < bytes.size()) {
-    uint32_t v = static_cast<unsigned char>(bytes[i]) << 16;
-    if (i + 1 < bytes.size()) v |= static_cast<unsigned char>(bytes[i + 1]) << 8;
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += i + 1 < bytes.size() ? kAlphabet[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
-
 // A series' points in the ingest's packed form: int64 steps[n], float64 wall_times[n],
 // float64 values[n], little-endian, in base64.
 std::string PackPoints(const std::vector<int64_t>& steps, const std::vector<double>& walls,
@@ -71,7 +51,7 @@ std::string PackPoints(const std::vector<int64_t>& steps, const std::vector<doub
   std::memcpy(bytes.data(), steps.data(), 8 * n);
   std::memcpy(bytes.data() + 8 * n, walls.data(), 8 * n);
   std::memcpy(bytes.data() + 16 * n, values.data(), 8 * n);
-  return Base64(bytes);
+  return Base64Encode(bytes);
 }
 
 std::string Gzip(const std::string& text) {

@@ -1,11 +1,11 @@
 #include "server/ingest.h"
 
-#include <array>
 #include <cmath>
 #include <limits>
 
 #include <nlohmann/json.hpp>
 
+#include "core/base64.h"
 #include "store/json_forms.h"
 #include "store/postgres_run_store.h"
 #include "store/store_format.h"
@@ -45,39 +45,6 @@ bool Int(const json& j, int64_t* out) {
   if (!j.is_number_integer()) return false;
   *out = j.get<int64_t>();
   return true;
-}
-
-bool FromBase64(const std::string& text, std::string* out) {
-  static const auto kValues = [] {
-    std::array<int8_t, 256> v{};
-    v.fill(-1);
-    const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    for (int i = 0; i < 64; ++i) v[static_cast<unsigned char>(alphabet[i])] = static_cast<int8_t>(i);
-    return v;
-  }();
-  out->clear();
-  out->reserve(text.size() / 4 * 3);
-  uint32_t bits = 0;
-  int count = 0;
-  for (char c : text) {
-    if (c == '=') break;
-    const int v = kValues[static_cast<unsigned char>(c)];
-    if (v < 0) return false;
-    bits = (bits << 6) | static_cast<uint32_t>(v);
-    if (++count == 4) {
-      out->push_back(static_cast<char>(bits >> 16));
-      out->push_back(static_cast<char>(bits >> 8));
-      out->push_back(static_cast<char>(bits));
-      bits = 0;
-      count = 0;
-    }
-  }
-  if (count == 2) out->push_back(static_cast<char>(bits >> 4));
-  if (count == 3) {
-    out->push_back(static_cast<char>(bits >> 10));
-    out->push_back(static_cast<char>(bits >> 2));
-  }
-  return count != 1;
 }
 
 bool FromHex(const std::string& hex, std::string* out) {
@@ -143,7 +110,7 @@ class BatchReader {
   // numbers, and no number to parse.
   bool Packed(const json& packed, std::vector<WriteBatch::ScalarPoint>* points, int64_t id) {
     std::string bytes;
-    if (!packed.is_string() || !FromBase64(packed.get_ref<const std::string&>(), &bytes) || bytes.size() % 24) {
+    if (!packed.is_string() || !Base64Decode(packed.get_ref<const std::string&>(), &bytes) || bytes.size() % 24) {
       return false;
     }
     const size_t n = bytes.size() / 24;

@@ -81,6 +81,21 @@ Status ConnectAndMigrate(const DatabaseLocation& where, std::unique_ptr<PgConnec
   return s;
 }
 
+// Connects to a run's database and finds the run: NotFound when it is not there.
+Status FindRun(const std::string& location, DatabaseLocation* where, std::unique_ptr<PgConnection>* db,
+               int64_t* run_id) {
+  Status s = ParseDatabaseLocation(location, /*need_run=*/true, where);
+  if (s.ok()) s = ConnectAndMigrate(*where, db, nullptr);
+  PgResult run;
+  if (s.ok()) {
+    s = (*db)->Query("SELECT id FROM run WHERE project = $1 AND name = $2",
+                     PgParams().Text(where->project).Text(where->run), "find run", &run);
+  }
+  if (s.ok() && run.rows() == 0) s = Status::NotFound(where->Describe() + ": no such run in the database");
+  if (s.ok()) *run_id = run.Int(0, 0);
+  return s;
+}
+
 }  // namespace
 
 Status PostgresRunStore::Create(const std::string& location, const RunMeta& meta, std::unique_ptr<RunStore>* out,
@@ -124,18 +139,11 @@ Status PostgresRunStore::Create(const std::string& location, const RunMeta& meta
 Status PostgresRunStore::Open(const std::string& location, bool read_only, std::unique_ptr<RunStore>* out,
                               DamageReporter* reporter) {
   DatabaseLocation where;
-  Status s = ParseDatabaseLocation(location, /*need_run=*/true, &where);
-  if (!s.ok()) return s;
   std::unique_ptr<PgConnection> db;
-  s = ConnectAndMigrate(where, &db, nullptr);
+  int64_t run_id = 0;
+  Status s = FindRun(location, &where, &db, &run_id);
   if (!s.ok()) return s;
-  PgResult run;
-  s = db->Query("SELECT id FROM run WHERE project = $1 AND name = $2", PgParams().Text(where.project).Text(where.run),
-                "open run", &run);
-  if (!s.ok()) return s;
-  if (run.rows() == 0) return Status::NotFound(where.Describe() + ": no such run in the database");
-  std::unique_ptr<PostgresRunStore> store(
-      new PostgresRunStore(where.Describe(), std::move(db), run.Int(0, 0), read_only));
+  std::unique_ptr<PostgresRunStore> store(new PostgresRunStore(where.Describe(), std::move(db), run_id, read_only));
   store->reporter_ = reporter;
   *out = std::move(store);
   return Status::Ok();
@@ -164,17 +172,10 @@ Status PostgresRunStore::ListRuns(const std::string& location, std::vector<RunEn
 
 Status PostgresRunStore::DropRun(const std::string& location) {
   DatabaseLocation where;
-  Status s = ParseDatabaseLocation(location, /*need_run=*/true, &where);
-  if (!s.ok()) return s;
   std::unique_ptr<PgConnection> db;
-  s = ConnectAndMigrate(where, &db, nullptr);
+  int64_t id = 0;
+  Status s = FindRun(location, &where, &db, &id);
   if (!s.ok()) return s;
-  PgResult run;
-  s = db->Query("SELECT id FROM run WHERE project = $1 AND name = $2", PgParams().Text(where.project).Text(where.run),
-                "drop run", &run);
-  if (!s.ok()) return s;
-  if (run.rows() == 0) return Status::NotFound(where.Describe() + ": no such run in the database");
-  const int64_t id = run.Int(0, 0);
   s = db->Exec("BEGIN", "drop run");
   if (s.ok()) s = db->Exec(DropPartitionsSql(id), "drop run");
   if (s.ok()) s = db->Query("DELETE FROM run WHERE id = $1", PgParams().Int(id), "drop run");
