@@ -63,6 +63,13 @@ CREATE TABLE ingest_position(
   run_id bigint NOT NULL REFERENCES run(id) ON DELETE CASCADE, stream text NOT NULL, position bigint NOT NULL,
   PRIMARY KEY(run_id, stream));
 )sql",
+    // 3: chunk and vector blobs stored out of line without compression: they are doubles and
+    // floats, which PostgreSQL's compression barely shrinks, and compressing each 40 KB chunk
+    // took a third of the database's time under load (docs/benchmarks.md).
+    R"sql(
+ALTER TABLE scalar_chunk ALTER COLUMN data SET STORAGE EXTERNAL;
+ALTER TABLE vector ALTER COLUMN data SET STORAGE EXTERNAL;
+)sql",
 };
 
 constexpr int kKnownVersion = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
