@@ -162,5 +162,28 @@ TEST_F(PostgresStoreTest, LocationsNeedAProjectAndARunAndHideThePassword) {
   EXPECT_EQ(s.message().find("secret"), std::string::npos) << s.message();
 }
 
+TEST_F(PostgresStoreTest, AnOlderSchemaIsMigratedOnceInOrder) {
+  Create(Location(project_, "run"));
+  auto db = Connect();
+  // Back to version 2, with compressed blobs, as a database of an older trainscope would be.
+  ASSERT_TRUE(db->Exec("ALTER TABLE scalar_chunk ALTER COLUMN data SET STORAGE EXTENDED; "
+                       "UPDATE trainscope_schema SET version = 2",
+                       "test")
+                  .ok());
+  std::unique_ptr<RunStore> reader;
+  ASSERT_TRUE(RunStore::OpenReadOnly(Location(project_, "run"), &reader).ok());
+  PgResult rows;
+  ASSERT_TRUE(db->Query("SELECT version::bigint, (SELECT count(*) FROM trainscope_schema) FROM trainscope_schema",
+                        PgParams(), "test", &rows)
+                  .ok());
+  EXPECT_EQ(rows.Int(0, 0), KnownSchemaVersion());
+  EXPECT_EQ(rows.Int(0, 1), 1);
+  ASSERT_TRUE(db->Query("SELECT count(*) FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid WHERE a.attname = "
+                        "'data' AND c.relname LIKE 'scalar_chunk%' AND a.attstorage <> 'e'",
+                        PgParams(), "test", &rows)
+                  .ok());
+  EXPECT_EQ(rows.Int(0, 0), 0) << "every chunk table's blobs uncompressed after migration 3";
+}
+
 }  // namespace
 }  // namespace trainscope
