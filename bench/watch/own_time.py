@@ -13,6 +13,7 @@ time of an unwatched process of the same model for scale.
 
     OPENBLAS_NUM_THREADS=1 PYTHONPATH=build/python /usr/bin/python3 bench/watch/own_time.py
     ... own_time.py --models mlp --modes defaults --steps 1000 --code before=/old/python --code now=build/python
+    ... own_time.py --cpu-clock ...   # CPU time of the training thread: a host other work loads
 """
 
 import argparse
@@ -50,11 +51,16 @@ def percentile(values, q):
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def worker(model_name, mode, warmup, steps):
-    """One model and mode in this process; prints one JSON line."""
+def worker(model_name, mode, warmup, steps, cpu_clock=False):
+    """One model and mode in this process; prints one JSON line. cpu_clock: every time in it
+    is the training thread's CPU time (time/watch too), which other processes on the host do
+    not inflate by preempting it (they still share its caches)."""
     import torch
     torch.set_num_threads(1)
     import trainscope as ts
+    if cpu_clock:
+        import trainscope._watch.hooks as clock_owner
+        clock_owner.self_clock = time.thread_time  # read when the run's step clock is made
     model, opt, batches, loss_fn = setups()[model_name]()
     total = warmup + steps
     loader = (batches * (total // len(batches) + 1))[:total]
@@ -64,7 +70,7 @@ def worker(model_name, mode, warmup, steps):
         run.watch(model, opt, **(EVERYTHING if mode == "everything" else {}))
     source = iter(run.data(loader) if run is not None else loader)
     step_wall, log_wall, data_wall = [], [], []
-    clock = time.perf_counter
+    clock = time.thread_time if cpu_clock else time.perf_counter
     for _ in range(total):
         started = clock()
         x, y = next(source)
@@ -112,11 +118,13 @@ def main():
     parser.add_argument("--code", action="append", default=[], metavar="NAME=PYTHONPATH",
                         help="measure each trainscope version (default: the one on PYTHONPATH)")
     parser.add_argument("--json", help="write the results to this file too")
-    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--cpu-clock", action="store_true",
+                        help="the training thread's CPU time instead of wall time (a host shared with other work)")
+    parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        model, mode, warmup, steps = args.worker
-        worker(model, mode, int(warmup), int(steps))
+        model, mode, warmup, steps, cpu_clock = args.worker
+        worker(model, mode, int(warmup), int(steps), cpu_clock == "cpu")
         return
     codes = [c.split("=", 1) for c in args.code] or [("current", os.environ.get("PYTHONPATH", ""))]
     results = []
@@ -127,7 +135,8 @@ def main():
             for name, path in (codes if mode != "plain" else codes[:1]):
                 env = dict(os.environ, PYTHONPATH=path, OPENBLAS_NUM_THREADS=os.environ.get("OPENBLAS_NUM_THREADS", "1"))
                 out = subprocess.run([sys.executable, __file__, "--worker", model, mode, str(args.warmup),
-                                      str(args.steps)], env=env, capture_output=True, text=True, check=True).stdout
+                                      str(args.steps), "cpu" if args.cpu_clock else "wall"], env=env,
+                                     capture_output=True, text=True, check=True).stdout
                 r = json.loads(out.strip().splitlines()[-1])
                 r["code"] = name if mode != "plain" else "-"
                 results.append(r)

@@ -152,9 +152,11 @@ SeriesKind KindByName(const std::string& name) {
 }  // namespace
 
 void RegisterHostExecutor(py::module_& m);  // watch_host_bindings.cc
+void RegisterStepCore(py::module_& m);      // watch_clock_bindings.cc
 
 void RegisterWatch(py::module_& m) {
   RegisterHostExecutor(m);
+  RegisterStepCore(m);
   // These extend the Recorder class registered by recorder_bindings.cc.
   auto recorder = py::reinterpret_borrow<py::object>(m.attr("Recorder"));
   auto def = [&](const char* name, py::cpp_function f) { py::setattr(recorder, name, f); };

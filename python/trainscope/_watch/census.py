@@ -37,7 +37,7 @@ class Census:
 
     def __init__(self, series, self_time, every, budget=0.01):
         self.series = series          # (tag, kind) -> series id
-        self.self_time = self_time    # hooks.SelfTime: the census's collection is trainscope's cost
+        self.self_time = self_time    # the run's StepCore (time/watch): the census's collection is trainscope's cost
         self.every = int(every or 0)
         self.budget = budget          # the census's most share of wall time (None: every census_every steps)
         self.not_before = 0.0         # perf_counter time before which a census would exceed the budget

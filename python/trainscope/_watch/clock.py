@@ -6,11 +6,13 @@ models" how the steps of several watched optimizers make one training step."""
 
 from __future__ import annotations
 
-import collections
+import functools
 import time
+import weakref
 
 import torch
 
+from trainscope._watch import hooks
 from trainscope._watch.models import series_tag
 
 
@@ -31,9 +33,15 @@ class StepClock:
         self.optimizer_owned = False   # a watched optimizer marks step ends
         self.data_owned = False        # run.data() marks step ends (no optimizer, no run.step())
         self.step_started = None
-        self.phase_seconds = collections.defaultdict(float)
-        self.spans = []                # (step, phase, start wall time, seconds) until the step closes
         self._time_ids = {}            # phase -> series id of time/<phase>
+        # The per-boundary work in C++ (src/python/watch_clock_bindings.cc): the host phase
+        # timer, the step's spans and time/<phase> until it closes, trainscope's own time.
+        from trainscope import _core
+        # (time ids through a partial, not a bound method: the core is not seen by the
+        # garbage collector, so it must not hold the clock.)
+        self.core = _core.StepCore(run._recorder, weakref.ref(run),
+                                   functools.partial(_time_series, run._recorder, self._time_ids),
+                                   thread_clock=hooks.self_clock is time.thread_time)
         self.listeners = []            # callables(step) at the end of each step
         self.data_listeners = []       # callables() before run.data() fetches a batch
         self.close_listeners = []      # callables() when a step closes (the next begins, or the run ends)
@@ -126,7 +134,7 @@ class StepClock:
                 listener()
             now = time.perf_counter() if started is None else started
             # The last step ends where this one starts: a batch's wait is this step's only.
-            self._close_step(self.run._step, now)
+            self.core.close(self.run._step, now, self.step_started, self.device_timed)
             self.run._step += 1
             self.step_started = now
             if self.sampler is not None:
@@ -146,49 +154,31 @@ class StepClock:
     def add_phase(self, phase, start_wall, seconds, step=None):
         # Kept until the step closes and logged there in one call: a recorder call between
         # forward and backward finds its code paths cold (~0.1 ms each on the dev VM).
-        step = self.run._step if step is None else step
-        self.spans.append((step, phase, start_wall, seconds))
-        if step == self.run._step:
-            self.phase_seconds[phase] += seconds
-        else:  # a device timing that landed late: its own step's time/<phase>
-            self.run._recorder.log_scalar(series_tag("", "time", phase), seconds, step)
+        self.core.add_phase(phase, start_wall, seconds, step)
 
     def _time_id(self, phase):
-        found = self._time_ids.get(phase)
-        if found is None:
-            found = self._time_ids[phase] = self.run._recorder.series(series_tag("", "time", phase), "scalar")
-        return found
+        return _time_series(self.run._recorder, self._time_ids, phase)
 
     def _close_step(self, step, ended=None):
-        rec = self.run._recorder
-        if self.spans:
-            steps, phases, starts, durations = zip(*self.spans)
-            self.spans.clear()
-            rec.log_spans(steps, phases, starts, durations)
-        ids, values = [], []
-        for phase, seconds in self.phase_seconds.items():
-            ids.append(self._time_id(phase))
-            values.append(seconds)
-        if self.step_started is not None:
-            seconds = (time.perf_counter() if ended is None else ended) - self.step_started
-            ids.append(self._time_id("step"))
-            values.append(seconds)
-            if not self.device_timed:
-                # time/step = data + forward + backward + optimizer + other (the rest of the
-                # loop: logging, the user's own work). On an accelerator the phases are
-                # device times that land later: no "other" there.
-                ids.append(self._time_id("other"))
-                values.append(max(0.0, seconds - sum(self.phase_seconds.values())))
-        self.phase_seconds.clear()
-        if ids:
-            rec.log_scalar_ids(ids, values, step)
+        """Logs the step's spans and time/<phase>; time/step = data + forward + backward +
+        optimizer + other (the rest of the loop: logging, the user's own work). On an
+        accelerator the phases are device times that land later: no "other" there."""
+        self.core.close(step, ended, self.step_started, self.device_timed)
 
     def finish(self):
         for listener in list(self.close_listeners):
             listener()
-        if self.step_started is not None or self.phase_seconds:
+        if self.step_started is not None or self.core.has_phase_seconds:
             self._close_step(self.run._step)
             self.step_started = None
+
+
+def _time_series(recorder, ids, phase):
+    """The series id of time/<phase>, cached in ids."""
+    found = ids.get(phase)
+    if found is None:
+        found = ids[phase] = recorder.series(series_tag("", "time", phase), "scalar")
+    return found
 
 
 class StepContext:
@@ -213,6 +203,7 @@ def timed_data(run, clock, iterable, inspect):
     first = True
     if not clock.explicit and not clock.optimizer_owned:
         clock.data_owned = True
+    add_phase = clock.core.add_phase
     while True:
         if not first and not clock.explicit and not clock.optimizer_owned:
             clock.end()
@@ -226,48 +217,47 @@ def timed_data(run, clock, iterable, inspect):
             return
         waited = time.perf_counter() - started
         clock.begin(started)  # the wait belongs to the step that uses the batch
-        clock.add_phase("data", wall, waited)
+        add_phase("data", wall, waited)
         first = False
         if inspect is not None:
             inspect(batch)
         yield batch
 
 
+def phase_timer(clock, cuda):
+    """The run's phase timer: on the host the clock's C++ core (start, stop, is_open), on a
+    GPU a PhaseTimer of CUDA events."""
+    return PhaseTimer(clock) if cuda else clock.core
+
+
 class PhaseTimer:
-    """Times forward/backward/optimizer: monotonic clock on CPU, CUDA events on a GPU.
+    """Times forward/backward/optimizer on a GPU with CUDA events (on the host, StepCore).
 
     A CUDA phase is measured on the device between two events; it is logged once its end
     event has completed (checked at step ends, never waited for), with its own step.
     """
 
-    def __init__(self, clock, cuda):
+    def __init__(self, clock, cuda=True):
         self.clock = clock
-        self.cuda = cuda
         self.open = {}
         self.pending = []  # (step, phase, wall, start event, end event)
 
     def start(self, phase):
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            self.open[phase] = (time.time(), event)
-        else:
-            self.open[phase] = (time.time(), time.perf_counter())
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        self.open[phase] = (time.time(), event)
 
     def stop(self, phase):
         opened = self.open.pop(phase, None)
         if opened is None:
             return
         wall, start = opened
-        if self.cuda:
-            end = torch.cuda.Event(enable_timing=True)
-            end.record()
-            self.pending.append((self.clock.step, phase, wall, start, end))
-        else:  # clock.add_phase of this step, inline (a phase ends several times a step)
-            clock = self.clock
-            seconds = time.perf_counter() - start
-            clock.spans.append((clock.run._step, phase, wall, seconds))
-            clock.phase_seconds[phase] += seconds
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        self.pending.append((self.clock.step, phase, wall, start, end))
+
+    def is_open(self, phase):
+        return phase in self.open
 
     def collect(self, wait=False):
         still = []

@@ -74,10 +74,12 @@ class HostExecutor:
 
     def gradients(self, step, plan, histogram, units, always_norm, scalar_ids, scalar_values, rss_id, inputs):
         """stats() of each planned parameter's own .grad, read by the C++ core (no Python loop
-        over the parameters); the global norm only if a gradient was read, or always_norm."""
+        over the parameters); the global norm only if a gradient was read, or always_norm.
+        inputs: [(name, captured item)] as the watcher holds them."""
         return self.worker.submit_gradients(step, plan.grads, plan.params, plan.dtypes, torch.strided, histogram,
                                             units, plan.norm_id, always_norm, list(scalar_ids), list(scalar_values),
-                                            rss_id, [record for record, _ in inputs], [t for _, t in inputs])
+                                            rss_id, [record for _, (record, _) in inputs] if inputs else [],
+                                            [t for _, (_, t) in inputs] if inputs else [])
 
     def weights(self, step, plan, histogram):
         found = _host_pointers(plan.params, plan.expect)

@@ -38,56 +38,27 @@ class Failures:
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
-class SelfTime:
-    """trainscope's own cost: wall time spent inside its hooks and wrappers (outermost calls
-    only), logged per step as time/watch, so a user sees what watching costs.
+def start_self_time(core):
+    """trainscope's own cost (time/watch), kept by the run's StepCore (C++): wall time spent
+    inside its hooks and wrappers (outermost calls only), logged per step as time/watch, so a
+    user sees what watching costs.
 
-    Python's cyclic garbage collections that start while a hook runs are left out: they
-    come when the whole program's allocations (mostly torch's tensors) cross a threshold,
-    and a full one takes milliseconds, which would be charged to whichever hook was unlucky
-    (measured: 0.3 ms per step charged to the model's forward hook alone). A collection
-    trainscope starts itself (the census) is its own cost: `own_gc` keeps it in.
-    """
+    Python's cyclic garbage collections that start while a hook runs are left out (the
+    core's on_gc, a gc.callbacks entry): they come when the whole program's allocations
+    (mostly torch's tensors) cross a threshold, and a full one takes milliseconds, which would
+    be charged to whichever hook was unlucky (measured: 0.3 ms per step charged to the model's
+    forward hook alone). A collection trainscope starts itself (the census) is its own cost:
+    `own_gc` keeps it in."""
+    core.reset_self_time()
+    stop_self_time(core)
+    gc.callbacks.append(core.on_gc)
+    return core
 
-    def __init__(self):
-        self.depth = 0
-        self.entered = 0.0
-        self.seconds = 0.0
-        self.gc_started = None
-        self.own_gc = False
-        gc.callbacks.append(self.on_gc)
 
-    def close(self):
-        if self.on_gc in gc.callbacks:
-            gc.callbacks.remove(self.on_gc)
-
-    def on_gc(self, phase, info):
-        if self.own_gc:
-            return
-        if phase == "start":
-            self.gc_started = self_clock() if self.depth else None
-        elif self.gc_started is not None:
-            self.seconds -= self_clock() - self.gc_started
-            self.gc_started = None
-
-    def enter(self):
-        self.depth += 1
-        if self.depth == 1:
-            self.entered = self_clock()
-
-    def leave(self):
-        self.depth -= 1
-        if self.depth == 0:
-            self.seconds += self_clock() - self.entered
-
-    def take(self):
-        """The seconds since the last take (a call still open counts up to now)."""
-        now = self_clock()
-        seconds = self.seconds + (now - self.entered if self.depth else 0.0)
-        self.seconds = 0.0
-        if self.depth:
-            self.entered = now
-        return seconds
+def stop_self_time(core):
+    callback = core.on_gc
+    if callback in gc.callbacks:
+        gc.callbacks.remove(callback)
 
 
 class Hook:
@@ -117,37 +88,15 @@ class Hook:
         return Hook()
 
 
-class GuardedHook(Hook):
-    """fn as trainscope runs its own code on the training thread: skipped once `part` failed,
-    a failure reported (Failures) and never raised, the time inside counted as trainscope's
-    own (SelfTime, outermost calls only). One Python frame: torch calls these hooks several
-    times a step, and each frame more costs the step ~0.5-1 us once the step's own work has
-    left the code cold."""
-
-    __slots__ = ("part", "failures", "self_time")
-
-    def __init__(self, fn, part, failures, self_time):
-        super().__init__(fn)
-        self.part = part
-        self.failures = failures
-        self.self_time = self_time
-
-    def __call__(self, *args, **kwargs):
-        if self.fn is None or self.part in self.failures.off:
-            return None
-        timed = self.self_time
-        timed.depth += 1
-        if timed.depth == 1:
-            timed.entered = self_clock()
-        try:
-            return self.fn(*args, **kwargs)
-        except Exception as error:  # the monitor never kills the training
-            self.failures.report(self.part, error)
-            return None
-        finally:
-            timed.depth -= 1
-            if timed.depth == 0:
-                timed.seconds += self_clock() - timed.entered
+def GuardedHook(fn, part, failures, self_time):
+    """fn as trainscope runs its own code on the training thread (_core.GuardedHook, C++):
+    skipped once `part` failed, a failure reported (Failures) and never raised, the time
+    inside counted as trainscope's own (self_time: the run's StepCore, outermost calls only).
+    No Python frame of its own: torch calls these hooks several times a step, and each frame
+    more costs the step ~0.5-1 us once the step's own work has left the code cold. It copies
+    and pickles as Hook does (inert)."""
+    from trainscope import _core
+    return _core.GuardedHook(fn, part, failures, self_time)
 
 
 # The audit event an unpickled trainscope hook raises when called (a no-op without listeners).

@@ -29,13 +29,14 @@ import sys
 import torch
 
 from trainscope._watch.census import Census
-from trainscope._watch.clock import PhaseTimer
+from trainscope._watch.clock import phase_timer
 from trainscope._watch.executors import DeviceExecutor, HostExecutor, global_norm
 from trainscope._watch import optimizers as optimizer_search
 from trainscope._watch.models import series_tag
 from trainscope._watch.ops import OpsRecorder
-from trainscope._watch.hooks import (BoundWrapper, Failures, GuardedHook, Hook, SelfTime, fused_amp_state,
-                                     outside_graphs, step_hooks_may_nest, unwatch_grad_scalers, watch_grad_scalers)
+from trainscope._watch.hooks import (BoundWrapper, Failures, GuardedHook, Hook, fused_amp_state, outside_graphs,
+                                     start_self_time, step_hooks_may_nest, stop_self_time, unwatch_grad_scalers,
+                                     watch_grad_scalers)
 import trainscope.watch as facade  # first_tensor and unit_layout are looked up there per call: tests patch them
 from trainscope._watch.plan import (CONTAINERS, DENSE_STEPS, DTYPE_CODES, INT_CODES, PLAIN, ParamPlan, Schedule,
                                     activation_kind)
@@ -88,7 +89,7 @@ class Watcher:
         self.inputs = inputs
         self.failures = Failures()
         if self.primary:
-            clock.self_time = SelfTime()
+            clock.self_time = start_self_time(clock.core)
             clock.census = Census(self._id, clock.self_time, census_every, census_budget)
         self.self_time = clock.self_time
         self.census = clock.census
@@ -133,6 +134,7 @@ class Watcher:
         self._backward_weight = None  # no optimizer: one value of the last parameter when the last backward began
         self._manual_zeroed = None  # no optimizer: this step's answer of _manual_grads_zeroed
         self._act_in_place = set()  # modules (and input tags) changed in place after capture: measured at once
+        self._input_tags = {}       # model input name -> its input/<name> tag
         self._act_step = None       # the step this forward's activations are measured for (None: not)
         self._act_force = False     # after non-finite gradients, or a jump of the norm, the next forward is measured in full
         self._norm_level = None     # the gradient norm's recent level (exponential average)
@@ -160,7 +162,7 @@ class Watcher:
         self._grad_checks = 0
         cuda = any(p.is_cuda for _, p in self.params[:1])
         if clock.timer is None:  # phases are the run's: one timer for every watched model
-            clock.timer = PhaseTimer(clock, cuda)
+            clock.timer = phase_timer(clock, cuda)
         self.timer = clock.timer
         if cuda:
             clock.device_timed = True
@@ -292,7 +294,7 @@ class Watcher:
         self._backward_finished_hook = self._guarded("backward", self._backward_finished)
         self._listeners = [(self.clock.listeners, self._guarded("step end", self._on_step_end)),
                            (self.clock.close_listeners, self._guarded("lr", self._flush_lr)),
-                           (self.clock.data_listeners, Hook(self._end_backward))]
+                           (self.clock.data_listeners, self._end_backward)]
         for listeners, listener in self._listeners:
             listeners.append(listener)
 
@@ -350,7 +352,7 @@ class Watcher:
                 listeners.remove(listener)
         self.closed = True
         if self.primary:
-            self.self_time.close()
+            stop_self_time(self.self_time)
         optimizer_search.stop_waiting(self)
         self._call_guarded("functional ops", self._stop_ops)
         for obj, method, original, own in reversed(self._restore):
@@ -370,8 +372,9 @@ class Watcher:
         self.timer.collect(wait=True)
 
     def _call_guarded(self, part, fn, *args, **kwargs):
-        """fn(*args, **kwargs), skipped once `part` failed, its failure reported, never raised."""
-        return self._guarded(part, fn)(*args, **kwargs)
+        """fn(*args, **kwargs), skipped once `part` failed, its failure reported, never raised
+        (as a GuardedHook calls it; in C++, no hook made per call)."""
+        return self.self_time.call(self.failures, part, fn, *args, **kwargs)
 
     def _guarded(self, part, fn):
         """fn as a hook for torch (or a listener) to call, guarded and timed (GuardedHook)."""
@@ -434,7 +437,8 @@ class Watcher:
         # right after optimizer.step() still belongs to the step that just ended. One under
         # no_grad is not measured: its inputs and activations would land on that step a
         # second time, and its time is not the training's forward.
-        self._flush_forward()  # the last forward's, if no step came after it
+        if self._act_batch or self._captured or self._forward:
+            self._flush_forward()  # the last forward's, if no step came after it
         if self._grad_ticket is not None:  # before a backward can write the gradients it reads
             self._call_guarded("gradients", self._finish_gradients)
         if not torch.is_grad_enabled():
@@ -449,20 +453,23 @@ class Watcher:
                 return
         else:
             self.timer.stop("backward")  # the last micro-batch's, when gradients accumulate
+        clock = self.clock
         if module.training:
             if self._backward_done:
                 self._backward_done = False
                 if self._owns_steps():
-                    self.clock.end()  # the step of the last backward (docs/watch.md "Steps")
-            self.clock.begin()
+                    clock.end()  # the step of the last backward (docs/watch.md "Steps")
+            if clock.pending or clock.step_started is None:
+                clock.begin()
             if not self._ops_done:
                 self._call_guarded("functional ops", self._start_ops)
         # The work of the step: the elements of each training forward's first tensor (an RL
         # loop's forwards per episode, a batch's tokens), what THROUGHPUT_DROP divides by;
         # the process's series, so the first model's only.
         if self.primary:
-            self._input_elements += _leading_numel(args)
-        step = self.clock.step
+            first = args[0] if args else None
+            self._input_elements += first.numel() if isinstance(first, torch.Tensor) else _leading_numel(args)
+        step = self.run._step
         first_forward = self._mode_step != step
         if first_forward:  # the step's first forward with gradients
             self._mode_step = step
@@ -473,8 +480,8 @@ class Watcher:
                 and "weights" not in self.failures.off:
             # Beside the forward and backward (they read the parameters and do not change
             # them): the last sampled step's weight pass, and the copy of the weights this
-            # step's optimizer will update.
-            if self._weight_jobs_due(step):
+            # step's optimizer will update (_weight_jobs_due, inline).
+            if self._weights_due is not None or (due.weights and self._snapshot_step != step - 1):
                 self._call_guarded("weights", self._weights_beside, step)
         if self.activations and (due.activations or self._act_force or not self._order_recorded):
             self._act_step = step if (due.activations or self._act_force) else None
@@ -498,7 +505,7 @@ class Watcher:
             self._call_guarded("functional ops", self._stop_ops)
         if not self._stepping:
             self.timer.stop("forward")
-        if self.schedule.activations_every > 1:  # measured every step: the hooks stay
+        if self._act_handles and self.schedule.activations_every > 1:  # measured every step: the hooks stay
             self._detach_activation_hooks()
         if self._act_batch:
             self._submit_activation_batch()
@@ -526,7 +533,7 @@ class Watcher:
         (under no_grad, or a second forward of the same step) is not the step's mode: a
         script that evaluates inside every iteration would otherwise toggle it twice a step."""
         self._training_mode = training
-        self.rec.log_scalar(self.tag("train", "mode_training"), 1.0 if training else 0.0, self.clock.step)
+        self.rec.log_scalar(self.tag("train", "mode_training"), 1.0 if training else 0.0, self.run._step)
 
     def _start_ops(self):
         """The functional ops of the first measured training forward (meta functional_ops):
@@ -574,8 +581,12 @@ class Watcher:
         device it is reduced now, and the forward's rows go to the host in one copy at its end.
         A module a later op changed in place before is measured at once (its values after its
         hook are gone by then)."""
-        executor = self._executor(tensor.is_cpu)
-        item = executor.capture(self._id(tag, "tensor_stats"), tensor, kind, histogram, flat)
+        executor = self._host if tensor.is_cpu and self._host is not None and not self._force_device_path \
+            else self._executor(tensor.is_cpu)
+        series = self._ids.get((tag, "tensor_stats"))
+        if series is None:
+            series = self._id(tag, "tensor_stats")
+        item = executor.capture(series, tensor, kind, histogram, flat)
         if item is None:
             return
         if executor.on_device:
@@ -587,10 +598,10 @@ class Watcher:
             self._inputs.append((name, item, tensor._version))
             return
         if name in self._act_in_place:
-            executor.activations(self.clock.step, [item]).log_activations([True])
+            executor.activations(self.run._step, [item]).log_activations([True])
             return
         if not self._act_batch:
-            self._act_batch_step = self.clock.step  # the outputs' step, whenever the batch is submitted
+            self._act_batch_step = self.run._step  # the outputs' step, whenever the batch is submitted
         self._act_batch.append((name, item, tensor._version))
         self._act_batch_bytes += tensor.numel() * tensor.element_size()
         if self._act_batch_bytes >= ACTIVATION_BATCH_BYTES:
@@ -622,14 +633,14 @@ class Watcher:
         """Captured inputs no gradient pass took: a job of their own, logged with the forward's."""
         if inputs:
             host = self._host_executor()
-            ticket = host.activations(self.clock.step, [item for _, item in inputs])
+            ticket = host.activations(self.run._step, [item for _, item in inputs])
             self._forward.append((host, ticket, [name for name, _ in inputs], [item[1]._version for _, item in inputs]))
 
     def _submit_forward(self):
         """At the forward's end: the rows reduced on the device go to the host in one copy."""
         captured, self._captured = self._captured, []
         try:
-            ticket = self._device.activations(self.clock.step, [item for _, item in captured])
+            ticket = self._device.activations(self.run._step, [item for _, item in captured])
             self._forward.append((self._device, ticket, [name for name, _ in captured], None))
         except Exception as error:
             self.failures.report("activations", error)
@@ -677,7 +688,9 @@ class Watcher:
 
     def _log_input(self, name, tensor, step):
         if tensor.is_floating_point():
-            tag = self.tag("input", name)
+            tag = self._input_tags.get(name)
+            if tag is None:
+                tag = self._input_tags[name] = self.tag("input", name)
             self._capture(tag, tag, tensor, PLAIN, False, flat=True)  # measured with the forward's activations
         elif tensor.dtype in _INT_DTYPES and tensor.numel() and not self._labels_from_data:
             self.log_label_range(tensor, step)
@@ -696,7 +709,7 @@ class Watcher:
 
     def _inspect_batch(self, batch):
         """run.data(): the label range of integer tensors in the batch (targets)."""
-        step = self.clock.step
+        step = self.run._step
         if not self.inputs or not self.schedule.at(step).inputs:
             return
         targets = None
@@ -750,7 +763,7 @@ class Watcher:
 
     def _end_backward(self):
         """run.data() fetches a batch: a backward timed since the last forward ends here."""
-        if "backward" in self.timer.open:
+        if self.timer.is_open("backward"):
             self._call_guarded("forward", self.timer.stop, "backward")
 
     # ---- gradients while they are hot (a special path: see docs/watch.md) ----
@@ -785,7 +798,7 @@ class Watcher:
         def hook(grad):
             if self.closed or self._hot_bad or "gradients" in self.failures.off:
                 return None
-            due = self.schedule.at(self.clock.step)
+            due = self.schedule.at(self.run._step)
             if not due.grads:
                 return None
             self.self_time.enter()
@@ -850,8 +863,8 @@ class Watcher:
             skip = self._step_begin(_closure_of(self.optimizer, args, kwargs) is not None)
             result = None
             if skip:
-                self.rec.log_scalar(self.tag("guard", "skipped_step"), 1.0, self.clock.step)
-                print(f"trainscope: guard skipped optimizer step {self.clock.step}: non-finite gradients",
+                self.rec.log_scalar(self.tag("guard", "skipped_step"), 1.0, self.run._step)
+                print(f"trainscope: guard skipped optimizer step {self.run._step}: non-finite gradients",
                       file=sys.stderr)
             else:
                 self.self_time.leave()  # the optimizer's own work is not trainscope's cost
@@ -898,14 +911,18 @@ class Watcher:
         if self._grad_ticket is not None:  # the last step raised before its post-hook
             self._call_guarded("gradients", self._finish_gradients)
         self._stepping = False
-        self.clock.optimizer_step_begins(self.optimizer)
+        clock = self.clock
+        if len(clock.optimizers) > 1:  # else optimizer_step_begins has nothing to do
+            clock.optimizer_step_begins(self.optimizer)
         # The step begins here if nothing began it since the last one ended: a closure's
         # forwards are inside the step, and a loop that calls model.forward() itself (the
         # forward-forward example's layers) runs no forward hook.
-        self.clock.begin()
+        if clock.pending or clock.step_started is None:
+            clock.begin()
         self.timer.stop("backward")
         self._amp_scale, self._amp_skip = fused_amp_state(self.optimizer)
-        self._call_guarded("activations", self._flush_forward)
+        if self._act_batch or self._captured or self._forward:
+            self._call_guarded("activations", self._flush_forward)
         skip = False
         if closure:
             self._grads_after_step = True
@@ -916,8 +933,8 @@ class Watcher:
             except Exception as error:
                 self.failures.report("gradients", error)
                 skip = False
-        if self._weight_jobs_due(self.clock.step):  # no training forward came since the last step
-            self._call_guarded("weights", self._weights_beside, self.clock.step)
+        if self._weight_jobs_due(self.run._step):  # no training forward came since the last step
+            self._call_guarded("weights", self._weights_beside, self.run._step)
         if not skip:
             self._wait_weights()  # the pass and the snapshots read the weights from before this update
             self.timer.start("optimizer")
@@ -949,7 +966,7 @@ class Watcher:
     def _after_real_step(self):
         try:
             if self.guard:
-                self.rec.log_scalar(self.tag("guard", "skipped_step"), 0.0, self.clock.step)
+                self.rec.log_scalar(self.tag("guard", "skipped_step"), 0.0, self.run._step)
             if "weights" not in self.failures.off:
                 self._after_update()
         except Exception as error:
@@ -963,7 +980,7 @@ class Watcher:
                 self._hot_versions.clear()
                 self._hot_bad = False
             self._mark_grads()
-            if optimizer_search.pending_removal():
+            if optimizer_search._global_hook and optimizer_search.pending_removal():
                 optimizer_search.settle()
             self.clock.optimizer_stepped(self.optimizer)  # the step's end, once every optimizer stepped
         except Exception as error:
@@ -1008,14 +1025,14 @@ class Watcher:
             skipped = (skipped > 0).to(torch.float32)
         else:
             skipped = 0.0 if stepped else 1.0
-        step = self.clock.step
+        step = self.run._step
         self.run.log({self.tag("amp", "loss_scale"): scale, self.tag("amp", "overflow_skip"): skipped}, step=step)
         if not stepped:  # no optimizer.step, no hook: the step ends here
             self._close_step()
 
     def _before_update(self):
         """Gradient statistics, lr, grad_zeroed; returns True when guard mode skips the step."""
-        step = self.clock.step
+        step = self.run._step
         due = self.schedule.at(step)
         ids, values = [], []  # this step's scalars, logged in one call (by the helper, with its pass)
         if due.grads:
@@ -1026,7 +1043,8 @@ class Watcher:
         if self._amp_skip:
             pass  # a fused step its GradScaler skips: no update's gradients, as when optimizer.step is not called
         elif (due.grads or self.guard) and self.plan is not None:
-            totals = self._hot_totals(step) if due.grads and self._amp_scale is None else None
+            totals = self._hot_totals(step) if due.grads and self._amp_scale is None and self._hot is not None \
+                else None
             if totals is not None:
                 ids.append(self.plan.norm_id)
                 values.append(global_norm(*totals))
@@ -1062,10 +1080,10 @@ class Watcher:
         inputs = self._take_inputs() if self._inputs else ()
 
         def stats(ex, plan):
-            items = [item for _, item in inputs]
             if scaled is None and not ex.on_device:  # the parameters' .grad, read by the C++ core
                 return ex.gradients(step, plan, due.histogram, due.units, always_norm, scalar_ids, scalar_values,
-                                    rss_id, items)
+                                    rss_id, inputs)
+            items = [item for _, item in inputs]
             grads = plan.gradients() if scaled is None else scaled
             norm_id = plan.norm_id if always_norm or any(g is not None for g in grads) else 0
             if ex.on_device:
@@ -1171,7 +1189,7 @@ class Watcher:
     # ---- weights, updates and their snapshots ----
 
     def _after_update(self):
-        step = self.clock.step
+        step = self.run._step
         due = self.schedule.at(step)
         if not due.weights:
             return
@@ -1241,7 +1259,8 @@ class Watcher:
 
     def _on_step_end(self, step):
         self.timer.stop("backward")
-        self._flush_forward()
+        if self._act_batch or self._captured or self._forward:
+            self._flush_forward()
         if self._inputs:
             self._submit_inputs(self._take_inputs())
         due = self.schedule.at(step)
@@ -1264,7 +1283,8 @@ class Watcher:
                 self._snapshot_step = step
         if self.optimizer is not None and due.weights:
             self._check_groups()
-        self._drain(wait=False)
+        if self._device_tickets:
+            self._drain(wait=False)
         if not self.primary:  # the process's series are the first model's to write
             return
         if self.timer.pending:
