@@ -220,19 +220,10 @@ Status PgConnection::Query(const std::string& sql, const PgParams& params, const
   std::vector<const char*> values(params.values_.size());
   std::vector<int> lengths(params.values_.size()), formats(params.values_.size());
   for (size_t i = 0; i < params.values_.size(); ++i) {
-    values[i] = params.values_[i].data();
+    values[i] = params.values_[i].c_str();  // text parameters need their terminating zero: c_str() has it
     lengths[i] = static_cast<int>(params.values_[i].size());
     const unsigned type = params.types_[i];
     formats[i] = (type == kText || type == kInt8Array || type == kTextArray) ? 0 : 1;
-  }
-  // Text parameters travel as text: they need their terminating zero.
-  std::vector<std::string> text_copies;
-  text_copies.reserve(params.values_.size());
-  for (size_t i = 0; i < params.values_.size(); ++i) {
-    if (formats[i] == 0) {
-      text_copies.push_back(params.values_[i]);
-      values[i] = text_copies.back().c_str();
-    }
   }
   pg_result* result = PQexecParams(conn_, sql.c_str(), n, params.types_.data(), values.data(), lengths.data(),
                                    formats.data(), /*resultFormat=*/1);
