@@ -57,6 +57,11 @@ server::DashboardServer* Server() {
     MakeRun(logdir + "/alpha", 300);
     MakeRun(logdir + "/group/beta", 40);
     fs::resize_file(logdir + "/group/beta/trainscope.db", 8192);  // cut short: read as damaged
+    // A data-parallel run for /api/ranks: three ranks, one cut short.
+    MakeRun(logdir + "/dp/rank-0", 60);
+    MakeRun(logdir + "/dp/rank-1", 60);
+    MakeRun(logdir + "/dp/rank-2", 60);
+    fs::resize_file(logdir + "/dp/rank-2/trainscope.db", 8192);
     server::ServerOptions options;
     options.logdir = logdir;
     options.port = 0;

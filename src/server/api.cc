@@ -32,6 +32,8 @@
 #include "store/json_forms.h"
 #include "store/run_io.h"
 #include "store/run_store.h"
+#include "server/rank_view.h"
+#include "server/store_lease.h"
 
 namespace trainscope::server {
 
@@ -90,98 +92,6 @@ std::string RedactPaths(std::string text, const std::string& root) {
 
 // Series arrays carry null for NaN/Inf (core/json_number.h; their nonfinite counts tell why).
 json Num(double v) { return JsonSeriesNumber(v); }
-
-// ---- open stores ----
-
-// A RunStore is single-threaded, so a request leases one for itself and hands it back when
-// done (StoreLease's deleter). Stores handed back stay open for the next request of the
-// same run: the kMaxIdleStores most recently used. Open handles, and the SQLite page caches
-// behind them, are then bounded by the requests in flight plus that, whatever the number
-// of runs and threads (a cache of 64 stores per server thread reached 2.3 GB RSS after
-// 10,000 requests over 30 runs: issue 28).
-constexpr size_t kMaxIdleStores = 16;
-
-struct ReturnStore {
-  std::string path;
-  dev_t dev = 0;
-  ino_t ino = 0;
-  void operator()(RunStore* store) const;
-};
-using StoreLease = std::unique_ptr<RunStore, ReturnStore>;
-
-struct IdleStore {
-  std::string path;
-  dev_t dev = 0;
-  ino_t ino = 0;
-  std::unique_ptr<RunStore> store;
-};
-
-std::mutex& IdleMutex() {
-  static std::mutex mu;
-  return mu;
-}
-
-std::list<IdleStore>& IdleStores() {  // most recently handed back first
-  static std::list<IdleStore> idle;
-  return idle;
-}
-
-void ReturnStore::operator()(RunStore* store) const {
-  IdleStore back{path, dev, ino, std::unique_ptr<RunStore>(store)};
-  std::list<IdleStore> evicted;  // closed outside the lock
-  {
-    std::lock_guard<std::mutex> lock(IdleMutex());
-    auto& idle = IdleStores();
-    idle.push_front(std::move(back));
-    while (idle.size() > kMaxIdleStores) evicted.splice(evicted.begin(), idle, std::prev(idle.end()));
-  }
-}
-
-// Closes the idle stores of db_path.
-void ForgetStores(const std::string& db_path) {
-  std::list<IdleStore> forgotten;  // closed outside the lock
-  std::lock_guard<std::mutex> lock(IdleMutex());
-  auto& idle = IdleStores();
-  for (auto it = idle.begin(); it != idle.end();) {
-    auto next = std::next(it);
-    if (it->path == db_path) forgotten.splice(forgotten.begin(), idle, it);
-    it = next;
-  }
-}
-
-// A store whose file was replaced (another inode) is opened afresh.
-Status StoreFor(const std::string& db_path, StoreLease* out) {
-  struct stat st{};
-  std::list<IdleStore> stale;  // closed outside the lock
-  // A run in a database has no file to be replaced: its connection is kept as it is.
-  if (!IsDatabaseLocation(db_path) && ::stat(db_path.c_str(), &st) != 0) {
-    ForgetStores(db_path);
-    return Status::NotFound(db_path + ": run store vanished");
-  }
-  std::unique_ptr<RunStore> store;
-  {
-    std::lock_guard<std::mutex> lock(IdleMutex());
-    auto& idle = IdleStores();
-    for (auto it = idle.begin(); it != idle.end();) {
-      auto next = std::next(it);
-      if (it->path == db_path) {
-        if (it->dev == st.st_dev && it->ino == st.st_ino && !store) {
-          store = std::move(it->store);
-          idle.erase(it);
-        } else if (it->dev != st.st_dev || it->ino != st.st_ino) {
-          stale.splice(stale.begin(), idle, it);
-        }
-      }
-      it = next;
-    }
-  }
-  if (!store) {
-    Status s = RunStore::OpenReadOnly(db_path, &store);
-    if (!s.ok()) return s;
-  }
-  *out = StoreLease(store.release(), ReturnStore{db_path, st.st_dev, st.st_ino});
-  return Status::Ok();
-}
 
 // ---- parameters ----
 
@@ -285,33 +195,6 @@ const char* Health(const std::vector<Finding>& findings, const std::string& stat
 
 }  // namespace
 
-std::string StoreSignature(const std::string& db_path) {
-  if (IsDatabaseLocation(db_path)) {
-    // Every write of a run in a database moves its heartbeat; closing it sets its status.
-    StoreLease store;
-    RunMeta meta;
-    if (!StoreFor(db_path, &store).ok() || !store->ReadMeta(&meta).ok()) return "";
-    char part[96];
-    std::snprintf(part, sizeof(part), "db|%.17g|", meta.heartbeat);
-    return part + meta.status;
-  }
-  std::string signature;
-  for (const char* suffix : {"", "-wal"}) {
-    struct stat st{};
-    if (::stat((db_path + suffix).c_str(), &st) != 0) {
-      if (*suffix == '\0') return "";
-      signature += "|-";
-      continue;
-    }
-    char part[96];
-    std::snprintf(part, sizeof(part), "|%llu:%lld:%lld.%09ld", static_cast<unsigned long long>(st.st_ino),
-                  static_cast<long long>(st.st_size), static_cast<long long>(st.st_mtim.tv_sec),
-                  static_cast<long>(st.st_mtim.tv_nsec));
-    signature += part;
-  }
-  return signature;
-}
-
 ApiReply Api::Handle(const std::string& endpoint, const QueryParams& params, const ProjectFilter* readable) {
   if (params.size() > kMaxParams) {
     return Error(400, "too many query parameters (" + std::to_string(params.size()) + ", at most " +
@@ -324,6 +207,7 @@ ApiReply Api::Handle(const std::string& endpoint, const QueryParams& params, con
     }
   }
   if (endpoint == "runs") return Runs(readable);
+  if (endpoint == "ranks") return Ranks(params, readable);
   // The per-run endpoints: adding one is one entry here (and its method). The dashboard's
   // views (web/src/views/) name the endpoints they read.
   using Handler = ApiReply (*)(Api*, const std::string& db, const QueryParams&);
@@ -367,6 +251,91 @@ ApiReply Api::Handle(const std::string& endpoint, const QueryParams& params, con
   if (reply.status >= 500) ForgetStores(db);
   if (reply.status >= 400) reply.body = RedactPaths(std::move(reply.body), registry_->root());
   return reply;
+}
+
+namespace {
+
+// The rank of a run name's last component rank-<r> (r up to 9 digits), else -1.
+int RankOfName(std::string_view name) {
+  constexpr std::string_view kPrefix = "rank-";
+  if (name.size() <= kPrefix.size() || name.size() > kPrefix.size() + 9 || name.substr(0, kPrefix.size()) != kPrefix) return -1;
+  int rank = 0;
+  for (char c : name.substr(kPrefix.size())) {
+    if (c < '0' || c > '9') return -1;
+    rank = rank * 10 + (c - '0');
+  }
+  return rank;
+}
+
+}  // namespace
+
+ApiReply Api::Ranks(const QueryParams& params, const ProjectFilter* readable) {
+  const std::string* group = Param(params, "run");
+  if (!group) return Error(400, "parameter 'run' is required (a data-parallel run: the runs <run>/rank-<r>)");
+  if (Status s = RunRegistry::ValidateName(*group); !s.ok()) return Error(400, s.message());
+  if (readable && !(*readable)(ProjectOfRun(*group))) {
+    return Error(403, "the token may not read project '" + ProjectOfRun(*group) + "'");
+  }
+  const std::string* family_param = Param(params, "family");
+  const std::string family = family_param ? *family_param : "grad";
+  if (!IsRankLayerFamily(family)) return Error(400, "parameter 'family' must be grad, weight, update or act");
+  int64_t width = 200;
+  std::string error;
+  if (!IntParam(params, "width", 1, kMaxWidth, &width, &error)) return Error(400, error);
+  registry_->Refresh();
+  struct Member {
+    int rank;
+    std::string name, db;
+  };
+  std::vector<Member> members;
+  std::string signature = family + "|" + std::to_string(width);
+  const std::string prefix = *group + "/";
+  for (const std::string& name : registry_->Names()) {
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const int rank = RankOfName(std::string_view(name).substr(prefix.size()));
+    if (rank < 0) continue;
+    RunRegistry::Resolved resolved = registry_->Resolve(name);
+    if (resolved.http_status != 200) continue;
+    members.push_back({rank, name, resolved.db_path});
+    signature += "|" + name + "=" + StoreSignature(resolved.db_path);
+  }
+  if (members.empty()) return Error(404, "no run named " + *group + "/rank-<r>: '" + *group + "' is not a data-parallel run");
+  std::sort(members.begin(), members.end(), [](const Member& a, const Member& b) { return a.rank < b.rank; });
+  const std::string cache_key = "ranks|" + *group;
+  {
+    std::lock_guard<std::mutex> lock(summaries_mu_);
+    auto it = run_details_.find(cache_key);
+    if (it != run_details_.end() && it->second.signature == signature) return {200, it->second.json};
+  }
+  // A rank whose store cannot be read is named with why; the others are still compared.
+  std::vector<RankMember> ranks;
+  json unreadable = json::array();
+  for (const Member& member : members) {
+    RankMember rank;
+    rank.rank = member.rank;
+    rank.run = member.name;
+    StoreLease store;
+    RunMeta meta;
+    Status s = StoreFor(member.db, &store);
+    if (s.ok()) s = store->ReadMeta(&meta);
+    if (s.ok()) s = LoadRankMember(*store, family, &rank);
+    if (!s.ok()) {
+      ForgetStores(member.db);
+      unreadable.push_back({{"rank", member.rank}, {"run", member.name}, {"error", RedactPaths(s.message(), registry_->root())}});
+      continue;
+    }
+    rank.status = RunStore::EffectiveStatus(meta);
+    ranks.push_back(std::move(rank));
+  }
+  if (ranks.empty()) return Error(500, "no rank of '" + *group + "' could be read: " + unreadable.dump());
+  json view = RankViewJson(ranks, family, width);
+  view["run"] = *group;
+  view["unreadable"] = std::move(unreadable);
+  std::string body = Dump(view);
+  std::lock_guard<std::mutex> lock(summaries_mu_);
+  if (run_details_.size() > 256) run_details_.clear();
+  run_details_[cache_key] = {signature, body};
+  return {200, std::move(body)};
 }
 
 std::string Api::Damage(const std::string& db_path) {

@@ -20,6 +20,11 @@
 //   spans        ?run=R[&width][&min][&max] -> mean duration of each phase per step bucket.
 //   findings     ?run=R -> findings, worst first (DESIGN.md JSON form).
 //   config       ?run=R -> {"config": ...}
+//   ranks        ?run=R[&family=grad|weight|update|act][&width=200] -> the runs R/rank-<r> of a
+//                    data-parallel run side by side (server/rank_view.h): per-rank step time and
+//                    throughput, loss and gradient norm per rank with their spread, per-layer
+//                    norms per rank against the ranks' median, the ranks compared (findings);
+//                    "unreadable": the ranks whose store could not be read, and why.
 //
 // Query parameters are bounded: at most kMaxParams, each value at most kMaxParamBytes, widths
 // in [1, kMaxWidth], steps int64; anything else is a 400. Run names go through
@@ -70,6 +75,7 @@ class Api {
  private:
   struct RunSummaryCache;
   ApiReply Runs(const ProjectFilter* readable);
+  ApiReply Ranks(const QueryParams& params, const ProjectFilter* readable);
   ApiReply Run(const std::string& db_path);
   ApiReply Scalars(const std::string& db_path, const QueryParams& params);
   ApiReply TensorStatsSeries(const std::string& db_path, const QueryParams& params);
@@ -96,9 +102,5 @@ class Api {
   std::unordered_map<std::string, Summary> run_details_;  // by store path, finished runs only
   std::unordered_map<std::string, Summary> damage_;       // by store path
 };
-
-// A string that changes whenever the store at db_path (or its WAL) is written: sizes and
-// modification times. Empty when the file is gone.
-std::string StoreSignature(const std::string& db_path);
 
 }  // namespace trainscope::server

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api.h"
+#include "server/store_lease.h"
 #include "store/run_store.h"
 
 namespace trainscope::server {

@@ -4,8 +4,10 @@
 #include <httplib.h>
 #include <stdlib.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -220,6 +222,141 @@ TEST(ApiTest, DecimatesAndKeepsTheSpike) {
   reply = api.Handle("findings", {{"run", "r"}});
   ASSERT_EQ(reply.status, 200);
   EXPECT_EQ(json::parse(reply.body)["findings"][0]["code"], "LOSS_SPIKE");
+}
+
+// A data-parallel run of `ranks` ranks (<name>/rank-<r>), 240 steps: a loss per rank (its
+// own shard: a level that differs a little), the all-reduced gradient norm (equal on every
+// rank), step and forward times, two layers' gradients. `slow_rank` forwards 30 ms longer
+// (its step too); `diverging_rank`'s gradients are 10x the others' from step 120 on.
+void MakeRankedRun(const std::string& logdir, const std::string& name, int ranks, int slow_rank, int diverging_rank) {
+  for (int r = 0; r < ranks; ++r) {
+    RunMeta meta;
+    meta.name = name + "/rank-" + std::to_string(r);
+    std::unique_ptr<RunStore> store;
+    ASSERT_TRUE(RunStore::Create(logdir + "/" + name + "/rank-" + std::to_string(r), meta, &store).ok());
+    int64_t loss, norm, step_time, forward, g1, g2;
+    ASSERT_TRUE(store->EnsureSeries("train/loss", SeriesKind::kScalar, &loss).ok());
+    ASSERT_TRUE(store->EnsureSeries("grad/global_norm", SeriesKind::kScalar, &norm).ok());
+    ASSERT_TRUE(store->EnsureSeries("time/step", SeriesKind::kScalar, &step_time).ok());
+    ASSERT_TRUE(store->EnsureSeries("time/forward", SeriesKind::kScalar, &forward).ok());
+    ASSERT_TRUE(store->EnsureSeries("grad/fc1.weight", SeriesKind::kTensorStats, &g1).ok());
+    ASSERT_TRUE(store->EnsureSeries("grad/fc2.weight", SeriesKind::kTensorStats, &g2).ok());
+    WriteBatch batch;
+    double wall = 1000;
+    for (int step = 1; step <= 240; ++step) {
+      const double jitter = 0.001 * ((step * 7 + r * 3) % 5);  // the host's noise, < 5 ms
+      const double fwd = 0.010 + jitter + (r == slow_rank ? 0.030 : 0.0);
+      const double seconds = fwd + 0.020;
+      wall += seconds;
+      const double scale = r == diverging_rank && step >= 120 ? 10.0 : 1.0;
+      const double shared_norm = 1.0 + 0.5 / step;  // all-reduced: bit-equal on every rank
+      batch.scalars.push_back({loss, step, wall, 2.0 / std::sqrt(step) * (1 + 0.02 * ((step + r) % 3))});
+      batch.scalars.push_back({norm, step, wall, shared_norm * scale});
+      batch.scalars.push_back({step_time, step, wall, seconds});
+      batch.scalars.push_back({forward, step, wall, fwd});
+      float v1[4] = {0.5f, -0.25f, 0.125f, 0.0f}, v2[2] = {0.1f, 0.2f};
+      for (float& v : v1) v *= static_cast<float>(scale);
+      for (float& v : v2) v *= static_cast<float>(scale);
+      batch.tensor_stats.push_back({g1, step, wall, ComputeTensorStats(v1, 4, true)});
+      batch.tensor_stats.push_back({g2, step, wall, ComputeTensorStats(v2, 2, true)});
+    }
+    ASSERT_TRUE(store->Write(batch).ok());
+    ASSERT_TRUE(store->Close("finished", "").ok());
+  }
+}
+
+TEST(ApiTest, RanksViewShowsEachRanksStepTimeTheSpreadAndTheOddRank) {
+  std::string root = TempDir();
+  MakeRankedRun(root, "dp", 4, /*slow_rank=*/1, /*diverging_rank=*/2);
+  MakeRankedRun(root, "healthy", 3, -1, -1);
+  MakeRun(root, "alone");
+  std::unique_ptr<RunRegistry> registry;
+  ASSERT_TRUE(RunRegistry::Open(root, &registry).ok());
+  Api api(registry.get());
+
+  ApiReply reply = api.Handle("ranks", {{"run", "dp"}, {"width", "24"}});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  json view = json::parse(reply.body);
+  ASSERT_EQ(view["ranks"].size(), 4u);
+  for (int r = 0; r < 4; ++r) {
+    const json& row = view["ranks"][r];
+    EXPECT_EQ(row["rank"], r);
+    EXPECT_EQ(row["run"], "dp/rank-" + std::to_string(r));
+    EXPECT_EQ(row["status"], "finished");
+    EXPECT_EQ(row["step_time_source"], "time/step");
+    const double expected = r == 1 ? 0.062 : 0.032;  // the median of 10 ms + jitter (0-4 ms) + 20 ms
+    EXPECT_NEAR(row["step_time"].get<double>(), expected, 0.0011) << r;
+    EXPECT_NEAR(row["steps_per_second"].get<double>(), 1 / row["step_time"].get<double>(), 1e-9);
+    EXPECT_NEAR(row["phases"]["forward"].get<double>(), expected - 0.020, 0.0011);
+  }
+  ASSERT_EQ(view["step"].size(), 24u);  // 240 steps in 24 buckets of 10
+  EXPECT_EQ(view["step"][0], 1);
+  EXPECT_EQ(view["step_time"].size(), 4u);
+  // The gradient norm: equal on every rank until step 120, then rank 2 at 10x: the spread over
+  // the ranks is 0 before and (10 - 1) / 1 after (the median is a healthy rank's).
+  const json* grad = nullptr;
+  for (const json& series : view["series"]) {
+    if (series["role"] == "grad_norm") grad = &series;
+  }
+  ASSERT_NE(grad, nullptr) << view["series"].dump();
+  EXPECT_EQ((*grad)["tag"], "grad/global_norm");
+  EXPECT_DOUBLE_EQ((*grad)["spread"][0].get<double>(), 0.0);
+  EXPECT_NEAR((*grad)["spread"][23].get<double>(), 9.0, 1e-9);
+  EXPECT_NEAR((*grad)["values"][2][23].get<double>() / (*grad)["median"][23].get<double>(), 10.0, 1e-9);
+  // Per layer: rank 2's gradient norms over the run (its median: half the steps at 10x) against the ranks' median.
+  const json& layers = view["layers"];
+  EXPECT_EQ(layers["family"], "grad");
+  EXPECT_EQ(layers["names"], json({"fc1.weight", "fc2.weight"}));
+  for (int layer = 0; layer < 2; ++layer) {
+    for (int r = 0; r < 4; ++r) {
+      const double ratio = layers["ratio"][layer][r].get<double>();
+      if (r == 2) EXPECT_GT(ratio, 4.0);
+      else EXPECT_NEAR(ratio, 1.0, 1e-9);
+      EXPECT_EQ(layers["nonfinite"][layer][r], 0);
+    }
+  }
+  std::set<std::pair<std::string, int>> named;
+  for (const json& f : view["findings"]) named.insert({f["code"].get<std::string>(), f["rank"].get<int>()});
+  EXPECT_EQ(named, (std::set<std::pair<std::string, int>>{{"STRAGGLER", 1}, {"RANK_DIVERGENCE", 2}})) << view["findings"].dump();
+
+  // Healthy replicas: no finding, no spread of the gradient norm, every layer at 1.
+  reply = api.Handle("ranks", {{"run", "healthy"}});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  view = json::parse(reply.body);
+  EXPECT_TRUE(view["findings"].empty()) << view["findings"].dump();
+  for (const json& series : view["series"]) {
+    if (series["role"] != "grad_norm") continue;
+    for (const json& v : series["spread"]) EXPECT_DOUBLE_EQ(v.get<double>(), 0.0);
+  }
+  for (const json& row : view["layers"]["ratio"]) {
+    for (const json& v : row) EXPECT_NEAR(v.get<double>(), 1.0, 1e-12);
+  }
+
+  // A rank whose store cannot be read is named; the others are still shown.
+  {
+    const std::string db = root + "/healthy/rank-2/trainscope.db";
+    fs::remove(db + "-wal");
+    fs::remove(db + "-shm");
+    std::ofstream(db + ".new") << "this is not an SQLite file, whatever its name says";
+    fs::rename(db + ".new", db);
+  }
+  reply = api.Handle("ranks", {{"run", "healthy"}});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  view = json::parse(reply.body);
+  ASSERT_EQ(view["ranks"].size(), 2u);
+  ASSERT_EQ(view["unreadable"].size(), 1u);
+  EXPECT_EQ(view["unreadable"][0]["rank"], 2);
+  EXPECT_EQ(view["unreadable"][0]["run"], "healthy/rank-2");
+  EXPECT_EQ(view["unreadable"][0]["error"].get<std::string>().find(root), std::string::npos);  // no server path
+
+  EXPECT_EQ(api.Handle("ranks", {{"run", "alone"}}).status, 404);
+  EXPECT_EQ(api.Handle("ranks", {{"run", "nothing"}}).status, 404);
+  EXPECT_EQ(api.Handle("ranks", {}).status, 400);
+  EXPECT_EQ(api.Handle("ranks", {{"run", "../dp"}}).status, 400);
+  EXPECT_EQ(api.Handle("ranks", {{"run", "dp"}, {"family", "bogus"}}).status, 400);
+  // Asked again: the same answer (from the cache, the stores unchanged).
+  EXPECT_EQ(api.Handle("ranks", {{"run", "dp"}, {"width", "24"}}).body, api.Handle("ranks", {{"run", "dp"}, {"width", "24"}}).body);
+  fs::remove_all(root);
 }
 
 TEST(ApiTest, RefusesBadParameters) {

@@ -520,6 +520,69 @@ try {
     }
   });
 
+  await check('Ranks: a data-parallel run side by side names its straggler and its diverging replica', async () => {
+    // 4 gloo ranks under torchrun, in a logdir of their own: rank 0's forward 10 ms slower, rank
+    // 3's gradients 20x the all-reduced ones from step 20 (tests/python/ddp_train.py).
+    const ddpLogdir = join(work, 'ddp-runs');
+    run(python, ['-m', 'torch.distributed.run', '--nproc_per_node', '4', '--master_addr', '127.0.0.1', '--redirects', '2', '--tee', '2',
+                 '--master_port', String(20000 + Math.floor(Math.random() * 20000)), join(repo, 'tests/python/ddp_train.py'),
+                 '--logdir', ddpLogdir, '--name', 'ddp', '--steps', '60', '--perturb', 'grads', '--perturb-rank', '3',
+                 '--perturb-from', '20', '--slow-rank', '0'], { PYTHONPATH: pythonPath, OMP_NUM_THREADS: '1' });
+    const ddpServer = await serve(ddpLogdir);
+    try {
+      await ranksPage(ddpServer.base, ddpLogdir);
+    } finally {
+      ddpServer.stop();
+    }
+  });
+
+  async function ranksPage(base, ddpLogdir) {
+    const apiJson = async (path) => ({ body: await (await fetch(base + path)).json() });
+    const view = (await apiJson('api/ranks?run=ddp')).body;
+    const diagnosed = JSON.parse(run(join(build, 'trainscope'), ['diagnose', '--json', join(ddpLogdir, 'ddp')]));
+    const compared = (fs) => fs.filter((f) => ['STRAGGLER', 'RANK_DIVERGENCE'].includes(f.code))
+      .map((f) => `${f.code} rank ${f.rank} step ${f.step} ${f.location}`).sort();
+    assert.deepEqual(compared(view.findings), compared(diagnosed.findings), 'the API compares the ranks as diagnose does');
+    assert.deepEqual([...new Set(view.findings.map((f) => `${f.code} ${f.rank}`))].sort(), ['RANK_DIVERGENCE 3', 'STRAGGLER 0']);
+    await page.goto('about:blank');
+    await page.goto(`${base}?static=1#runs=${encodeURIComponent('ddp/rank-1')}&tab=ranks`);
+    await page.waitForSelector('body[data-ready="1"]', { timeout: 20000 });
+    await shot('12-ranks');
+    const rows = await page.locator('table.ranks tbody tr').evaluateAll((trs) => trs.map((tr) => ({
+      rank: Number(tr.dataset.rank), badges: [...tr.querySelectorAll('.badge')].map((b) => b.dataset.code),
+      forward: tr.querySelector('[data-col="forward"]')?.textContent, stepTime: tr.querySelector('[data-col="step_time"]')?.textContent })));
+    assert.deepEqual(rows.map((r) => r.rank), [0, 1, 2, 3]);
+    assert.deepEqual(rows.map((r) => r.badges), [['STRAGGLER'], [], [], ['RANK_DIVERGENCE']]);
+    // The table says what the API measured (ms), and the slow rank's forward stands out.
+    rows.forEach((r, i) => assert.equal(Number(r.forward), Number((view.ranks[i].phases.forward * 1e3).toPrecision(3)), `rank ${i} forward`));
+    assert.ok(Number(rows[0].forward) > 5 * Math.max(...rows.slice(1).map((r) => Number(r.forward))), JSON.stringify(rows));
+    // One line per rank on the per-rank charts, the values the API gave.
+    const charts = await page.evaluate(() => Object.fromEntries([...document.querySelectorAll('.chart[data-name^="rank-"]')]
+      .map((w) => [w.dataset.name, w.plot ? w.plot.data.slice(1).map((a) => Array.from(a)) : 'table'])));
+    for (const name of ['rank-step-time', 'rank-loss', 'rank-grad_norm']) assert.equal(charts[name]?.length, 4, `${name}: ${Object.keys(charts)}`);
+    const grad = view.series.find((s) => s.role === 'grad_norm');
+    assert.deepEqual(charts['rank-grad_norm'][3].map((v) => v ?? null), grad.values[3]);
+    assert.equal(charts['rank-layers'], 'table');
+    // After step 20 rank 3's gradient norm leaves the replicas' value: the spread is 0 before, large after.
+    const spread = charts['rank-spread-grad_norm'][0];
+    assert.equal(spread[0], 0);
+    assert.ok(spread[spread.length - 1] > 5, `spread ${spread}`);
+    // Each layer's norm on rank 3 is far over the ranks' median; the replicas at it.
+    const ratios = await page.locator('table.rank-layers tbody td[data-rank]').evaluateAll((tds) => tds.map((td) => [Number(td.dataset.rank), Number(td.dataset.ratio)]));
+    assert.equal(ratios.length, 4 * view.layers.names.length);
+    for (const [rank, ratio] of ratios) assert.ok(rank === 3 ? ratio > 2 : Math.abs(ratio - 1) < 0.05, `rank ${rank} ratio ${ratio}`);
+    // A rank's row opens that rank's run; a run that is no rank says so.
+    await page.locator('table.ranks tr[data-rank="2"]').click();
+    await page.waitForFunction(() => location.hash.includes('tab=overview') && decodeURIComponent(location.hash).includes('runs=ddp/rank-2'));
+  }
+
+  await check('Ranks: a run that is no rank of a data-parallel run says so', async () => {
+    await page.goto('about:blank');
+    await page.goto(`${base}?static=1#runs=healthy&tab=ranks`);
+    await page.waitForSelector('body[data-ready="1"]', { timeout: 20000 });
+    assert.match(await page.locator('p.empty[data-run="healthy"]').textContent(), /not a rank of a data-parallel run/);
+  });
+
   await check('no errors in the browser console', async () => {
     assert.deepEqual(consoleErrors, []);
   });

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -247,11 +248,25 @@ def test_sql_in_run_names_and_tags_is_stored_as_text(server, postgres_url):
     assert run_cli("runs", postgres_url).returncode == 0  # the tables are all still there
 
 
+PARSE_OPENMETRICS = textwrap.dedent("""
+    import json, sys
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+    print(json.dumps([{"name": f.name, "samples": [[s.name, s.labels, s.value] for s in f.samples]}
+                      for f in text_string_to_metric_families(sys.stdin.read())]))
+""")
+
+
+def prometheus_parse(text):
+    """/metrics parsed by Prometheus' Python client from PyPI (pinned, in a venv of its own:
+    scripts/prometheus-venv.sh), whichever torch leg runs the test."""
+    venv = subprocess.run(["bash", str(Path(__file__).parents[2] / "scripts" / "prometheus-venv.sh")],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    parsed = subprocess.run([f"{venv}/bin/python", "-c", PARSE_OPENMETRICS], input=text, capture_output=True, text=True)
+    assert parsed.returncode == 0, parsed.stderr  # the parser refuses what is not OpenMetrics
+    return {f["name"]: f["samples"] for f in json.loads(parsed.stdout)}
+
+
 def test_metrics_are_openmetrics_that_prometheus_parses_per_token(server):
-    # Prometheus' own parser: Debian's python3-prometheus-client on the fast leg (the torch-2
-    # venv does not carry it).
-    parser = pytest.importorskip("prometheus_client.openmetrics.parser")
-    text_string_to_metric_families = parser.text_string_to_metric_families
     run = f"metrics-{os.getpid()}"
     finding = {"code": "LOSS_NAN", "severity": "critical", "step": 3, "last_step": 3, "location": "loss",
                "summary": "s", "evidence": {}, "causes": [], "actions": []}
@@ -262,16 +277,16 @@ def test_metrics_are_openmetrics_that_prometheus_parses_per_token(server):
     assert ingest(server, WRITER_B, "beta", run, {"version": 1, "meta": {"status": "running"}})[0] == 200
     status, text = server.request("GET", "/metrics", READER_A)
     assert status == 200 and text.endswith("# EOF\n")
-    families = {f.name: f for f in text_string_to_metric_families(text)}
+    families = prometheus_parse(text)
     def value(family, **labels):
-        return [s.value for s in families[family].samples
-                if all(s.labels.get(k) == v for k, v in labels.items()) and s.name.startswith(family)]
+        return [v for name, got, v in families[family]
+                if all(got.get(k) == want for k, want in labels.items()) and name.startswith(family)]
     assert value("trainscope_run_step", project="alpha", run=run) == [49]
     assert value("trainscope_run_findings", project="alpha", run=run, severity="critical") == [1]
     assert value("trainscope_run_findings", project="alpha", run=run, severity="warning") == [0]
     assert value("trainscope_run_steps_per_second", project="alpha", run=run) == [pytest.approx(4.9)]
     assert value("trainscope_run_last_write_age_seconds", project="alpha", run=run)[0] > 0
-    assert families["trainscope_run"].samples[0].labels["status"]
+    assert families["trainscope_run"][0][1]["status"]
     assert not value("trainscope_run_step", project="beta")  # another project's runs are not shown
     assert server.request("GET", "/metrics")[0] == 401
 
@@ -302,6 +317,21 @@ def test_a_forwarded_data_parallel_run_names_its_straggler_and_its_diverging_ran
     local = json.loads(run_cli("diagnose", "--json", tmp_path / "runs" / name, check=True).stdout)
     assert {(f["code"], f.get("rank"), f["location"], f["step"]) for f in report["findings"]} == \
         {(f["code"], f.get("rank"), f["location"], f["step"]) for f in local["findings"]}
+    # The dashboard's Ranks view on the server: the same comparison, each rank's phases, the spread.
+    status, text = server.request("GET", f"/api/ranks?run=alpha/{name}", token=READER_A)
+    assert status == 200, text
+    view = json.loads(text)
+    assert [r["rank"] for r in view["ranks"]] == [0, 1, 2, 3]
+    assert [r["run"] for r in view["ranks"]] == [f"alpha/{name}/rank-{r}" for r in range(4)]
+    compared = lambda findings: sorted((f["code"], f["rank"], f["step"], f["location"]) for f in findings
+                                       if f["code"] in ("RANK_DIVERGENCE", "STRAGGLER"))
+    assert compared(view["findings"]) == compared(report["findings"])
+    forward = [r["phases"]["forward"] for r in view["ranks"]]
+    assert forward[0] > 5 * max(forward[1:]), forward
+    grad = next(s for s in view["series"] if s["role"] == "grad_norm")
+    assert grad["spread"][0] == 0 and grad["spread"][-1] > 5, grad["spread"]
+    assert all(row[3] > 2 and all(abs(v - 1) < 0.05 for v in row[:3]) for row in view["layers"]["ratio"]), view["layers"]
+    assert server.request("GET", f"/api/ranks?run=alpha/{name}", token=WRITER_B)[0] == 403
 
 
 def test_a_short_load_of_simulated_ranks_into_two_servers_is_stored_whole(postgres_url):

@@ -177,3 +177,34 @@ export interface Finding {
   actions: string[];
   run?: string;  // added by the UI
 }
+
+// /api/ranks: the ranks of a data-parallel run side by side (src/server/rank_view.h).
+export interface RankRow {
+  rank: number;
+  run: string;
+  status: string;
+  steps: number;
+  step_time: Num;  // median seconds
+  step_time_source: string;
+  steps_per_second: Num;
+  phases: Record<string, Num>;  // median seconds of each rank-local phase
+}
+
+export interface RankSeries {
+  role: 'loss' | 'grad_norm';
+  tag: string;
+  values: Num[][];  // [rank][bucket]: the mean
+  median: Num[];  // over the ranks
+  spread: Num[];  // (max - min) / |median| over the ranks
+}
+
+export interface RankView {
+  run: string;
+  ranks: RankRow[];
+  step: number[];
+  step_time: Num[][];  // [rank][bucket]
+  series: RankSeries[];
+  layers?: { family: string; metric: string; names: string[]; values: Num[][]; ratio: Num[][]; nonfinite: number[][] };
+  findings: (Finding & { rank: number; ranks: number[] })[];
+  unreadable: { rank: number; run: string; error: string }[];  // ranks whose store could not be read
+}

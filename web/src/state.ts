@@ -1,7 +1,7 @@
 // The view's state, kept in the URL fragment so a view can be shared by its link:
 // #runs=a,b&tab=scalars&tags=loss&smooth=0.6&log=1&x=step&range=100:300&layer=fc1.weight
 
-export type Tab = 'overview' | 'scalars' | 'distributions' | 'gradients' | 'activations' | 'findings' | 'performance' | 'numerics' | 'sweep';
+export type Tab = 'overview' | 'scalars' | 'distributions' | 'gradients' | 'activations' | 'findings' | 'performance' | 'numerics' | 'ranks' | 'sweep';
 // x by step, wall time, time since the run's start, or the value of a logged scalar ('tag:epoch').
 export type XMode = 'step' | 'wall' | 'relative' | `tag:${string}`;
 
@@ -25,7 +25,7 @@ export interface State {
   columns: string[];  // the runs table's columns picked by the user ('c:lr', 'm:val/loss'); [] = chosen for them
 }
 
-export const TABS: Tab[] = ['overview', 'scalars', 'distributions', 'gradients', 'activations', 'findings', 'performance', 'numerics', 'sweep'];
+export const TABS: Tab[] = ['overview', 'scalars', 'distributions', 'gradients', 'activations', 'findings', 'performance', 'numerics', 'ranks', 'sweep'];
 
 export function readState(): State {
   const h = new URLSearchParams(location.hash.slice(1));

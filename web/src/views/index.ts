@@ -10,6 +10,7 @@ import { gradientsView } from './gradients';
 import { numericsView } from './numerics';
 import { overviewView } from './overview';
 import { performanceView } from './performance';
+import { ranksView } from './ranks';
 import { scalarsView } from './scalars';
 import { sweepView } from './sweep';
 
@@ -29,5 +30,6 @@ export const VIEWS: View[] = [
   { id: 'findings', label: 'Findings', render: findingsView, perRun: false },
   { id: 'performance', label: 'Performance', render: performanceView, perRun: true },
   { id: 'numerics', label: 'Numerics', render: numericsView, perRun: true },
+  { id: 'ranks', label: 'Ranks', render: ranksView, perRun: false },
   { id: 'sweep', label: 'Sweep', render: sweepView, perRun: false },
 ];
