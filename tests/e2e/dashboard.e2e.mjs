@@ -528,6 +528,14 @@ try {
                  '--master_port', String(20000 + Math.floor(Math.random() * 20000)), join(repo, 'tests/python/ddp_train.py'),
                  '--logdir', ddpLogdir, '--name', 'ddp', '--steps', '60', '--perturb', 'grads', '--perturb-rank', '3',
                  '--perturb-from', '20', '--slow-rank', '0'], { PYTHONPATH: pythonPath, OMP_NUM_THREADS: '1' });
+    // And 20 ranks written one after the other (no torch.distributed: what the view reads is
+    // the same), rank 7's loss 3x the others' from step 50: more ranks than lines, a heatmap.
+    run(python, ['-c', `import trainscope as ts
+for r in range(20):
+    run = ts.init(logdir=${JSON.stringify(join(ddpLogdir, 'many'))}, name=f"rank-{r}")
+    for step in range(100):
+        run.log({"train/loss": (3 if r == 7 and step >= 50 else 1) / (step + 1)}, step=step)
+    run.finish()`], { PYTHONPATH: pythonPath });
     const ddpServer = await serve(ddpLogdir);
     try {
       await ranksPage(ddpServer.base, ddpLogdir);
@@ -571,6 +579,16 @@ try {
     const ratios = await page.locator('table.rank-layers tbody td[data-rank]').evaluateAll((tds) => tds.map((td) => [Number(td.dataset.rank), Number(td.dataset.ratio)]));
     assert.equal(ratios.length, 4 * view.layers.names.length);
     for (const [rank, ratio] of ratios) assert.ok(rank === 3 ? ratio > 2 : Math.abs(ratio - 1) < 0.05, `rank ${rank} ratio ${ratio}`);
+    // 20 ranks: heatmaps of ranks over the ranks' median, rank 7's loss row 3x from step 50.
+    const many = (await apiJson('api/ranks?run=many')).body;
+    assert.deepEqual(many.findings.map((f) => `${f.code} ${f.rank}`), ['RANK_DIVERGENCE 7']);
+    await page.goto(`${base}?static=1#runs=${encodeURIComponent('many/rank-0')}&tab=ranks`);
+    await page.waitForSelector('body[data-ready="1"]', { timeout: 20000 });
+    await shot('13-ranks-many');
+    const labels = await page.locator('.heatmap[data-name="rank-loss"] .hm-label').allTextContents();
+    assert.deepEqual(labels, Array.from({ length: 20 }, (_, r) => `rank ${r}`));
+    await page.goto(`${base}?static=1#runs=${encodeURIComponent('ddp/rank-1')}&tab=ranks`);
+    await page.waitForSelector('body[data-ready="1"]', { timeout: 20000 });
     // A rank's row opens that rank's run; a run that is no rank says so.
     await page.locator('table.ranks tr[data-rank="2"]').click();
     await page.waitForFunction(() => location.hash.includes('tab=overview') && decodeURIComponent(location.hash).includes('runs=ddp/rank-2'));

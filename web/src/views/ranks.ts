@@ -47,15 +47,27 @@ function rankTable(view: RankView): HTMLElement {
     body));
 }
 
-// One value per rank over the steps: lines for a few ranks, a heatmap of ranks for many.
+// Each rank's value over the median of the ranks' values in the same bucket.
+function overMedian(values: Num[][]): Num[][] {
+  const median = values[0]?.map((_, b) => {
+    const at = values.map((row) => row[b]).filter((v): v is number => typeof v === 'number').sort((x, y) => x - y);
+    return at.length ? (at.length % 2 ? at[(at.length - 1) / 2] : (at[at.length / 2 - 1] + at[at.length / 2]) / 2) : null;
+  }) || [];
+  return values.map((row) => row.map((v, b) => (typeof v === 'number' && median[b] ? v / median[b]! : null)));
+}
+
+// One value per rank over the steps: lines for a few ranks; for many, a heatmap of ranks,
+// each cell the rank's value over the ranks' median there (the odd rank is a stripe whatever
+// the curve does).
 function perRank(view: RankView, title: string, name: string, values: Num[][], o: { width: number; log: boolean;
   xRange: [number, number]; markers: Marker[]; unit: string }): HTMLElement {
   if (view.ranks.length <= MAX_LINES) {
     const lines: LineSeries[] = view.ranks.map((r, i) => ({ label: `rank ${r.rank}`, color: runColor(i), values: values[i] }));
     return lineChart(title, view.step, lines, { width: o.width, name, log: o.log, xRange: o.xRange, markers: o.markers, yLabel: o.unit });
   }
-  return heatmap({ name, title, rows: view.ranks.map((r) => `rank ${r.rank}`), steps: view.step, values, log: o.log, width: o.width,
-                   xRange: o.xRange, valueLabel: o.unit, markers: o.markers.map((m) => ({ step: m.step, color: m.color })) });
+  return heatmap({ name, title: `${title}, over the ranks' median`, rows: view.ranks.map((r) => `rank ${r.rank}`), steps: view.step,
+                   values: overMedian(values), log: true, width: o.width, xRange: o.xRange, valueLabel: `${o.unit} / median of the ranks`,
+                   markers: o.markers.map((m) => ({ step: m.step, color: m.color })) });
 }
 
 function seriesCharts(view: RankView, s: RankSeries, width: number, xRange: [number, number], markers: Marker[]): HTMLElement[] {
