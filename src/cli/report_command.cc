@@ -13,12 +13,12 @@
 
 #include "cli/commands.h"
 #include "cli/source.h"
-#include "core/step_buckets.h"
 #include "core/streaming.h"
 #include "core/tag.h"
 #include "doctor/doctor.h"
 #include "doctor/knowledge.h"
 #include "doctor/layer_health.h"
+#include "read/layer_matrix.h"
 #include "store/json_forms.h"
 
 namespace trainscope::cli {
@@ -312,46 +312,46 @@ std::string LineChart(const std::string& title, std::vector<Line> lines, const s
 
 // Layer x step heatmap of gradient L2 norms (log10 color scale; non-finite cells magenta).
 std::string GradHeatmap(const RunData& data, const std::vector<std::string>& forward_params) {
-  std::vector<const TensorStatsSeries*> rows;
+  std::vector<const TensorStatsSeries*> series;
   for (const auto& p : forward_params) {
-    if (const auto* s = data.FindTensorStats(tags::kGrad.Of(p))) rows.push_back(s);
+    if (const auto* s = data.FindTensorStats(tags::kGrad.Of(p))) series.push_back(s);
   }
   for (const auto& s : data.tensor_stats) {
-    if (tags::kGrad.Holds(s.tag) && std::find(rows.begin(), rows.end(), &s) == rows.end()) rows.push_back(&s);
+    if (tags::kGrad.Holds(s.tag) && std::find(series.begin(), series.end(), &s) == series.end()) series.push_back(&s);
   }
-  if (rows.empty()) return "";
-  if (rows.size() > 2048) rows.resize(2048);  // the dashboard's bound
-  int64_t s0 = INT64_MAX, s1 = INT64_MIN;
-  for (const auto* r : rows) {
-    for (int64_t s : r->steps) {
-      s0 = std::min(s0, s);
-      s1 = std::max(s1, s);
+  if (series.empty()) return "";
+  if (series.size() > read::kMaxLayers) series.resize(read::kMaxLayers);  // the dashboard's bound
+  std::vector<read::LayerPoints> layers;
+  for (const TensorStatsSeries* s : series) {
+    read::LayerPoints layer{s->tag.substr(tags::kGrad.prefix.size()), {}};
+    for (size_t i = 0; i < s->steps.size(); ++i) {
+      const TensorStats st = s->stats[i];
+      layer.points.push_back({s->steps[i], st.l2_norm(), st.nan + st.inf > 0});
     }
+    layers.push_back(std::move(layer));
   }
-  // The dashboard's buckets (core/step_buckets.h): a step is in the same column in both.
-  const StepBuckets buckets(s0, s1, 200);
-  const size_t cols = buckets.count;
-  std::vector<std::vector<double>> cell(rows.size(), std::vector<double>(cols, NAN));
-  std::vector<std::vector<bool>> bad(rows.size(), std::vector<bool>(cols, false));
+  // The dashboard's matrix (read/layer_matrix.h): a step is in the same column in both.
+  const read::LayerMatrix matrix = read::BucketLayers(layers, 200);
+  const size_t cols = matrix.steps.size();
+  std::vector<std::vector<double>> cell(layers.size(), std::vector<double>(cols, NAN));  // log10
   double lo = INFINITY, hi = -INFINITY;
-  for (size_t r = 0; r < rows.size(); ++r) {
-    for (size_t i = 0; i < rows[r]->steps.size(); ++i) {
-      const size_t c = buckets.Of(rows[r]->steps[i]);
-      const TensorStats& st = rows[r]->stats[i];
-      if (st.nan + st.inf) {
-        bad[r][c] = true;
-        continue;
-      }
-      const double v = st.l2_norm();
+  for (size_t r = 0; r < layers.size(); ++r) {
+    for (size_t c = 0; c < cols; ++c) {
+      const double v = matrix.values[r][c];
       if (!(v > 0)) continue;
-      const double lv = std::log10(v);
-      cell[r][c] = std::isnan(cell[r][c]) ? lv : std::max(cell[r][c], lv);  // max keeps bursts visible
-      lo = std::min(lo, lv);
-      hi = std::max(hi, lv);
+      cell[r][c] = std::log10(v);
+      lo = std::min(lo, cell[r][c]);
+      hi = std::max(hi, cell[r][c]);
     }
   }
   if (!(hi >= lo)) hi = lo = 0;
   if (hi == lo) hi = lo + 1;
+  const auto& bad = matrix.nonfinite;
+  const auto& rows = layers;
+  int64_t s0 = INT64_MAX, s1 = INT64_MIN;
+  for (const read::LayerPoints& layer : layers) {
+    for (const read::LayerPoint& p : layer.points) s0 = std::min(s0, p.step), s1 = std::max(s1, p.step);
+  }
   // Rows at least 12 px for 10 px labels, so labels never overlap; hundreds of parameters
   // make a tall picture that scrolls in its box (see BuildReport).
   const double L = 220, T = 28, cw = 680.0 / static_cast<double>(cols),
@@ -366,7 +366,7 @@ std::string GradHeatmap(const RunData& data, const std::vector<std::string>& for
   for (size_t r = 0; r < rows.size(); ++r) {
     const double y = T + ch * static_cast<double>(r);
     // Shortened from the left: the end of a parameter name tells rows apart (~5.6 px a character).
-    std::string label = rows[r]->tag.substr(5);
+    std::string label = rows[r].name;
     if (label.size() > 38) label = "\xe2\x80\xa6" + label.substr(label.size() - 37);
     svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"ax\" text-anchor=\"end\">{}</text>", L - 4, y + ch * 0.75,
                        Escape(label));

@@ -19,7 +19,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -32,7 +31,10 @@
 #include "store/json_forms.h"
 #include "store/run_io.h"
 #include "store/run_store.h"
-#include "server/rank_view.h"
+#include "read/layer_matrix.h"
+#include "read/phase_times.h"
+#include "read/rank_view.h"
+#include "read/run_summary.h"
 #include "server/store_lease.h"
 
 namespace trainscope::server {
@@ -132,25 +134,6 @@ bool RangeParams(const QueryParams& params, Range* range, std::string* error) {
          IntParam(params, "max", kStepLo, kStepHi, &range->max, error);
 }
 
-// Equal-width step buckets: core/step_buckets.h, shared with the HTML report.
-using Bucketing = StepBuckets;
-
-double Metric(const TensorStats& s, const std::string& metric) {
-  if (metric == "l2_norm") return s.l2_norm();  // of the finite values; Layers marks a tensor with NaN/Inf
-  if (metric == "abs_max") return s.abs_max;
-  if (metric == "mean") return s.mean();
-  if (metric == "std") return s.stddev();
-  if (metric == "min") return s.min;
-  if (metric == "max") return s.max;
-  if (metric == "dead_fraction") return s.dead_fraction;
-  if (metric == "saturated_fraction") return s.saturated_fraction;
-  if (metric == "nonfinite") return static_cast<double>(s.nan + s.inf);
-  if (metric == "zero_fraction") return s.numel ? static_cast<double>(s.zeros) / s.numel : 0.0;
-  return std::numeric_limits<double>::quiet_NaN();
-}
-
-const std::set<std::string> kMetrics = {"l2_norm", "abs_max", "mean", "std", "min", "max",
-                                        "dead_fraction", "saturated_fraction", "nonfinite", "zero_fraction"};
 
 // Keeps, per bucket, the point that matters most for display: a non-finite one, else the
 // one with the largest L2 norm. Returns indices into points, in step order.
@@ -162,7 +145,7 @@ std::vector<size_t> PickTensorPoints(const std::vector<TensorStatsPoint>& points
     for (size_t i = 0; i < points.size(); ++i) keep[i] = i;
     return keep;
   }
-  Bucketing buckets(points.front().step, points.back().step, width);
+  StepBuckets buckets(points.front().step, points.back().step, width);
   auto score = [](const TensorStats& s) {
     return s.nan || s.inf ? std::numeric_limits<double>::infinity() : s.sum_squares;
   };
@@ -177,20 +160,6 @@ std::vector<size_t> PickTensorPoints(const std::vector<TensorStatsPoint>& points
     }
   }
   return keep;
-}
-
-// A crashed run is critical whatever its findings said: it did not finish.
-const char* Health(const std::vector<Finding>& findings, const std::string& status) {
-  if (status == "crashed") return "critical";
-  Severity worst = Severity::kInfo;
-  bool any = false;
-  for (const Finding& f : findings) {
-    if (f.severity == Severity::kInfo) continue;
-    any = true;
-    worst = std::max(worst, f.severity);
-  }
-  if (!any) return "ok";
-  return worst == Severity::kCritical ? "critical" : "warning";
 }
 
 }  // namespace
@@ -278,7 +247,7 @@ ApiReply Api::Ranks(const QueryParams& params, const ProjectFilter* readable) {
   }
   const std::string* family_param = Param(params, "family");
   const std::string family = family_param ? *family_param : "grad";
-  if (!IsRankLayerFamily(family)) return Error(400, "parameter 'family' must be grad, weight, update or act");
+  if (!read::IsRankLayerFamily(family)) return Error(400, "parameter 'family' must be grad, weight, update or act");
   int64_t width = 200;
   std::string error;
   if (!IntParam(params, "width", 1, kMaxWidth, &width, &error)) return Error(400, error);
@@ -308,17 +277,17 @@ ApiReply Api::Ranks(const QueryParams& params, const ProjectFilter* readable) {
     if (it != run_details_.end() && it->second.signature == signature) return {200, it->second.json};
   }
   // A rank whose store cannot be read is named with why; the others are still compared.
-  std::vector<RankMember> ranks;
+  std::vector<read::RankMember> ranks;
   json unreadable = json::array();
   for (const Member& member : members) {
-    RankMember rank;
+    read::RankMember rank;
     rank.rank = member.rank;
     rank.run = member.name;
     StoreLease store;
     RunMeta meta;
     Status s = StoreFor(member.db, &store);
     if (s.ok()) s = store->ReadMeta(&meta);
-    if (s.ok()) s = LoadRankMember(*store, family, &rank);
+    if (s.ok()) s = read::LoadRankMember(*store, family, &rank);
     if (!s.ok()) {
       ForgetStores(member.db);
       unreadable.push_back({{"rank", member.rank}, {"run", member.name}, {"error", RedactPaths(s.message(), registry_->root())}});
@@ -328,7 +297,7 @@ ApiReply Api::Ranks(const QueryParams& params, const ProjectFilter* readable) {
     ranks.push_back(std::move(rank));
   }
   if (ranks.empty()) return Error(500, "no rank of '" + *group + "' could be read: " + unreadable.dump());
-  json view = RankViewJson(ranks, family, width);
+  json view = read::RankViewJson(ranks, family, width);
   view["run"] = *group;
   view["unreadable"] = std::move(unreadable);
   std::string body = Dump(view);
@@ -404,20 +373,7 @@ ApiReply Api::Runs(const ProjectFilter* readable) {
     json counts = {{"critical", 0}, {"warning", 0}, {"info", 0}};
     for (const Finding& f : findings) counts[SeverityName(f.severity)] = counts[SeverityName(f.severity)].get<int>() + 1;
     json final_values = json::object();
-    // The user's own series first, then trainscope's (census/, input/, opt/, grad/,
-    // update_ratio/ ...: one per parameter on a big model), so the 64 kept always hold the
-    // user's metrics; the UI decides which are columns (web/src/groups.ts).
-    int kept = 0;
-    for (const bool own : {true, false}) {
-      for (const SeriesInfo& info : series) {
-        if (info.kind != SeriesKind::kScalar || info.points == 0) continue;
-        if (tags::kSys.Holds(info.tag) || tags::kMem.Holds(info.tag) || tags::kTime.Holds(info.tag)) continue;
-        if (tags::IsTrainscopeSeries(info.tag) == own) continue;
-        if (kept >= 64) break;
-        ++kept;
-        final_values[info.tag] = JsonNumber(info.last_value);
-      }
-    }
+    for (const SeriesInfo* info : read::FinalValueSeries(series, 64)) final_values[info->tag] = JsonNumber(info->last_value);
     for (const SeriesInfo& info : series) max_step = std::max(max_step, info.points ? info.last_step : 0);
     json config = json::parse(meta.config_json, nullptr, false);
     if (config.is_discarded()) config = json::object();
@@ -427,7 +383,7 @@ ApiReply Api::Runs(const ProjectFilter* readable) {
     // A run being written is not read through on each poll; any other is, once per version
     // of its files: a damaged store is not listed as whole.
     const json damage = json::parse(Damage(resolved.db_path));
-    std::string health = Health(findings, status);
+    std::string health = read::RunHealth(findings, status);
     if (!damage.is_null()) {
       entry["damage"] = damage;
       if (health == "ok") health = "damaged";
@@ -613,102 +569,27 @@ ApiReply Api::Layers(const std::string& db_path, const QueryParams& params) {
   if (!kFamilies.count(family)) return Error(400, "parameter 'family' must be grad, weight, update, act or update_ratio");
   const std::string* metric_param = Param(params, "metric");
   const std::string metric = metric_param ? *metric_param : "l2_norm";
-  if (!kMetrics.count(metric)) return Error(400, "parameter 'metric' names no tensor statistic");
+  if (!read::IsTensorMetric(metric)) return Error(400, "parameter 'metric' names no tensor statistic");
   Range range;
   std::string error;
   if (!RangeParams(params, &range, &error)) return Error(400, error);
   StoreLease store;
   Status s = StoreFor(db_path, &store);
-  std::vector<SeriesInfo> series;
-  if (s.ok()) s = store->ListSeries(&series);
+  std::vector<read::LayerPoints> layers;
+  if (s.ok()) s = read::ReadLayerPoints(*store, family, metric, range.min, range.max, &layers);
   if (!s.ok()) return Error(s);
-  std::sort(series.begin(), series.end(), [](const SeriesInfo& a, const SeriesInfo& b) { return a.id < b.id; });
-  // update_ratio is computed from the update/ and weight/ statistics
-  const tags::TagFamily& read = family == "update_ratio" ? tags::kUpdate : *tags::FamilyNamed(family);
-  std::set<std::string> weights;
-  if (family == "update_ratio") {
-    for (const SeriesInfo& info : series) {
-      std::string_view param;
-      if (info.kind == SeriesKind::kTensorStats && tags::kWeight.Holds(info.tag, &param)) weights.emplace(param);
+  const read::LayerMatrix m = read::BucketLayers(layers, range.width);
+  json matrix = json::array();
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    json cells = json::array();
+    for (size_t b = 0; b < m.steps.size(); ++b) {
+      if (m.nonfinite[l][b]) cells.push_back("nonfinite");
+      else cells.push_back(std::isnan(m.values[l][b]) ? json(nullptr) : json(m.values[l][b]));
     }
-  }
-  struct Cell {
-    int64_t step;
-    double value;
-    bool nonfinite;  // the tensor held NaN/Inf: none of its statistics names a finite value
-  };
-  struct Layer {
-    std::string name;
-    std::vector<Cell> values;
-  };
-  std::vector<Layer> layers;
-  int64_t lo = kStepHi, hi = kStepLo;
-  std::vector<TensorStatsPoint> points, weight_points;
-  for (const SeriesInfo& info : series) {
-    std::string_view name;
-    if (info.kind != SeriesKind::kTensorStats || !read.Holds(info.tag, &name)) continue;
-    Layer layer{std::string(name), {}};
-    if (family == "update_ratio" && !weights.count(layer.name)) continue;
-    s = store->ReadTensorStats(info.tag, range.min, range.max, &points);
-    if (!s.ok()) return Error(s);
-    if (family == "update_ratio") {
-      // |update| / |weight| at the same step: the relative size of one optimiser step.
-      s = store->ReadTensorStats(tags::kWeight.Of(layer.name), range.min, range.max, &weight_points);
-      if (!s.ok()) return Error(s);
-      struct WeightNorm {
-        double l2;
-        bool nonfinite;
-      };
-      std::unordered_map<int64_t, WeightNorm> weight_norm;
-      for (const auto& w : weight_points) weight_norm[w.step] = {w.stats.l2_norm(), w.stats.nan + w.stats.inf > 0};
-      for (const auto& p : points) {
-        auto it = weight_norm.find(p.step);
-        if (it == weight_norm.end()) continue;
-        const bool nonfinite = it->second.nonfinite || p.stats.nan + p.stats.inf > 0;
-        if (!nonfinite && it->second.l2 == 0) continue;
-        const double ratio = nonfinite ? std::numeric_limits<double>::quiet_NaN() : p.stats.l2_norm() / it->second.l2;
-        layer.values.push_back({p.step, ratio, nonfinite || !std::isfinite(ratio)});
-      }
-    } else {
-      for (const auto& p : points) {
-        const double value = Metric(p.stats, metric);
-        const bool counts_nonfinite = metric == "nonfinite";
-        layer.values.push_back({p.step, value, !counts_nonfinite && (p.stats.nan + p.stats.inf > 0 || std::isinf(value))});
-      }
-    }
-    for (const Cell& cell : layer.values) {
-      lo = std::min(lo, cell.step);
-      hi = std::max(hi, cell.step);
-    }
-    layers.push_back(std::move(layer));
-    if (layers.size() >= 2048) break;  // bounded response
-  }
-  json names = json::array(), steps = json::array(), matrix = json::array();
-  if (lo <= hi) {
-    Bucketing buckets(lo, hi, range.width);
-    for (size_t b = 0; b < buckets.count; ++b) steps.push_back(buckets.Begin(b));
-    for (const Layer& layer : layers) {
-      names.push_back(layer.name);
-      // Max per bucket (a spike is what a heatmap must not hide); a non-finite value wins.
-      std::vector<double> row(buckets.count, std::numeric_limits<double>::quiet_NaN());
-      std::vector<char> has(buckets.count, 0), bad(buckets.count, 0);
-      for (const Cell& cell : layer.values) {
-        const size_t b = buckets.Of(cell.step);
-        if (cell.nonfinite) bad[b] = 1;
-        if (cell.nonfinite || !std::isfinite(cell.value)) continue;
-        row[b] = has[b] ? std::max(row[b], cell.value) : cell.value;
-        has[b] = 1;
-      }
-      json cells = json::array();
-      for (size_t b = 0; b < buckets.count; ++b) {
-        if (bad[b]) cells.push_back("nonfinite");
-        else cells.push_back(has[b] ? json(row[b]) : json(nullptr));
-      }
-      matrix.push_back(std::move(cells));
-    }
+    matrix.push_back(std::move(cells));
   }
   return {200, Dump({{"family", family}, {"metric", family == "update_ratio" ? "update_ratio" : metric},
-                     {"layers", names}, {"step", steps}, {"values", matrix}})};
+                     {"layers", m.layers}, {"step", m.steps}, {"values", matrix}})};
 }
 
 ApiReply Api::Vectors(const std::string& db_path, const QueryParams& params) {
@@ -756,69 +637,11 @@ ApiReply Api::Spans(const std::string& db_path, const QueryParams& params) {
   std::vector<Span> spans;
   if (s.ok()) s = store->ReadSpans(range.min, range.max, &spans);
   if (!s.ok()) return Error(s);
-  std::vector<std::string> phases;
-  int64_t lo = kStepHi, hi = kStepLo;
-  for (const Span& span : spans) {
-    if (std::find(phases.begin(), phases.end(), span.phase) == phases.end()) phases.push_back(span.phase);
-    lo = std::min(lo, span.step);
-    hi = std::max(hi, span.step);
-  }
-  // A step lasts from its first span's start to the next step's: what its phases leave of
-  // that is "other" (logging, evaluation, the Python between them), so the phases add up to
-  // the step and throughput is steps per second of the run's own clock. The last step has
-  // no successor: its phases are its length.
-  std::map<int64_t, double> step_start, phase_sum;
-  for (const Span& span : spans) {
-    auto [it, fresh] = step_start.emplace(span.step, span.start);
-    if (!fresh) it->second = std::min(it->second, span.start);
-    phase_sum[span.step] += span.duration;
-  }
-  std::map<int64_t, double> step_length;
-  for (auto it = step_start.begin(); it != step_start.end(); ++it) {
-    auto next = std::next(it);
-    const double measured = next == step_start.end() ? 0 : next->second - it->second;
-    step_length[it->first] = std::max(measured, phase_sum[it->first]);
-  }
-  bool any_other = false;
-  for (const auto& [step, length] : step_length) any_other = any_other || length > phase_sum[step];
-  if (any_other) phases.push_back("other");
-  json steps = json::array(), per_phase = json::object(), step_time = json::array(), starts = json::array();
-  if (lo <= hi) {
-    Bucketing buckets(lo, hi, range.width);
-    // Per bucket: the distinct steps it saw, each phase's total time, first start.
-    std::vector<std::vector<double>> total(phases.size(), std::vector<double>(buckets.count, 0));
-    std::vector<std::set<int64_t>> seen(buckets.count);
-    std::vector<double> first_start(buckets.count, std::numeric_limits<double>::infinity());
-    for (const Span& span : spans) {
-      const size_t b = buckets.Of(span.step);
-      const size_t p = std::find(phases.begin(), phases.end(), span.phase) - phases.begin();
-      total[p][b] += span.duration;
-      seen[b].insert(span.step);
-      first_start[b] = std::min(first_start[b], span.start);
-    }
-    std::vector<double> length(buckets.count, 0);
-    for (const auto& [step, seconds] : step_length) {
-      const size_t b = buckets.Of(step);
-      length[b] += seconds;
-      if (any_other) total.back()[b] += seconds - phase_sum[step];
-    }
-    for (size_t b = 0; b < buckets.count; ++b) {
-      if (seen[b].empty()) continue;
-      steps.push_back(buckets.Begin(b));
-      starts.push_back(first_start[b]);
-      step_time.push_back(length[b] / static_cast<double>(seen[b].size()));
-    }
-    for (size_t p = 0; p < phases.size(); ++p) {
-      json column = json::array();
-      for (size_t b = 0; b < buckets.count; ++b) {
-        if (seen[b].empty()) continue;
-        column.push_back(total[p][b] / static_cast<double>(seen[b].size()));  // mean seconds per step
-      }
-      per_phase[phases[p]] = std::move(column);
-    }
-  }
-  return {200, Dump({{"phases", phases}, {"step", steps}, {"start", starts}, {"mean", per_phase},
-                     {"step_time", step_time}, {"spans", spans.size()}})};
+  const read::PhaseTimes t = read::ComputePhaseTimes(spans, range.width);
+  json per_phase = json::object();
+  for (size_t p = 0; p < t.phases.size(); ++p) per_phase[t.phases[p]] = t.mean[p];
+  return {200, Dump({{"phases", t.phases}, {"step", t.steps}, {"start", t.starts}, {"mean", per_phase},
+                     {"step_time", t.step_time}, {"spans", t.spans}})};
 }
 
 ApiReply Api::Findings(const std::string& db_path) {

@@ -1,4 +1,4 @@
-#include "server/rank_view.h"
+#include "read/rank_view.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,7 +15,7 @@
 #include "store/json_forms.h"
 #include "store/run_io.h"
 
-namespace trainscope::server {
+namespace trainscope::read {
 
 namespace {
 
@@ -235,4 +235,4 @@ json RankViewJson(const std::vector<RankMember>& ranks, const std::string& famil
   return out;
 }
 
-}  // namespace trainscope::server
+}  // namespace trainscope::read

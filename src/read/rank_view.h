@@ -23,7 +23,7 @@
 #include "core/run_data.h"
 #include "store/run_store.h"
 
-namespace trainscope::server {
+namespace trainscope::read {
 
 struct RankMember {
   int rank = 0;
@@ -43,4 +43,4 @@ Status LoadRankMember(RunStore& store, const std::string& family, RankMember* me
 // `ranks` in rank order; `width` the step buckets at most.
 nlohmann::json RankViewJson(const std::vector<RankMember>& ranks, const std::string& family, int64_t width);
 
-}  // namespace trainscope::server
+}  // namespace trainscope::read
