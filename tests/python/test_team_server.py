@@ -162,6 +162,30 @@ def test_a_forwarded_run_reaches_the_server_whole_through_a_server_kill_and_a_da
         server.stop()
 
 
+def test_a_libtorch_training_forwards_its_run_whole(tmp_path, server, postgres_url):
+    """The LibTorch client (include/trainscope/torch.h) forwards as the Python one does:
+    TRAINSCOPE_SERVER, TRAINSCOPE_TOKEN and TRAINSCOPE_PROJECT set, examples/libtorch_train.cc
+    unchanged."""
+    from conftest import BUILD
+    example = BUILD / "examples" / "libtorch_train"
+    if not example.exists():
+        pytest.skip(f"{example} is not built (LibTorch not found at configure time)")
+    env = dict(os.environ, TRAINSCOPE_SERVER=server.url, TRAINSCOPE_TOKEN=WRITER_A, TRAINSCOPE_PROJECT="alpha",
+               OMP_NUM_THREADS="1")
+    logdir = tmp_path / "runs"
+    result = subprocess.run([str(example), str(logdir), "120"], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    import trainscope
+    location = f"{postgres_url}#alpha/libtorch-example"
+    assert wait_until(lambda: "libtorch-example" in run_cli("runs", f"{postgres_url}#alpha").stdout)
+    assert wait_until(lambda: trainscope.open_run(location).meta["status"] == "finished")
+    local, remote = every_point(logdir / "libtorch-example"), every_point(location)
+    assert len(local["train/loss"]) == 120 and any(tag.startswith("grad/") for tag in local)
+    assert sorted(local) == sorted(remote)
+    for tag in local:
+        assert remote[tag] == local[tag], tag
+
+
 def ingest(server, token, project, run, body, gzip_it=False):
     data = json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
