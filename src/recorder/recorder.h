@@ -142,6 +142,7 @@ class Recorder {
 
  private:
   Recorder() = default;
+  static double WallNow();  // seconds since the epoch
   void WriterLoop();
   // Writer thread (Close's thread once it has stopped): drains the queue into the store.
   // While the store fails, a batch is written only every store_retry_seconds (always when
