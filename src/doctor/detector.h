@@ -141,6 +141,7 @@ struct RunFacts {
   bool grads_zero_from_start = false;       // every gradient exactly 0 at every such step
   double loss_first = kNaN;                 // the first finite loss
   bool loss_varies = false;                 // a finite loss different from the first seen
+  int64_t loss_points = 0;                  // steps with a finite loss
   double acc_latest = kNaN;                 // the training accuracy (role acc), latest value
 
   // What kinds of data the run has had so far (for "not checked and why").

@@ -66,6 +66,8 @@ const std::vector<FactInfo>& Facts() {
        }},
       {"grads_zero_from_start", "every gradient has been exactly 0 since the first step",
        [](const RunFacts& f, const Finding&) { return Of(f.grad_steps > 0, f.grads_zero_from_start); }},
+      {"loss_constant", "the loss has had one value at each of >= 20 steps (a loss that does not depend on the model's output)",
+       [](const RunFacts& f, const Finding&) { return Of(f.loss_points >= 20, !f.loss_varies && !f.loss_nonfinite); }},
       {"loss_finite_and_varies", "the loss is finite and changes from step to step",
        [](const RunFacts& f, const Finding&) { return Of(!std::isnan(f.loss_first), f.loss_varies && !f.loss_nonfinite); }},
       {"activations_finite", "every recorded activation was finite",

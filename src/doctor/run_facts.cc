@@ -372,6 +372,7 @@ void Doctor::UpdateDifferentialEvidence(const StepFrame& frame) {
   f.dead_fraction_max = max_of(latest_dead_);
   f.saturated_fraction_max = max_of(latest_saturated_);
   if (loss && std::isfinite(*loss)) {
+    ++f.loss_points;
     if (std::isnan(f.loss_first)) f.loss_first = *loss;
     else if (*loss != f.loss_first) f.loss_varies = true;
   }

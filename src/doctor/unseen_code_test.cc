@@ -267,6 +267,31 @@ TEST(UnseenCode, GradientsClearedBeforeTheStep) {
   EXPECT_NE(ev["decided_by"].get<std::string>().find("grads_zero_from_start"), std::string::npos);
 }
 
+// pytorch/examples' DDP tutorial (distributed/ddp-tutorial-series): nn.Linear(20, 1) trained
+// with F.cross_entropy on its one output column. The softmax of one logit is 1: the loss is
+// -0 at every step and every gradient exactly 0. The cause is the loss, not the activations
+// (the model has none) nor the init.
+TEST(UnseenCode, ALossOverOneColumnIsConstantAndNamedAsTheCause) {
+  Feed feed({"grad_vanishing"});
+  feed.Meta("module_types", R"({"module": "Linear"})");
+  for (int64_t s = 0; s < 40; ++s) {
+    feed.Scalar("train/loss", s, -0.0);
+    feed.Stats("weight/module.weight", s, Normal(20, 0, 0.2, 4));
+    feed.Stats("grad/module.weight", s, Zeros(20));
+    feed.Stats("grad/module.bias", s, Zeros(1));
+  }
+  const auto f = feed.Finish();
+  const Finding* v = FindCode(f, "GRAD_VANISHING");
+  ASSERT_NE(v, nullptr);
+  ASSERT_FALSE(v->causes.empty());
+  EXPECT_EQ(v->causes.at(0).id, "loss_constant");
+  for (const char* gone : {"dying_relu", "constant_init", "saturating_activation"}) EXPECT_FALSE(HasCause(*v, gone)) << gone;
+  for (const Cause& c : v->causes) {
+    if (c.id == "gradients_cleared_before_step") EXPECT_LE(c.confidence, 0.3);  // it needs a loss that moves
+  }
+  EXPECT_NE(json::parse(v->evidence_json)["decided_by"].get<std::string>().find("loss_constant"), std::string::npos);
+}
+
 // A random init whose ReLUs died: one layer's gradient is 0, its weights differ. Not a
 // constant init.
 TEST(UnseenCode, RandomInitIsNotConstantInit) {

@@ -222,6 +222,10 @@ void GradVanishingDetector::OnStep(const StepFrame& frame, const DetectorContext
     // were there and were cleared (zero_grad between backward and step), or the graph was
     // cut; the knowledge base requires those facts (facts.cc).
     if (facts.grads_zero_from_start) RaiseCause(&causes, "gradients_cleared_before_step", 0.8);
+    // Every gradient 0 and the loss one number at every step, whatever the batch: the loss
+    // does not depend on the output (cross_entropy over one column, a detached output);
+    // the knowledge base requires that fact (facts.cc).
+    if (facts.grads_zero_from_start) RaiseCause(&causes, "loss_constant", 0.9);
     RaiseCause(&causes, "constant_init", 0.4);
     RaiseCause(&causes, "dying_relu", 0.4);
     f.causes = causes;
