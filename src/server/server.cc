@@ -295,7 +295,17 @@ void DashboardServer::Routes() {
   http.set_keep_alive_max_count(1000);
   // No request bodies but an ingest batch's (a team server's only write).
   http.set_payload_max_length(access_ ? options_.max_body_bytes : 0);
+  GuardRoutes();
+  EventRoutes();
+  if (access_) IngestRoutes();
+  ApiRoutes();
+  AssetRoutes();
+}
 
+// Before any route: every request's token, rate and address checked, and the server's own
+// compression chosen.
+void DashboardServer::GuardRoutes() {
+  httplib::Server& http = *http_;
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     // Debian's cpp-httplib is built with brotli and compresses every JSON/text answer at
     // brotli's best (slowest) quality: ~700 ms for one 130 KB series. The encoding is chosen
@@ -368,7 +378,11 @@ void DashboardServer::Routes() {
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
+}
 
+// The live feed: server-sent events of runs that changed, filtered by the token's projects.
+void DashboardServer::EventRoutes() {
+  httplib::Server& http = *http_;
   http.Get("/api/events", [this](const httplib::Request& req, httplib::Response& res) {
     if (streams_.fetch_add(1) >= options_.max_streams) {
       streams_.fetch_sub(1);
@@ -421,8 +435,11 @@ void DashboardServer::Routes() {
         [this](bool) { streams_.fetch_sub(1); });
   });
 
-  if (access_) IngestRoutes();
+}
 
+// The JSON API (server/api.h) and Prometheus' scrape, under the same token rules.
+void DashboardServer::ApiRoutes() {
+  httplib::Server& http = *http_;
   // Prometheus' scrape: OpenMetrics text, under the same token rules as the API.
   http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
     Api::ProjectFilter readable;
@@ -461,7 +478,11 @@ void DashboardServer::Routes() {
   http.Get(R"(/api/.*)", [](const httplib::Request& req, httplib::Response& res) {
     JsonError(res, 404, "no API endpoint here");
   });
+}
 
+// The embedded web UI (server/assets.h), gzipped once per file for clients that take it.
+void DashboardServer::AssetRoutes() {
+  httplib::Server& http = *http_;
   http.Get(R"(/.*)", [](const httplib::Request& req, httplib::Response& res) {
     const Asset* asset = FindAsset(req.path);
     if (!asset) {

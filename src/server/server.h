@@ -81,7 +81,12 @@ class DashboardServer {
 
  private:
   explicit DashboardServer(ServerOptions options);
+  // The routes, in the order httplib matches them.
   void Routes();
+  void GuardRoutes();
+  void EventRoutes();
+  void ApiRoutes();
+  void AssetRoutes();
   bool Authorized(const std::string& header, const std::string& query_token) const;
   // The token a request carries (Authorization: Bearer T, or ?token=T); empty if none.
   static std::string TokenOf(const httplib::Request& req);
