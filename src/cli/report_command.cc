@@ -32,6 +32,122 @@ const char* SeverityColor(Severity s) {
   return s == Severity::kCritical ? "#c00" : s == Severity::kWarning ? "#d80" : "#469";
 }
 
+// Every finding, worst first, with its evidence, causes and actions; then what was not
+// checked and why.
+std::string FindingsSection(const doctor::Diagnosis& d) {
+  std::string html;
+  html += "<h2>Findings (worst first)</h2>";
+  if (d.findings.empty()) html += "<p>No findings.</p>";
+  for (const Finding& f : d.findings) {
+    const json fj = FindingToJson(f);
+    json evidence = fj["evidence"];
+    json flight;
+    if (evidence.contains("flight_recorder")) {
+      flight = evidence["flight_recorder"];
+      evidence.erase("flight_recorder");
+    }
+    html += fmt::format("<div class=\"f\" style=\"border-color:{}\"><span class=\"sev\" style=\"color:{}\">{}</span> "
+                        "<b>{}</b> at step {}{}{}<br>{}",
+                        SeverityColor(f.severity), SeverityColor(f.severity), SeverityName(f.severity), Escape(f.code),
+                        f.step, f.last_step != f.step ? fmt::format("&ndash;{}", f.last_step) : "",
+                        f.location.empty() ? "" : " in <code>" + Escape(f.location) + "</code>", Escape(f.summary));
+    if (!f.causes.empty()) {
+      html += "<br>Likely causes: ";
+      for (size_t i = 0; i < f.causes.size(); ++i) {
+        html += fmt::format("{}<code>{}</code> ({:.0f}%)", i ? ", " : "", Escape(f.causes[i].id),
+                            100 * f.causes[i].confidence);
+      }
+    }
+    if (!f.actions.empty()) {
+      html += "<ul>";
+      for (const auto& a : f.actions) html += "<li>" + Escape(a) + "</li>";
+      html += "</ul>";
+    }
+    html += "<details><summary>evidence</summary><pre>" + Escape(evidence.dump(1)) + "</pre></details>";
+    if (!flight.is_null()) {
+      html += "<details><summary>flight recorder (last steps before)</summary><pre>" + Escape(flight.dump()) +
+              "</pre></details>";
+    }
+    html += "</div>";
+  }
+  if (!d.not_checked.empty()) {
+    html += "<h2>Not checked, and why</h2><ul>";
+    for (const auto& n : d.not_checked) {
+      std::string codes;
+      for (const auto& c : n.codes) codes += (codes.empty() ? "" : ", ") + c;
+      html += "<li><b>" + Escape(n.check) + "</b> (" + Escape(codes) + "): " + Escape(n.reason) + "</li>";
+    }
+    html += "</ul>";
+  }
+
+  return html;
+}
+
+// The loss and validation loss with the findings that live on them (the knowledge base's
+// loss_mark: a point or a range).
+std::string LossSection(const RunData& data, const std::vector<Finding>& findings, const doctor::RoleResolver& roles) {
+  std::string html;
+  html += "<h2>Loss</h2>";
+  std::vector<Line> lines;
+  if (const auto* s = roles.Has(doctor::Role::kLoss) ? data.FindScalar(roles.Get(doctor::Role::kLoss)) : nullptr) {
+    lines.push_back(FromScalar(*s, "#1f77b4"));
+  }
+  if (const auto* s = roles.Has(doctor::Role::kValLoss) ? data.FindScalar(roles.Get(doctor::Role::kValLoss)) : nullptr) {
+    lines.push_back(FromScalar(*s, "#ff7f0e"));
+    lines.back().dashed = true;
+  }
+  std::vector<Mark> marks;
+  for (const Finding& f : findings) {
+    const doctor::CodeInfo* info = doctor::KnowledgeBase::Builtin().Code(f.code);
+    if (info && info->loss_mark == "point") {
+      marks.push_back({static_cast<double>(f.step), SeverityColor(f.severity), f.code});
+    } else if (info && info->loss_mark == "range") {
+      marks.push_back({static_cast<double>(f.step), SeverityColor(f.severity), f.code, static_cast<double>(f.last_step)});
+    }
+  }
+  const std::string loss_svg = lines.empty() ? "" : LineChart("Training and validation loss", lines, marks, "loss");
+  html += loss_svg.empty() ? "<p>No loss series.</p>" : loss_svg;
+
+  return html;
+}
+
+// Each memory series with the fitted slope of a MEMORY_LEAK finding on it.
+std::string MemorySection(const RunData& data, const std::vector<Finding>& findings) {
+  std::string html;
+  html += "<h2>Memory</h2>";
+  bool any_memory = false;
+  for (const char* tag : {tags::kMemRss, tags::kMemCudaAllocated}) {
+    const ScalarSeries* s = data.FindScalar(tag);
+    if (!s || s->values.empty()) continue;
+    any_memory = true;
+    std::vector<Line> mem = {FromScalar(*s, "#2ca02c", 1e-6)};
+    mem[0].name = std::string(tag) + " (MB)";
+    std::vector<Mark> mem_marks;
+    for (const Finding& f : findings) {
+      if (f.code != "MEMORY_LEAK" || f.location != tag) continue;
+      const json ev = FindingToJson(f)["evidence"];
+      if (ev.contains("slope_bytes_per_step") && ev["slope_bytes_per_step"].is_number() && ev.contains("intercept") &&
+          ev["intercept"].is_number()) {
+        const double slope = ev["slope_bytes_per_step"], intercept = ev["intercept"];
+        Line fit;
+        fit.name = fmt::format("leak fit: {:.3g} MB/step", slope / 1e6);
+        fit.color = "#d62728";
+        fit.dashed = true;
+        for (double x : {static_cast<double>(f.step), static_cast<double>(s->steps.back())}) {
+          fit.x.push_back(x);
+          fit.y.push_back((intercept + slope * x) * 1e-6);
+        }
+        mem.push_back(fit);
+        mem_marks.push_back({static_cast<double>(f.step), "#d62728", "leak since"});
+      }
+    }
+    html += LineChart(std::string("Memory: ") + tag, mem, mem_marks, "MB");
+  }
+  if (!any_memory) html += "<p>No memory series recorded.</p>";
+
+  return html;
+}
+
 std::string BuildReport(const LoadedRun& run, const doctor::Diagnosis& d) {
   // Roles and forward order, as the doctor sees them.
   doctor::RoleResolver roles;
@@ -98,72 +214,9 @@ std::string BuildReport(const LoadedRun& run, const doctor::Diagnosis& d) {
     if (layers.size() > 15) html += fmt::format("<p>{} more layers.</p>", layers.size() - 15);
   }
 
-  // Findings.
-  html += "<h2>Findings (worst first)</h2>";
-  if (d.findings.empty()) html += "<p>No findings.</p>";
-  for (const Finding& f : d.findings) {
-    const json fj = FindingToJson(f);
-    json evidence = fj["evidence"];
-    json flight;
-    if (evidence.contains("flight_recorder")) {
-      flight = evidence["flight_recorder"];
-      evidence.erase("flight_recorder");
-    }
-    html += fmt::format("<div class=\"f\" style=\"border-color:{}\"><span class=\"sev\" style=\"color:{}\">{}</span> "
-                        "<b>{}</b> at step {}{}{}<br>{}",
-                        SeverityColor(f.severity), SeverityColor(f.severity), SeverityName(f.severity), Escape(f.code),
-                        f.step, f.last_step != f.step ? fmt::format("&ndash;{}", f.last_step) : "",
-                        f.location.empty() ? "" : " in <code>" + Escape(f.location) + "</code>", Escape(f.summary));
-    if (!f.causes.empty()) {
-      html += "<br>Likely causes: ";
-      for (size_t i = 0; i < f.causes.size(); ++i) {
-        html += fmt::format("{}<code>{}</code> ({:.0f}%)", i ? ", " : "", Escape(f.causes[i].id),
-                            100 * f.causes[i].confidence);
-      }
-    }
-    if (!f.actions.empty()) {
-      html += "<ul>";
-      for (const auto& a : f.actions) html += "<li>" + Escape(a) + "</li>";
-      html += "</ul>";
-    }
-    html += "<details><summary>evidence</summary><pre>" + Escape(evidence.dump(1)) + "</pre></details>";
-    if (!flight.is_null()) {
-      html += "<details><summary>flight recorder (last steps before)</summary><pre>" + Escape(flight.dump()) +
-              "</pre></details>";
-    }
-    html += "</div>";
-  }
-  if (!d.not_checked.empty()) {
-    html += "<h2>Not checked, and why</h2><ul>";
-    for (const auto& n : d.not_checked) {
-      std::string codes;
-      for (const auto& c : n.codes) codes += (codes.empty() ? "" : ", ") + c;
-      html += "<li><b>" + Escape(n.check) + "</b> (" + Escape(codes) + "): " + Escape(n.reason) + "</li>";
-    }
-    html += "</ul>";
-  }
+  html += FindingsSection(d);
 
-  // Loss with the findings that live on it.
-  html += "<h2>Loss</h2>";
-  std::vector<Line> lines;
-  if (const auto* s = roles.Has(doctor::Role::kLoss) ? run.data.FindScalar(roles.Get(doctor::Role::kLoss)) : nullptr) {
-    lines.push_back(FromScalar(*s, "#1f77b4"));
-  }
-  if (const auto* s = roles.Has(doctor::Role::kValLoss) ? run.data.FindScalar(roles.Get(doctor::Role::kValLoss)) : nullptr) {
-    lines.push_back(FromScalar(*s, "#ff7f0e"));
-    lines.back().dashed = true;
-  }
-  std::vector<Mark> marks;
-  for (const Finding& f : d.findings) {
-    const doctor::CodeInfo* info = doctor::KnowledgeBase::Builtin().Code(f.code);
-    if (info && info->loss_mark == "point") {
-      marks.push_back({static_cast<double>(f.step), SeverityColor(f.severity), f.code});
-    } else if (info && info->loss_mark == "range") {
-      marks.push_back({static_cast<double>(f.step), SeverityColor(f.severity), f.code, static_cast<double>(f.last_step)});
-    }
-  }
-  const std::string loss_svg = lines.empty() ? "" : LineChart("Training and validation loss", lines, marks, "loss");
-  html += loss_svg.empty() ? "<p>No loss series.</p>" : loss_svg;
+  html += LossSection(run.data, d.findings, roles);
 
   // Gradient heatmap.
   html += "<h2>Gradients per layer</h2>";
@@ -171,37 +224,7 @@ std::string BuildReport(const LoadedRun& run, const doctor::Diagnosis& d) {
   html += heat.empty() ? "<p>No per-parameter gradient statistics recorded.</p>"
                        : "<div class=\"heat\">" + heat + "</div>";
 
-  // Memory with the leak fit.
-  html += "<h2>Memory</h2>";
-  bool any_memory = false;
-  for (const char* tag : {tags::kMemRss, tags::kMemCudaAllocated}) {
-    const ScalarSeries* s = run.data.FindScalar(tag);
-    if (!s || s->values.empty()) continue;
-    any_memory = true;
-    std::vector<Line> mem = {FromScalar(*s, "#2ca02c", 1e-6)};
-    mem[0].name = std::string(tag) + " (MB)";
-    std::vector<Mark> mem_marks;
-    for (const Finding& f : d.findings) {
-      if (f.code != "MEMORY_LEAK" || f.location != tag) continue;
-      const json ev = FindingToJson(f)["evidence"];
-      if (ev.contains("slope_bytes_per_step") && ev["slope_bytes_per_step"].is_number() && ev.contains("intercept") &&
-          ev["intercept"].is_number()) {
-        const double slope = ev["slope_bytes_per_step"], intercept = ev["intercept"];
-        Line fit;
-        fit.name = fmt::format("leak fit: {:.3g} MB/step", slope / 1e6);
-        fit.color = "#d62728";
-        fit.dashed = true;
-        for (double x : {static_cast<double>(f.step), static_cast<double>(s->steps.back())}) {
-          fit.x.push_back(x);
-          fit.y.push_back((intercept + slope * x) * 1e-6);
-        }
-        mem.push_back(fit);
-        mem_marks.push_back({static_cast<double>(f.step), "#d62728", "leak since"});
-      }
-    }
-    html += LineChart(std::string("Memory: ") + tag, mem, mem_marks, "MB");
-  }
-  if (!any_memory) html += "<p>No memory series recorded.</p>";
+  html += MemorySection(run.data, d.findings);
 
   // Learning rate, when there is one.
   if (const auto* s = roles.Has(doctor::Role::kLr) ? run.data.FindScalar(roles.Get(doctor::Role::kLr)) : nullptr) {
