@@ -236,19 +236,20 @@ uint64_t ProcessRssBytes() {
 }
 
 uint64_t RecentProcessRssBytes(double max_age_seconds) {
-  // Two relaxed atomics, not one locked pair: two threads that both find the reading old
-  // both read, and either's value is a fresh reading.
+  // Two atomics, not a lock: two threads that both find the reading old both read, and
+  // either's reading is fresh. The time is published after the value (release/acquire), so
+  // a thread that sees a reading's time sees that reading or a later one.
   static std::atomic<uint64_t> held_bytes{0};
   static std::atomic<int64_t> read_at_ns{0};
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   const int64_t now = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-  const int64_t read_at = read_at_ns.load(std::memory_order_relaxed);
+  const int64_t read_at = read_at_ns.load(std::memory_order_acquire);
   const uint64_t held = held_bytes.load(std::memory_order_relaxed);
   if (held != 0 && static_cast<double>(now - read_at) < max_age_seconds * 1e9) return held;
   const uint64_t bytes = ProcessRssBytes();
   held_bytes.store(bytes, std::memory_order_relaxed);
-  read_at_ns.store(now, std::memory_order_relaxed);
+  read_at_ns.store(now, std::memory_order_release);
   return bytes;
 }
 

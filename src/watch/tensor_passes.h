@@ -49,9 +49,10 @@ double SaturatedFraction(const void* data, size_t n, DType dtype, Saturation kin
 uint64_t ProcessRssBytes();
 
 // ProcessRssBytes() as last read by any thread, read again only when that reading is older
-// than max_age_seconds. A read is a system call of ~5 us in a training loop on a VM: per
-// step it would be a tenth of a fast step's monitoring cost, while a memory trend moves
-// over many steps. A step longer than max_age_seconds still gets a reading of its own.
+// than max_age_seconds. A read is a system call of 2-11 us in a training loop on a VM (more
+// when its path is cold): on a fast step a sizeable share of the monitor's cost, while a
+// memory trend moves over many steps. A step longer than max_age_seconds still gets a
+// reading of its own.
 uint64_t RecentProcessRssBytes(double max_age_seconds);
 
 // How long a step's mem/rss may hold an earlier reading (RecentProcessRssBytes).
