@@ -4,12 +4,15 @@ run.watch()'s fixed cost, beside the wall-clock ratios of overhead.py.
 Per step, the wall time the training thread spends inside trainscope's entry points:
 its hooks and wrappers (time/watch, which the watcher records itself: outermost calls,
 the optimizer's own step excluded), plus run.log() and run.data()'s next() as the loop
-calls them (timed here around each call). What torch spends dispatching to the hooks is
-not in it; overhead.py's wall-clock ratios see that.
+calls them. next() is counted inside time/watch (the loop enters the run's own-time
+counter around it), so the hooks it calls (the batch's label range) count once; run.log()
+is timed here around the call. What torch spends dispatching to the hooks is not in it;
+overhead.py's wall-clock ratios see that.
 
 Each model and mode trains in a fresh process: warm-up steps, then --steps measured steps;
-reported: median and p99 of the per-step own time, its parts' medians, and the plain step
-time of an unwatched process of the same model for scale.
+reported: median and p99 of the per-step own time, its parts' medians (watch: time/watch
+with next() in it; log; data: next() as the loop sees it, already in watch), and the plain
+step time of an unwatched process of the same model for scale.
 
     OPENBLAS_NUM_THREADS=1 PYTHONPATH=build/python /usr/bin/python3 bench/watch/own_time.py
     ... own_time.py --models mlp --modes defaults --steps 1000 --code before=/old/python --code now=build/python
@@ -69,11 +72,21 @@ def worker(model_name, mode, warmup, steps, cpu_clock=False):
         run = ts.init(tempfile.mkdtemp(prefix="own_time-"), name=mode)
         run.watch(model, opt, **(EVERYTHING if mode == "everything" else {}))
     source = iter(run.data(loader) if run is not None else loader)
+    # next() as one outermost entry point of the run's own-time counter (time/watch): the
+    # hooks it calls are inside it and are not counted a second time.
+    own_counter = run._step_clock().core if run is not None else None
     step_wall, log_wall, data_wall = [], [], []
     clock = time.thread_time if cpu_clock else time.perf_counter
     for _ in range(total):
         started = clock()
-        x, y = next(source)
+        if own_counter is not None:
+            own_counter.enter()
+            try:
+                x, y = next(source)
+            finally:
+                own_counter.leave()
+        else:
+            x, y = next(source)
         fetched = clock()
         opt.zero_grad()
         loss = loss_fn(model(x), y)
@@ -93,16 +106,17 @@ def worker(model_name, mode, warmup, steps, cpu_clock=False):
         run.finish()
         watch = ts.open_run(run.dir).scalars("time/watch")
         hooks = dict(zip(watch["step"].tolist(), watch["value"].tolist()))
-        # The loop's iteration i is the run's step i (run.data() begins each step).
+        # The loop's iteration i is the run's step i (run.data() begins each step); its
+        # next() is in time/watch.
         own, hook_part = [], []
         for i in range(warmup, total):
             inside = hooks.get(i, 0.0)
             hook_part.append(inside)
-            own.append(inside + log_wall[i] + data_wall[i])
+            own.append(inside + log_wall[i])
         result.update({
             "own_median_us": 1e6 * statistics.median(own), "own_p99_us": 1e6 * percentile(own, 0.99),
             "own_mean_us": 1e6 * statistics.fmean(own),
-            "hooks_median_us": 1e6 * statistics.median(hook_part),
+            "watch_median_us": 1e6 * statistics.median(hook_part),
             "log_median_us": 1e6 * statistics.median(log_wall[warmup:]),
             "data_median_us": 1e6 * statistics.median(data_wall[warmup:]),
         })
@@ -129,7 +143,7 @@ def main():
     codes = [c.split("=", 1) for c in args.code] or [("current", os.environ.get("PYTHONPATH", ""))]
     results = []
     print(f"{'model':5} {'mode':10} {'code':8} {'step us':>8} {'own med':>8} {'own p99':>8} {'own mean':>8} "
-          f"{'hooks':>7} {'log':>6} {'data':>6}")
+          f"{'watch':>7} {'log':>6} {'data':>6}")
     for model in args.models.split(","):
         for mode in args.modes.split(","):
             for name, path in (codes if mode != "plain" else codes[:1]):
@@ -144,7 +158,7 @@ def main():
                     print(f"{model:5} {mode:10} {'-':8} {r['step_median_us']:8.0f}", flush=True)
                 else:
                     print(f"{model:5} {mode:10} {name:8} {r['step_median_us']:8.0f} {r['own_median_us']:8.1f} "
-                          f"{r['own_p99_us']:8.1f} {r['own_mean_us']:8.1f} {r['hooks_median_us']:7.1f} "
+                          f"{r['own_p99_us']:8.1f} {r['own_mean_us']:8.1f} {r['watch_median_us']:7.1f} "
                           f"{r['log_median_us']:6.1f} {r['data_median_us']:6.1f}", flush=True)
     if args.json:
         with open(args.json, "w") as f:

@@ -1,6 +1,7 @@
-"""Where run.watch()'s time goes: wall time per step of each watcher part.
+"""Where run.watch()'s time goes: wall time per step of each watcher part, and its median
+per call (a part that runs every k-th step, or waits now and then, skews the mean).
 
-Wraps the Watcher's methods (and, unless NOPROXY=1, its recorder calls) with a timer and
+Wraps the Watcher's methods (and, with PROXY=1, its recorder calls) with a timer and
 trains the benchmark transformer (lm), CNN (cnn) or the tiny MLP (mlp) for 100 steps (STEPS=n) after 5 of warm-up, with
 Python's garbage collector off during them (a collection would be charged to whichever part
 it starts in). The timer is perf_counter: on the development VM, time.thread_time is a
@@ -51,6 +52,7 @@ def main():
         options[key] = eval(value)  # a benchmark's command line: literals only
     spent = collections.defaultdict(float)
     calls = collections.defaultdict(int)
+    each = collections.defaultdict(list)  # every call's seconds, for the median per call
 
     def timed(name, fn):
         def wrapper(*args, **kwargs):
@@ -58,8 +60,10 @@ def main():
             try:
                 return fn(*args, **kwargs)
             finally:
-                spent[name] += time.perf_counter() - start
+                seconds = time.perf_counter() - start
+                spent[name] += seconds
                 calls[name] += 1
+                each[name].append(seconds)
         return wrapper
 
     for name in PARTS:
@@ -112,6 +116,7 @@ def main():
     train(5)
     spent.clear()
     calls.clear()
+    each.clear()
     steps = int(os.environ.get("STEPS", "100"))
     thread0, process0 = time.thread_time(), time.process_time()
     gc.collect()
@@ -127,7 +132,9 @@ def main():
     print(f"{which} {options}: training thread {thread / steps * 1e3:.1f} ms CPU/step, process "
           f"{process / steps * 1e3:.1f} ms/step (other threads {(process - thread) / steps * 1e3:.1f} ms)")
     for name in sorted(spent, key=lambda k: -spent[k]):
-        print(f"  {name:32s} {spent[name] / steps * 1e3:8.3f} ms/step   calls/step {calls[name] / steps:6.1f}")
+        median = sorted(each[name])[len(each[name]) // 2] if each[name] else 0.0
+        print(f"  {name:32s} {spent[name] / steps * 1e3:8.3f} ms/step   calls/step {calls[name] / steps:6.1f}"
+              f"   median/call {median * 1e6:7.1f} us")
 
 
 if __name__ == "__main__":

@@ -215,6 +215,21 @@ void RegisterWatch(py::module_& m) {
       .def("log", &GradCollector::Log, py::arg("recorder"), py::arg("step"), py::arg("ids"), py::arg("unit_ids"));
 
   m.def("rss_bytes", &watch::ProcessRssBytes, "Resident set size of this process in bytes (0 if unknown).");
+  m.def(
+      "step_rss_bytes", [] { return watch::RecentProcessRssBytes(watch::kStepRssMaxAgeSeconds); },
+      "rss_bytes() as a step logs it: the last reading while it is under step_rss_max_age seconds old.");
+  m.attr("step_rss_max_age") = watch::kStepRssMaxAgeSeconds;
+  m.def(
+      "thread_usage",
+      []() -> py::object {
+        uint64_t faults = 0;
+        double kernel_seconds = 0;
+        if (!watch::ThreadFaultsAndKernelSeconds(&faults, &kernel_seconds)) return py::none();
+        return py::make_tuple(faults, kernel_seconds);
+      },
+      "(minor page faults, kernel CPU seconds) of the calling thread so far; None where the "
+      "system has no per-thread usage. getrusage(RUSAGE_THREAD) without building Python's "
+      "16-field struct_rusage.");
 
   py::class_<watch::SystemSampler>(m, "SystemSampler")
       .def(py::init<Recorder*, double>(), py::arg("recorder"), py::arg("interval_seconds"),

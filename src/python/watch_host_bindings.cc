@@ -289,8 +289,9 @@ class HostWorker {
 
   // The statistics of plan's tensors (ptrs[i] == 0: none), unit norms when units; then the
   // global norm as norm_id (0: none). Also logged from the helper: scalars (lr, grad_zeroed)
-  // and, when rss_id is not 0, the process's RSS: a recorder call or an RSS read costs the
-  // training thread ~0.1-0.2 ms when its code is cold, as it is at an optimizer step.
+  // and, when rss_id is not 0, the process's RSS (read at most kStepRssMaxAgeSeconds before:
+  // RecentProcessRssBytes): a recorder call or an RSS read costs the training thread
+  // ~0.1-0.2 ms when its code is cold, as it is at an optimizer step.
   // The statistics of params[i].grad for each planned parameter (their .grad read here, not
   // in a Python loop): None (nothing queued) when a gradient does not fit the plan (not a
   // host tensor of dtypes[i] and the planned size): the watcher plans again. A missing or
@@ -350,7 +351,10 @@ class HostWorker {
                  scalar_ids = std::move(scalar_ids), scalar_values = std::move(scalar_values), rss_id,
                  input_jobs = std::move(input_jobs)] {
                   for (size_t i = 0; i < scalar_ids.size(); ++i) rec->LogScalar(scalar_ids[i], step, scalar_values[i]);
-                  if (rss_id) rec->LogScalar(rss_id, step, static_cast<double>(watch::ProcessRssBytes()));
+                  if (rss_id) {
+                    rec->LogScalar(rss_id, step,
+                                   static_cast<double>(watch::RecentProcessRssBytes(watch::kStepRssMaxAgeSeconds)));
+                  }
                   if (!input_jobs.empty()) {
                     std::vector<unsigned char> gathered;
                     MeasureActivations(input_jobs, &gathered, [&](size_t i, const TensorStats& stats) {

@@ -1,9 +1,12 @@
 #include "watch/tensor_passes.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdio>
@@ -230,6 +233,38 @@ uint64_t ProcessRssBytes() {
   unsigned long long size = 0, resident = 0;
   if (std::sscanf(buffer, "%llu %llu", &size, &resident) != 2) return 0;
   return resident * page;
+}
+
+uint64_t RecentProcessRssBytes(double max_age_seconds) {
+  // Two atomics, not a lock: two threads that both find the reading old both read, and
+  // either's reading is fresh. The time is published after the value (release/acquire), so
+  // a thread that sees a reading's time sees that reading or a later one.
+  static std::atomic<uint64_t> held_bytes{0};
+  static std::atomic<int64_t> read_at_ns{0};
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const int64_t now = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  const int64_t read_at = read_at_ns.load(std::memory_order_acquire);
+  const uint64_t held = held_bytes.load(std::memory_order_relaxed);
+  if (held != 0 && static_cast<double>(now - read_at) < max_age_seconds * 1e9) return held;
+  const uint64_t bytes = ProcessRssBytes();
+  held_bytes.store(bytes, std::memory_order_relaxed);
+  read_at_ns.store(now, std::memory_order_release);
+  return bytes;
+}
+
+bool ThreadFaultsAndKernelSeconds(uint64_t* minor_faults, double* kernel_seconds) {
+#ifdef RUSAGE_THREAD
+  rusage usage;
+  if (getrusage(RUSAGE_THREAD, &usage) != 0) return false;
+  *minor_faults = static_cast<uint64_t>(usage.ru_minflt);
+  *kernel_seconds = static_cast<double>(usage.ru_stime.tv_sec) + static_cast<double>(usage.ru_stime.tv_usec) / 1e6;
+  return true;
+#else
+  (void)minor_faults;
+  (void)kernel_seconds;
+  return false;
+#endif
 }
 
 }  // namespace trainscope::watch

@@ -48,6 +48,20 @@ double SaturatedFraction(const void* data, size_t n, DType dtype, Saturation kin
 // Resident set size of this process in bytes, from /proc/self/statm (0 if unreadable).
 uint64_t ProcessRssBytes();
 
+// ProcessRssBytes() as last read by any thread, read again only when that reading is older
+// than max_age_seconds. A read is a system call of 2-11 us in a training loop on a VM (more
+// when its path is cold): on a fast step a sizeable share of the monitor's cost, while a
+// memory trend moves over many steps. A step longer than max_age_seconds still gets a
+// reading of its own.
+uint64_t RecentProcessRssBytes(double max_age_seconds);
+
+// How long a step's mem/rss may hold an earlier reading (RecentProcessRssBytes).
+inline constexpr double kStepRssMaxAgeSeconds = 0.01;
+
+// The calling thread's minor page faults and kernel (system) CPU seconds so far, from
+// getrusage(RUSAGE_THREAD); false where the system has no per-thread usage.
+bool ThreadFaultsAndKernelSeconds(uint64_t* minor_faults, double* kernel_seconds);
+
 // Calls row(offset) for the first element of every innermost row of a strided tensor
 // (offsets and strides in elements), in row-major order; sizes must have no zero.
 template <typename F>

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <vector>
 
 namespace trainscope::watch {
 namespace {
@@ -108,6 +109,31 @@ TEST(TensorPasses, SaturatedFraction) {
 }
 
 TEST(TensorPasses, RssIsPositive) { EXPECT_GT(ProcessRssBytes(), 1u << 20); }
+
+TEST(TensorPasses, RecentRssHoldsAReadingOnlyWhileItIsYoung) {
+  const uint64_t first = RecentProcessRssBytes(0);  // age 0: always a fresh reading
+  EXPECT_GT(first, 1u << 20);
+  // 64 MiB touched: the RSS grows by that much, but a reading an hour young is held.
+  std::vector<char> grown(64u << 20, 1);
+  const uint64_t held = RecentProcessRssBytes(3600);
+  EXPECT_EQ(held, first);
+  const uint64_t fresh = RecentProcessRssBytes(0);
+  EXPECT_GE(fresh, first + (48u << 20));
+  EXPECT_EQ(RecentProcessRssBytes(3600), fresh);  // the fresh reading is the one held now
+  EXPECT_GT(grown[12345], 0);
+}
+
+TEST(TensorPasses, ThreadUsageCountsThisThreadsFaults) {
+  uint64_t faults = 0, faults_after = 0;
+  double kernel = -1, kernel_after = -1;
+  if (!ThreadFaultsAndKernelSeconds(&faults, &kernel)) GTEST_SKIP() << "no per-thread usage here";
+  std::vector<char> touched(16u << 20, 1);  // 4,096 fresh pages, each a minor fault
+  ASSERT_TRUE(ThreadFaultsAndKernelSeconds(&faults_after, &kernel_after));
+  EXPECT_GE(faults_after - faults, 1000u);
+  EXPECT_GE(kernel_after, kernel);
+  EXPECT_GE(kernel, 0.0);
+  EXPECT_GT(touched[777], 0);
+}
 
 }  // namespace
 }  // namespace trainscope::watch

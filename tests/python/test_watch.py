@@ -755,6 +755,40 @@ def test_memory_census_and_system_metrics(tmp_path):
     assert (view.scalars("sys/rss")["value"] > 1e6).all()
 
 
+def test_a_step_longer_than_the_rss_age_reads_its_own_rss(tmp_path):
+    # mem/rss may hold a reading younger than _core.step_rss_max_age (fast steps share one);
+    # a step that takes longer gets a reading of its own, so 64 MiB touched in a step shows
+    # at that step: read by the gradient job (a watched optimizer) or at the step's end (none).
+    # The memory is a fresh anonymous mapping: an allocation could reuse pages the process
+    # still holds from earlier tests, and leave the RSS where it was.
+    import mmap
+
+    from trainscope import _core
+
+    for with_optimizer in (True, False):
+        model = mlp()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        name = f"rss-{with_optimizer}"
+        run = ts.init(tmp_path, name)
+        run.watch(model, opt if with_optimizer else None)
+        held = []
+        for i, (x, y) in enumerate(run.data(batches(4))):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            if i == 2:
+                grown = mmap.mmap(-1, 64 << 20)
+                for offset in range(0, 64 << 20, mmap.PAGESIZE):
+                    grown[offset] = 1  # every page touched: resident
+                held.append(grown)
+            time.sleep(2 * _core.step_rss_max_age)
+            opt.step()
+        run.finish()
+        held.pop().close()  # the next case's mapping must be new memory, not these pages again
+        rss = ts.open_run(tmp_path / name).scalars("mem/rss")
+        assert list(rss["step"]) == [0, 1, 2, 3]
+        assert rss["value"][2] - rss["value"][1] >= 48 << 20, (with_optimizer, list(rss["value"]))
+
+
 def test_census_keeps_to_its_share_of_wall_time(tmp_path):
     # A census (gc.collect() and a pass over every object: milliseconds in this process)
     # every step of a sub-millisecond training would take most of its time; with the budget

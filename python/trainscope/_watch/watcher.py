@@ -123,6 +123,8 @@ class Watcher:
         self._act_batch_step = None
         self._device_tickets = collections.deque()
         self._rss_step = None       # the step whose RSS the helper logs with the gradient pass
+        self._watch_id = None       # the series of time/watch, once asked
+        self._label_ids = None      # the series of input/label_min and input/label_max, once asked
         self._weights_due = None    # (step, histogram): the last optimizer step's weight pass, to start
         self._snapshot_step = None  # the step whose post-update weights the snapshots hold
         self._optimizer_steps = 0   # real optimizer steps so far (a GradScaler skip is none)
@@ -700,9 +702,10 @@ class Watcher:
         if tensor.is_cpu and code is not None and tensor.layout is torch.strided:
             # The C++ scan: torch.aminmax's dispatch path is cold at a step's start (0.35 ms
             # measured in the training loop, against 12 us warm).
-            self.rec.log_int_range(self._series("input", "label_min"),
-                                   self._series("input", "label_max"),
-                                   step, tensor.data_ptr(), tensor.size(), tensor.stride(), code)
+            ids = self._label_ids
+            if ids is None:
+                ids = self._label_ids = (self._series("input", "label_min"), self._series("input", "label_max"))
+            self.rec.log_int_range(ids[0], ids[1], step, tensor.data_ptr(), tensor.size(), tensor.stride(), code)
         elif not tensor.is_cpu:  # on its device; the values go with the run's deferred copies
             lo, hi = torch.aminmax(tensor.detach())
             self.run.log({self.tag("input", "label_min"): lo, self.tag("input", "label_max"): hi}, step=step)
@@ -1078,6 +1081,13 @@ class Watcher:
             rss_id = self._series("mem", "rss")
             self._rss_step = step
         inputs = self._take_inputs() if self._inputs else ()
+        host = self._host
+        if scaled is None and host is not None and self.plan.on_host and not self._force_device_path:
+            # The usual step, straight to the host executor (_submit's way, without its frames).
+            ticket = host.gradients(step, self.plan, due.histogram, due.units, always_norm, scalar_ids,
+                                    scalar_values, rss_id, inputs)
+            if ticket is not None:
+                return ticket, host
 
         def stats(ex, plan):
             if scaled is None and not ex.on_device:  # the parameters' .grad, read by the C++ core
@@ -1290,13 +1300,17 @@ class Watcher:
         if self.timer.pending:
             self.timer.collect(wait=False)
         ids, values = [], []
+        census = self.census
         if self.memory:
-            ids, values = self.census.memory(with_rss=self._rss_step != step)
-        if self.census.due(step):
-            census_ids, counts = self.census.take(step)
+            ids, values = census.memory(with_rss=self._rss_step != step)
+        if census.every and step % census.every == 0 and census.due(step):  # due()'s first test, without its frame
+            census_ids, counts = census.take(step)
             ids += census_ids
             values += counts
-        ids.append(self._series("time", "watch"))
+        watch_id = self._watch_id
+        if watch_id is None:
+            watch_id = self._watch_id = self._series("time", "watch")
+        ids.append(watch_id)
         values.append(self.self_time.take())
         elements, self._input_elements = self._input_elements, 0
         if elements and elements != self._logged_elements:
