@@ -601,6 +601,14 @@ for r in range(20):
     assert.match(await page.locator('p.empty[data-run="healthy"]').textContent(), /not a rank of a data-parallel run/);
   });
 
+  await check('a link naming no view opens the first one', async () => {
+    await page.goto('about:blank');
+    await page.goto(`${base}?static=1#runs=healthy&tab=no-such-view`);
+    await page.waitForSelector('body[data-ready="1"]', { timeout: 20000 });
+    assert.equal(await page.locator('.tab-body').getAttribute('data-tab'), 'overview');
+    assert.equal(await page.locator('button.tab.active').getAttribute('data-tab'), 'overview');
+  });
+
   await check('no errors in the browser console', async () => {
     assert.deepEqual(consoleErrors, []);
   });

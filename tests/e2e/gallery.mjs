@@ -17,7 +17,7 @@ const logdir = join(work, 'runs');
 const env = { PYTHONPATH: pythonPath, OMP_NUM_THREADS: '1' };
 run(python, [join(repo, 'tests/e2e/truth_fixture.py'), logdir], env);
 run(python, [join(repo, 'tests/e2e/train_fixture.py'), logdir, 'healthy', '300', 'healthy'], env);
-const TABS = ['overview', 'scalars', 'distributions', 'gradients', 'activations', 'findings', 'performance', 'numerics', 'sweep'];
+const TABS = ['overview', 'scalars', 'distributions', 'gradients', 'activations', 'findings', 'performance', 'numerics', 'ranks', 'sweep'];
 const RUNS = { healthy: 'healthy', nan: 'nan-at-40', diverged: 'diverged' };
 const server = await serve(logdir);
 try {

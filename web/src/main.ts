@@ -189,14 +189,21 @@ function onEvent(e: LiveEvent): void {
   if (e.run && ctx.state.runs.includes(e.run) && !ctx.state.range) refreshView();
 }
 
+// The tab a link names, when it names a view; else the first view.
+function withKnownTab(state: State): State {
+  if (!VIEWS.some((v) => v.id === state.tab)) state.tab = VIEWS[0].id;
+  return state;
+}
+
 window.addEventListener('hashchange', () => {
-  ctx.state = readState();
+  ctx.state = withKnownTab(readState());
   renderRuns();
   renderTabs();
   renderView();
 });
 
 async function main(): Promise<void> {
+  ctx.state = withKnownTab(ctx.state);
   try {
     await loadRuns();
   } catch (e) {

@@ -1,7 +1,8 @@
 // The view's state, kept in the URL fragment so a view can be shared by its link:
 // #runs=a,b&tab=scalars&tags=loss&smooth=0.6&log=1&x=step&range=100:300&layer=fc1.weight
 
-export type Tab = 'overview' | 'scalars' | 'distributions' | 'gradients' | 'activations' | 'findings' | 'performance' | 'numerics' | 'ranks' | 'sweep';
+// A view's id (views/index.ts owns the list; main.ts shows the first view for an unknown one).
+export type Tab = string;
 // x by step, wall time, time since the run's start, or the value of a logged scalar ('tag:epoch').
 export type XMode = 'step' | 'wall' | 'relative' | `tag:${string}`;
 
@@ -25,16 +26,13 @@ export interface State {
   columns: string[];  // the runs table's columns picked by the user ('c:lr', 'm:val/loss'); [] = chosen for them
 }
 
-export const TABS: Tab[] = ['overview', 'scalars', 'distributions', 'gradients', 'activations', 'findings', 'performance', 'numerics', 'ranks', 'sweep'];
-
 export function readState(): State {
   const h = new URLSearchParams(location.hash.slice(1));
   const range = (h.get('range') || '').split(':').map(Number);
-  const tab = h.get('tab') as Tab;
   const x = h.get('x') as XMode;
   return {
     runs: (h.get('runs') || '').split(',').filter(Boolean),
-    tab: TABS.includes(tab) ? tab : 'overview',
+    tab: h.get('tab') || 'overview',
     tags: h.get('tags') || '',
     filter: h.get('filter') || '',
     sort: h.get('sort') || '-start',
