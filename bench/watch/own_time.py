@@ -17,9 +17,11 @@ step time of an unwatched process of the same model for scale.
     OPENBLAS_NUM_THREADS=1 PYTHONPATH=build/python /usr/bin/python3 bench/watch/own_time.py
     ... own_time.py --models mlp --modes defaults --steps 1000 --code before=/old/python --code now=build/python
     ... own_time.py --cpu-clock ...   # CPU time of the training thread: a host other work loads
+    ... own_time.py --models mlp --modes defaults,defaults/inputs=False   # a feature's price
 """
 
 import argparse
+import ast
 import json
 import os
 import statistics
@@ -69,8 +71,13 @@ def worker(model_name, mode, warmup, steps, cpu_clock=False):
     loader = (batches * (total // len(batches) + 1))[:total]
     run = None
     if mode != "plain":
-        run = ts.init(tempfile.mkdtemp(prefix="own_time-"), name=mode)
-        run.watch(model, opt, **(EVERYTHING if mode == "everything" else {}))
+        run = ts.init(tempfile.mkdtemp(prefix="own_time-"), name=mode.replace("/", "-"))
+        base, *overrides = mode.split("/")
+        options = dict(EVERYTHING if base == "everything" else {})
+        for item in overrides:  # defaults/inputs=False: one feature off, to price it
+            key, value = item.split("=")
+            options[key] = ast.literal_eval(value)
+        run.watch(model, opt, **options)
     source = iter(run.data(loader) if run is not None else loader)
     # next() as one outermost entry point of the run's own-time counter (time/watch): the
     # hooks it calls are inside it and are not counted a second time.

@@ -9,7 +9,8 @@
 """
 
 from trainscope.reader import RunView, diagnose, open_run, list_runs
-from trainscope.run import Run, StopTraining, init, on_alert
+from trainscope._alerts import StopTraining, on_alert
+from trainscope.run import Run, init
 from trainscope.metrics import classification_metrics
 from trainscope.checks import check_model
 from trainscope.overfit import overfit_check

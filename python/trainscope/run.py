@@ -9,67 +9,17 @@ tag or value is reported once and skipped.
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
-import signal
 import sys
-import threading
 import warnings
-import weakref
 
 from trainscope import _core
+from trainscope._alerts import StopTraining, alert_callbacks, alert_rules_source
+from trainscope._batches import Batches
+from trainscope._process_exit import install_exit_handlers, live_runs
 
-_live_runs: "weakref.WeakSet[Run]" = weakref.WeakSet()
-_exit_reason: list[str] = []  # why the interpreter is going down, if not cleanly
-
-
-class StopTraining(SystemExit):
-    """Raised at a step boundary when an alert rule with the "stop" action fired.
-
-    A SystemExit (exit status 0), so a generic `except Exception` in the training loop or
-    in a library does not swallow it, and an uncaught one ends the script quietly; the
-    run is then recorded with status "stopped" and the rule as exit reason. Catch it
-    (`except ts.StopTraining as stop:`) to save a checkpoint first; stop.alert is the alert.
-    An alert callback may raise it too, to stop on its own judgement.
-    """
-
-    def __init__(self, alert=None, reason=None):
-        super().__init__(0)
-        self.alert = alert or {}
-        self.reason = reason or _stop_reason(self.alert)
-
-    def __str__(self):
-        return self.reason
-
-
-def _stop_reason(alert):
-    if not alert:
-        return "stopped by the training script"
-    return (f"alert rule '{alert.get('rule')}': {alert.get('series')} = {alert.get('value'):.6g} "
-            f"at step {alert.get('step')}")
-
-
-_alert_callbacks = {}
-
-
-def on_alert(name, fn=None):
-    """Registers fn as the alert callback called `name` (a rule's callback = "name").
-
-    As a decorator, `@ts.on_alert("on_stall")`, or directly, `ts.on_alert("on_stall", fn)`.
-    fn(alert) gets the alert as a dict (rule, series, severity, step, value, message,
-    actions) at the step boundary after the rule fired. An exception in it is reported
-    once and never reaches the training (ts.StopTraining excepted: it stops the run).
-    """
-    if not isinstance(name, str) or not name:
-        raise TypeError("ts.on_alert(name, fn): name must be a non-empty str")
-
-    def register(function):
-        if not callable(function):
-            raise TypeError(f"ts.on_alert({name!r}, fn): fn must be callable")
-        _alert_callbacks[name] = function
-        return function
-    return register if fn is None else register(fn)
+_LAST_STEP = (1 << 63) - 1
 
 
 def init(logdir="runs", name=None, config=None, *, resume=False, flush_interval=1.0,
@@ -101,50 +51,6 @@ def init(logdir="runs", name=None, config=None, *, resume=False, flush_interval=
                project=project, forward_name=forward_name)
 
 
-def _alert_rules_source(alerts):
-    """(file, text, origin) for the recorder from init(alerts=...)."""
-    if alerts is None or alerts is False:
-        return "", "", ""
-    if isinstance(alerts, (str, os.PathLike)):
-        path = os.fspath(alerts)
-        if not os.path.isfile(path):
-            raise ValueError(f"alerts={path!r}: no such rules file (expected a TOML file of [[rule]] tables)")
-        return path, "", ""
-    if isinstance(alerts, dict):
-        alerts = [alerts]
-    if not isinstance(alerts, (list, tuple)):
-        raise TypeError(f"alerts= takes a rules file path or a list of rule dicts, not {type(alerts).__name__}")
-    blocks = []
-    for index, rule in enumerate(alerts):
-        if not isinstance(rule, dict):
-            raise ValueError(f"alerts[{index}]: expected a dict of rule keys, got {type(rule).__name__}")
-        lines = ["[[rule]]"]
-        for key, value in rule.items():
-            lines.append(f"{json.dumps(str(key))} = {_toml_value(value, f'alerts[{index}][{key!r}]')}")
-        block = "\n".join(lines) + "\n"
-        _core.check_alert_rules(block, f"alerts[{index}]")  # errors name the rule's index
-        blocks.append(block)
-    return "", "\n".join(blocks), "alerts=[...]"
-
-
-def _toml_value(value, where):
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if value != value:
-            return "nan"
-        if value in (float("inf"), float("-inf")):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a TOML basic string
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v, where) for v in value) + "]"
-    raise ValueError(f"{where}: a {type(value).__name__} is not a rule value (numbers, strings, true/false, lists)")
-
-
 class Run:
     """One training run being recorded. See ts.init()."""
 
@@ -152,7 +58,7 @@ class Run:
                  alerts=None, tensorboard=False, project=None, forward_name=""):
         config_json = json.dumps(config if config is not None else {}, default=str)
         command_line = " ".join([sys.executable] + sys.argv)
-        rules_file, rules_text, rules_origin = _alert_rules_source(alerts)
+        rules_file, rules_text, rules_origin = alert_rules_source(alerts)
         if tensorboard not in (True, False, None) and not isinstance(tensorboard, (str, os.PathLike)):
             raise TypeError(f"tensorboard= takes True/False or a directory, not {type(tensorboard).__name__}")
         tensorboard_dir = "" if tensorboard in (True, False, None) else os.fspath(tensorboard)
@@ -186,8 +92,8 @@ class Run:
         self._sampler = None      # the C++ system-metrics thread (watch())
         self._models = None       # watch.Models: the watched models' names and meta
         self._classification = {}
-        _live_runs.add(self)
-        _install_exit_handlers()
+        live_runs.add(self)
+        install_exit_handlers()
 
     # ---- logging ----
 
@@ -268,7 +174,7 @@ class Run:
 
     def _call_alert_callback(self, alert):
         name = alert["callback"]
-        fn = _alert_callbacks.get(name)
+        fn = alert_callbacks.get(name)
         if fn is None:
             if ("missing", name) not in self._failed_callbacks:
                 self._failed_callbacks.add(("missing", name))
@@ -547,7 +453,7 @@ class Run:
         error = self._recorder.close(status, exit_reason)
         # After close: the last write's drops are counted too (one count, by cause).
         dropped, drops, gaps = self._recorder.dropped, self._recorder.drops, self._recorder.gaps
-        _live_runs.discard(self)
+        live_runs.discard(self)
         if self._has_rules:
             try:  # alerts of the last steps: reported, nothing left to stop
                 self._poll_alerts(_LAST_STEP, boundary=False)
@@ -634,121 +540,3 @@ class Run:
         except Exception:
             pass
         return meta
-
-
-class Batches:
-    """What run.data() returns. Iterating it yields the source's batches, timed; each `for`
-    starts a new pass (an epoch) where the source can, as a DataLoader does; `next()` takes
-    the next batch of one ongoing pass. len() and the source's attributes (a DataLoader's
-    dataset, batch_size, sampler) pass through, so a loop that reads them keeps working."""
-
-    def __init__(self, run, source, steps):
-        if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 0):
-            raise ValueError(f"run.data(steps={steps!r}): steps must be a non-negative int or None")
-        kind = type(source)
-        if not (hasattr(kind, "__iter__") or hasattr(kind, "__getitem__") or callable(source)):
-            raise TypeError(f"run.data() takes an iterable (a DataLoader, a list, a generator) or a "
-                            f"batch function, not a {kind.__name__}")
-        self._run, self._source, self._steps, self._pass = run, source, steps, None
-
-    def __iter__(self):
-        from trainscope.watch import timed_data
-        from trainscope.checks import batch_target_check
-        run = self._run
-        clock = run._step_clock()
-        iterable = _batches_of(self._source, self._steps)
-        inspect = run._watchers[0].inspect_batch if run._watchers else None  # the first model: bare input/label_*
-        return timed_data(run, clock, batch_target_check(run, iterable), inspect)
-
-    def __next__(self):
-        if self._pass is None:
-            self._pass = iter(self)
-        return next(self._pass)
-
-    def __len__(self):
-        n = len(self._source)
-        return n if self._steps is None else min(n, self._steps)
-
-    def __getattr__(self, name):
-        if name.startswith("_"):  # not the source's private state (and no recursion before __init__)
-            raise AttributeError(name)
-        return getattr(self._source, name)
-
-
-def _batches_of(source, steps):
-    """An iterator over source's batches: an iterable as it is, a no-argument batch
-    function called once per batch (until it raises StopIteration); at most `steps`."""
-    import itertools
-    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 0):
-        raise ValueError(f"run.data(steps={steps!r}): steps must be a non-negative int or None")
-    try:
-        iterator = iter(source)
-    except TypeError:
-        if not callable(source):
-            raise TypeError(f"run.data() takes an iterable (a DataLoader, a list, a generator) or a "
-                            f"batch function, not a {type(source).__name__}") from None
-        iterator = _call_forever(source)
-    return iterator if steps is None else itertools.islice(iterator, steps)
-
-
-def _call_forever(batch_fn):
-    while True:
-        try:
-            batch = batch_fn()
-        except StopIteration:  # the function's way of saying "no more batches"
-            return
-        yield batch
-
-
-# ---- ending cleanly: normal exit, uncaught exception, SIGINT, SIGTERM ----
-
-_handlers_installed = False
-_LAST_STEP = (1 << 63) - 1
-
-
-def _finish_all(status, reason):
-    for run in list(_live_runs):
-        try:
-            run.finish(status, reason)
-        except Exception as error:
-            print(f"trainscope: could not close run {run.name}: {error}", file=sys.stderr)
-
-
-def _at_exit():
-    if _exit_reason:
-        _finish_all("crashed", _exit_reason[0])
-    else:
-        _finish_all("finished", "")
-
-
-def _install_exit_handlers():
-    global _handlers_installed
-    if _handlers_installed:
-        return
-    _handlers_installed = True
-    atexit.register(_at_exit)
-
-    previous_hook = sys.excepthook
-
-    def excepthook(exc_type, exc, tb):
-        _exit_reason.append(exc_type.__name__)  # KeyboardInterrupt for Ctrl-C
-        for run in list(_live_runs):  # the message too (meta "exception"), for the dashboard
-            run._recorder.set_meta("exception", f"{exc_type.__name__}: {exc}")
-        previous_hook(exc_type, exc, tb)
-
-    sys.excepthook = excepthook
-
-    # SIGTERM ends Python without atexit; close the runs, then die of the signal as asked.
-    # Only where nobody else handles it, and only from the main thread (Python's rule).
-    if threading.current_thread() is threading.main_thread():
-        try:
-            if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-                signal.signal(signal.SIGTERM, _on_sigterm)
-        except (ValueError, OSError):
-            pass
-
-
-def _on_sigterm(signum, frame):
-    _finish_all("crashed", "SIGTERM")
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
