@@ -31,6 +31,23 @@ ACTIVATION_BATCH_BYTES = 2 << 20
 class ForwardCapture:
     """The Watcher's forward hooks and what they capture (see the module's docstring)."""
 
+    def _init_forward_state(self):
+        """The state only the forward's part reads (the Watcher's __init__ calls it)."""
+        self._act_batch_bytes = 0   # what _act_batch holds
+        self._act_batch_step = None  # the step of the outputs in _act_batch
+        self._label_ids = None      # the series of input/label_min and input/label_max, once asked
+        self._act_in_place = set()  # modules (and input tags) changed in place after capture: measured at once
+        self._input_tags = {}       # model input name -> its input/<name> tag
+        self._act_step = None       # the step this forward's activations are measured for (None: not)
+        self._module_order = []     # module names in the order their forward ended (meta module_order)
+        self._order_recorded = False
+        self._labels_from_data = False  # run.data() batches carry the targets
+        self._training_mode = None  # the root module's .training at the last logged forward
+        self._mode_step = None      # the last step whose first forward with gradients was seen
+        self._ops = None            # OpsRecorder while the first measured forward runs
+        self._ops_done = False
+        self._act_handles = []      # the activation hooks attached for a measuring forward
+
     def _on_forward_begin(self, module, args):
         # A training forward begins the next step; an evaluation (no_grad or eval mode)
         # right after optimizer.step() still belongs to the step that just ended. One under

@@ -28,6 +28,22 @@ class StepPasses:
     """The Watcher's optimizer-step wrappers and its gradient and weight passes (see the
     module's docstring)."""
 
+    def _init_step_state(self):
+        """The state only the optimizer step's part reads (the Watcher's __init__ calls it)."""
+        self._weight_tickets = []   # weight passes and snapshot copies in flight, until the weights next change
+        self._optimizer_steps = 0   # real optimizer steps so far (a GradScaler skip is none)
+        self._amp_scale = None      # a fused optimizer's GradScaler scale while its gradients are still scaled
+        self._amp_skip = False      # a fused optimizer's step that its GradScaler skips (inf/NaN found)
+        self._scaler_stepping = False  # inside GradScaler.step of this optimizer
+        self._sentinel = None       # (param, grad object) after the last optimizer step
+        self._backward_weight = None  # no optimizer: one value of the last parameter when the last backward began
+        self._norm_level = None     # the gradient norm's recent level (exponential average)
+        self._lr_pending = None     # (step, [(tag, lr)]) until the step closes
+        self._lr_tags = []          # opt/lr tag of each param group
+        self._grads_after_step = False  # optimizer.step(closure): the gradients exist after it
+        self.without_grad = None    # meta params_without_grad of this model: none at every step looked at
+        self._grad_checks = 0
+
     # ---- backward ----
 
     def _owns_steps(self):

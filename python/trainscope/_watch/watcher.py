@@ -49,24 +49,8 @@ class Watcher(ForwardCapture, StepPasses):
         self.namespace = self.name + "/" if self.name else ""
         # The first open watcher writes the series of the process (time/, mem/, census/).
         self.primary = not any(not w.closed for w in self._models.watchers)
-        # The first dense_steps steps measure in full what is sampled at its default cadence
-        # (gradients, histograms, unit norms, weights and updates); a cadence the script set
-        # is its choice from step 0. Activations keep theirs: measuring them makes every
-        # module take torch's slow call path, and a non-finite gradient already makes the
-        # next forward measured in full.
-        every_given = None if every == 1 else every
-        histograms_given = None if histograms_every == 100 else histograms_every
-        every = max(1, int(every))
-        histograms_every = max(1, int(histograms_every)) if histograms_every else 0
-        self.schedule = Schedule(every, histograms_every,
-                                 max(1, int(activations_every or 20 * every)),
-                                 max(1, int(weights_every or 10 * every)),
-                                 max(1, int(units_every or histograms_every or 100)),
-                                 DENSE_STEPS if dense_steps is None else dense_steps,
-                                 dense=[name for name, value in (("every", every_given),
-                                                                 ("histograms_every", histograms_given),
-                                                                 ("weights_every", weights_every),
-                                                                 ("units_every", units_every)) if value is None])
+        self.schedule = _schedule(every, histograms_every, activations_every, weights_every, units_every,
+                                  dense_steps)
         self.guard = bool(guard)
         self.memory = memory
         self.inputs = inputs
@@ -97,54 +81,28 @@ class Watcher(ForwardCapture, StepPasses):
         # returns), the weight passes and snapshot copies (until the weights next change), the
         # last forward's activations (until committed), device copies (until they land).
         self._grad_ticket = None
-        self._weight_tickets = []
         self._forward = []          # (executor, ticket, names, versions) of the last forward's activation jobs not logged yet
         self._inputs = []           # (name, host item, version) of this step's model inputs, for its gradient pass
         self._captured = []         # this forward's (name, item) reduced on the device, until its end
         self._act_batch = []        # this forward's (name, host item, version) not submitted yet (_capture)
-        self._act_batch_bytes = 0
-        self._act_batch_step = None
         self._device_tickets = collections.deque()
         self._rss_step = None       # the step whose RSS the helper logs with the gradient pass
         self._watch_id = None       # the series of time/watch, once asked
-        self._label_ids = None      # the series of input/label_min and input/label_max, once asked
         self._weights_due = None    # (step, histogram): the last optimizer step's weight pass, to start
         self._snapshot_step = None  # the step whose post-update weights the snapshots hold
-        self._optimizer_steps = 0   # real optimizer steps so far (a GradScaler skip is none)
-        self._amp_scale = None      # a fused optimizer's GradScaler scale while its gradients are still scaled
-        self._amp_skip = False      # a fused optimizer's step that its GradScaler skips (inf/NaN found)
-        self._scaler_stepping = False  # inside GradScaler.step of this optimizer
         self._zeroed = True         # no optimizer step yet: nothing to accumulate into
-        self._sentinel = None       # (param, grad object) after the last optimizer step
-        self._backward_weight = None  # no optimizer: one value of the last parameter when the last backward began
         self._manual_zeroed = None  # no optimizer: this step's answer of _manual_grads_zeroed
-        self._act_in_place = set()  # modules (and input tags) changed in place after capture: measured at once
-        self._input_tags = {}       # model input name -> its input/<name> tag
-        self._act_step = None       # the step this forward's activations are measured for (None: not)
         self._act_force = False     # after non-finite gradients, or a jump of the norm, the next forward is measured in full
-        self._norm_level = None     # the gradient norm's recent level (exponential average)
-        self._module_order = []
-        self._order_recorded = False
-        self._labels_from_data = False  # run.data() batches carry the targets
         # No watched optimizer: a backward of a training forward's output has completed
         # since the last step end (the next training forward or zero_grad then ends the step).
         self._backward_done = False
-        self._lr_pending = None     # (step, [(tag, lr)]) until the step closes
-        self._lr_tags = []          # opt/lr tag of each param group
-        self._grads_after_step = False  # optimizer.step(closure): the gradients exist after it
         self._closure_forwards = 0  # forwards inside this optimizer.step(closure) so far
         self._stepping = False      # inside an optimizer.step(closure)
-        self._training_mode = None  # the root module's .training at the last logged forward
-        self._mode_step = None      # the last step whose first forward with gradients was seen
         self._input_elements = 0    # the elements of this step's training forwards' first tensors
         self._logged_elements = 0   # the last data/input_elements logged (logged when it changes)
-        self._ops = None            # OpsRecorder while the first measured forward runs
-        self._ops_done = False
         self._group_shape = None    # (groups, params) of the optimizer's param_groups when last described
         self.group_entries = []     # meta param_groups of this model's optimizer
         self.unoptimized = []       # meta unoptimized_params of this model
-        self.without_grad = None    # meta params_without_grad of this model: none at every step looked at
-        self._grad_checks = 0
         cuda = any(p.is_cuda for _, p in self.params[:1])
         if clock.timer is None:  # phases are the run's: one timer for every watched model
             clock.timer = phase_timer(clock, cuda)
@@ -152,11 +110,24 @@ class Watcher(ForwardCapture, StepPasses):
         if cuda:
             clock.device_timed = True
         self._init_hot(hot_gradients, cuda)
+        self._init_forward_state()
+        self._init_step_state()
         self._handles = []
         self._act_hooks = []        # (module, hook) pairs, attached for measuring forwards
-        self._act_handles = []
         self._restore = []
-        self.compiled = hasattr(model, "_orig_mod")
+        self._set_options(activations, accumulation_steps)
+        self._install()
+        self._describe_groups()
+        self._models.add(self)
+        if optimizer is None and self.params:
+            # An optimizer made later (inside a library's Trainer) that holds these
+            # parameters is adopted as if it had been passed (optimizers.py).
+            optimizer_search.wait_for_optimizer(self)
+
+    def _set_options(self, activations, accumulation_steps):
+        """Whether module outputs are measured (not in a compiled model, unless forced), and
+        self.options, this model's watch meta (the first model writes it as meta watch)."""
+        self.compiled = hasattr(self.model, "_orig_mod")
         self.activations = bool(activations)
         if self.compiled and activations != "force":
             # Hooks inside a compiled graph break it (or are traced once and never called):
@@ -171,16 +142,9 @@ class Watcher(ForwardCapture, StepPasses):
             "activations": self.activations, "activations_every": s.activations_every,
             "weights_every": s.weights_every, "units_every": s.units_every, "dense_steps": s.dense_steps,
             "accumulation_steps": int(accumulation_steps), "guard": self.guard,
-            "compiled": self.compiled, "optimizer": type(optimizer).__name__ if optimizer else None}
+            "compiled": self.compiled, "optimizer": type(self.optimizer).__name__ if self.optimizer else None}
         if self.primary:  # the first model's options (each model's are in meta "models")
             self.rec.set_meta("watch", json.dumps(self.options))
-        self._install()
-        self._describe_groups()
-        self._models.add(self)
-        if optimizer is None and self.params:
-            # An optimizer made later (inside a library's Trainer) that holds these
-            # parameters is adopted as if it had been passed (optimizers.py).
-            optimizer_search.wait_for_optimizer(self)
 
     # ---- names and the facts recorded once (docs/watch.md "Several models", "Run meta") ----
 
@@ -474,3 +438,24 @@ class Watcher(ForwardCapture, StepPasses):
         tickets = self._device_tickets
         while tickets and (wait or tickets[0].done()):
             tickets.popleft().wait()
+
+
+def _schedule(every, histograms_every, activations_every, weights_every, units_every, dense_steps):
+    """The Schedule of watch()'s cadences. The first dense_steps steps measure in full what is
+    sampled at its default cadence (gradients, histograms, unit norms, weights and updates); a
+    cadence the script set is its choice from step 0. Activations keep theirs: measuring them
+    makes every module take torch's slow call path, and a non-finite gradient already makes
+    the next forward measured in full."""
+    every_given = None if every == 1 else every
+    histograms_given = None if histograms_every == 100 else histograms_every
+    every = max(1, int(every))
+    histograms_every = max(1, int(histograms_every)) if histograms_every else 0
+    return Schedule(every, histograms_every,
+                    max(1, int(activations_every or 20 * every)),
+                    max(1, int(weights_every or 10 * every)),
+                    max(1, int(units_every or histograms_every or 100)),
+                    DENSE_STEPS if dense_steps is None else dense_steps,
+                    dense=[name for name, value in (("every", every_given),
+                                                    ("histograms_every", histograms_given),
+                                                    ("weights_every", weights_every),
+                                                    ("units_every", units_every)) if value is None])
