@@ -129,6 +129,39 @@ export function findingMarker(f: Finding, onClick?: () => void): Marker {
            title: `${f.code} @ ${f.step}: ${f.summary}`, onClick };
 }
 
+// One shared x axis for the runs of a chart: the union of every run's bucket positions
+// (curveX: each run's, null where it has none), sorted, and each position's index.
+function sharedXAxis(curves: RunCurve[], x: XMode) {
+  const curveX = curves.map((c) => c.data.step.map((_, i) => xOf(c, i, x)));
+  const xs = new Set<number>();
+  for (const cx of curveX) for (const v of cx) if (v !== null) xs.add(v);
+  const xValues = Float64Array.from(xs).sort();
+  const index = new Map<number, number>();
+  xValues.forEach((v, i) => index.set(v, i));
+  return { curveX, xValues, index };
+}
+
+// Each finding's marker on its own run's curve (runs differ in wall time), in the run's colour
+// when runs are compared; findings of runs this chart does not show are not drawn.
+function findingLayers(wrap: HTMLElement, o: ScalarChartOptions, curves: RunCurve[]) {
+  return o.findings.flatMap((f) => {
+    const c = curves.length === 1 && !f.run ? curves[0] : curves.find((k) => k.run === f.run);
+    if (!c) return [];
+    const mk = { ...findingMarker(f, () => o.onFinding(f)), run: c.run };
+    if (curves.length > 1) mk.color = c.color;
+    return [markerLayer(wrap, [mk], (step) => xAtStep(c, step, o.x))];
+  });
+}
+
+// A run's entry in the legend: its colour and name, its points and its own NaN/Inf count.
+function runKey(c: RunCurve, nonfinite: number): HTMLElement {
+  const key = el('span', { class: 'run-key', 'data-run': c.run },
+                 el('span', { class: 'key', style: `color:${c.color}` }, `■ ${c.run}`),
+                 el('span', { class: 'muted' }, ` ${c.data.points.toLocaleString()} pts `));
+  if (nonfinite) key.append(el('span', { class: 'badge nonfinite' }, `${nonfinite} NaN/Inf`), ' ');
+  return key;
+}
+
 export function scalarChart(o: ScalarChartOptions): HTMLElement {
   const wrap = el('div', { class: 'chart', 'data-tag': o.tag });
   const legend = el('div', { class: 'chart-legend' });
@@ -138,14 +171,8 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
     wrap.append(el('p', { class: 'empty' }, 'No points in this range.'));
     return wrap;
   }
-  // One shared x axis: the union of every run's bucket positions (null where a run has none).
-  const curveX = curves.map((c) => c.data.step.map((_, i) => xOf(c, i, o.x)));
+  const { curveX, xValues, index } = sharedXAxis(curves, o.x);
   const curveNonfinite = curves.map((c) => c.data.nonfinite.map((n) => n > 0));
-  const xs = new Set<number>();
-  for (const cx of curveX) for (const x of cx) if (x !== null) xs.add(x);
-  const xValues = Float64Array.from(xs).sort();
-  const index = new Map<number, number>();
-  xValues.forEach((x, i) => index.set(x, i));
   const data: (Drawn[] | Float64Array)[] = [xValues];
   const series: uPlot.Series[] = [{ label: o.x }];
   const bands: uPlot.Band[] = [];
@@ -181,26 +208,14 @@ export function scalarChart(o: ScalarChartOptions): HTMLElement {
     data.push(smoothed);
     series.push({ label: c.run, stroke: c.color, width: 1.5, points: { ...points(smoothed), fill: c.color } });
     const own = Array.from({ length: data.length - maxIdx }, (_, k) => maxIdx + k);
-    const key = el('span', { class: 'run-key', 'data-run': c.run },
-                   el('span', { class: 'key', style: `color:${c.color}` }, `■ ${c.run}`),
-                   el('span', { class: 'muted' }, ` ${c.data.points.toLocaleString()} pts `));
-    // The run's own NaN/Inf count, beside its name.
-    if (nonfinite) key.append(el('span', { class: 'badge nonfinite' }, `${nonfinite} NaN/Inf`), ' ');
+    const key = runKey(c, nonfinite);
     toggles(key, own, () => plot);
     legend.append(key);
   });
 
   let ready = false;
   const primary = curves[0];
-  // Each marker on its own run's curve (runs differ in wall time), in the run's colour when
-  // runs are compared; findings of runs this chart does not show are not drawn.
-  const drawMarkers = o.findings.flatMap((f) => {
-    const c = curves.length === 1 && !f.run ? primary : curves.find((k) => k.run === f.run);
-    if (!c) return [];
-    const mk = { ...findingMarker(f, () => o.onFinding(f)), run: c.run };
-    if (curves.length > 1) mk.color = c.color;
-    return [markerLayer(wrap, [mk], (step) => xAtStep(c, step, o.x))];
-  });
+  const drawMarkers = findingLayers(wrap, o, curves);
   // x values -> the step range asked of the server (scales are not read back: uPlot applies
   // setScale after the hook returns).
   const zoomTo = (min: number, max: number) => {
