@@ -100,6 +100,13 @@ class TorchRun {
   void Fail(const char* part, const std::string& what);
   bool Due(int every) const { return every > 0 && step_ % every == 0; }
   void Begin();  // starts the next step if Step() ended the last one
+  // The parts of Step(): the gradients' statistics (true when guard mode skips the step),
+  // grad_zeroed, the lr and the weights' snapshot, the weights and updates after the step,
+  // the step's times and memory.
+  bool LogGradients(int64_t step);
+  void LogOptimizerState(int64_t step);
+  void LogWeights(int64_t step);
+  void EndStep(int64_t step);
 
   std::unique_ptr<State> state_;
   int64_t step_ = 0;

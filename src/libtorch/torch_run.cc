@@ -165,46 +165,70 @@ TorchRun::PhaseTimer::~PhaseTimer() {
 
 void TorchRun::Step() {
   Begin();
-  State& st = *state_;
-  bool skip = false;
   const int64_t step = step_;
-  if (!st.failed.count("gradients") && (Due(st.options.every) || st.options.guard)) {
-    try {
-      torch::NoGradGuard no_grad;
-      const bool histogram = Due(st.options.histograms_every);
-      double sum_squares = 0;
-      uint64_t nonfinite = 0, nan = 0;
-      std::vector<float> norms;
-      for (auto& [name, p] : st.params) {
-        const torch::Tensor& grad = p.grad();
-        watch::DType dtype;
-        if (!grad.defined() || grad.is_sparse() || !DTypeOf(grad, &dtype)) continue;
-        TensorStats s;
-        if (grad.is_cpu()) {
-          const torch::Tensor g = grad.contiguous();
-          if (histogram && g.dim() >= 2) {
-            s = watch::StatsWithRowNorms(g.data_ptr(), static_cast<size_t>(g.size(0)),
-                                         static_cast<size_t>(g.numel() / std::max<int64_t>(1, g.size(0))), dtype, true,
-                                         &norms);
-            st.recorder->LogVector(st.Id(tags::kGradUnits.Of(name), SeriesKind::kVector), step, norms);
-          } else {
-            s = watch::StatsOf(g.data_ptr(), static_cast<size_t>(g.numel()), dtype, histogram);
-          }
-        } else {
-          s = DeviceStats(grad);
-        }
-        sum_squares += s.sum_squares;
-        nonfinite += s.nan + s.inf;
-        nan += s.nan;
-        st.recorder->LogTensorStats(st.Id(tags::kGrad.Of(name), SeriesKind::kTensorStats), step, s);
-      }
-      st.Scalar(tags::kGradGlobalNorm, step,
-                nan ? std::nan("") : (nonfinite ? std::numeric_limits<double>::infinity() : std::sqrt(sum_squares)));
-      skip = st.options.guard && nonfinite > 0;
-    } catch (const std::exception& e) {
-      Fail("gradients", e.what());
+  const bool skip = LogGradients(step);
+  LogOptimizerState(step);
+  State& st = *state_;
+  if (skip) {
+    st.Scalar(tags::kGuardSkippedStep, step, 1.0);
+    std::fprintf(stderr, "trainscope: guard skipped optimizer step %lld: non-finite gradients\n",
+                 static_cast<long long>(step));
+  } else {
+    {
+      auto timer = Phase("optimizer");
+      st.optimizer->step();
     }
+    if (st.options.guard) st.Scalar(tags::kGuardSkippedStep, step, 0.0);
+    if (Due(st.options.weights_every) && !st.failed.count("weights")) LogWeights(step);
   }
+  EndStep(step);
+  zeroed_ = false;
+  pending_ = true;
+}
+
+bool TorchRun::LogGradients(int64_t step) {
+  State& st = *state_;
+  if (st.failed.count("gradients") || !(Due(st.options.every) || st.options.guard)) return false;
+  try {
+    torch::NoGradGuard no_grad;
+    const bool histogram = Due(st.options.histograms_every);
+    double sum_squares = 0;
+    uint64_t nonfinite = 0, nan = 0;
+    std::vector<float> norms;
+    for (auto& [name, p] : st.params) {
+      const torch::Tensor& grad = p.grad();
+      watch::DType dtype;
+      if (!grad.defined() || grad.is_sparse() || !DTypeOf(grad, &dtype)) continue;
+      TensorStats s;
+      if (grad.is_cpu()) {
+        const torch::Tensor g = grad.contiguous();
+        if (histogram && g.dim() >= 2) {
+          s = watch::StatsWithRowNorms(g.data_ptr(), static_cast<size_t>(g.size(0)),
+                                       static_cast<size_t>(g.numel() / std::max<int64_t>(1, g.size(0))), dtype, true,
+                                       &norms);
+          st.recorder->LogVector(st.Id(tags::kGradUnits.Of(name), SeriesKind::kVector), step, norms);
+        } else {
+          s = watch::StatsOf(g.data_ptr(), static_cast<size_t>(g.numel()), dtype, histogram);
+        }
+      } else {
+        s = DeviceStats(grad);
+      }
+      sum_squares += s.sum_squares;
+      nonfinite += s.nan + s.inf;
+      nan += s.nan;
+      st.recorder->LogTensorStats(st.Id(tags::kGrad.Of(name), SeriesKind::kTensorStats), step, s);
+    }
+    st.Scalar(tags::kGradGlobalNorm, step,
+              nan ? std::nan("") : (nonfinite ? std::numeric_limits<double>::infinity() : std::sqrt(sum_squares)));
+    return st.options.guard && nonfinite > 0;
+  } catch (const std::exception& e) {
+    Fail("gradients", e.what());
+    return false;
+  }
+}
+
+void TorchRun::LogOptimizerState(int64_t step) {
+  State& st = *state_;
   try {
     if (Due(st.options.every)) {
       st.Scalar(tags::kTrainGradZeroed, step, zeroed_ ? 1.0 : 0.0);
@@ -220,56 +244,50 @@ void TorchRun::Step() {
   } catch (const std::exception& e) {
     Fail("optimizer state", e.what());
   }
-  if (skip) {
-    st.Scalar(tags::kGuardSkippedStep, step, 1.0);
-    std::fprintf(stderr, "trainscope: guard skipped optimizer step %lld: non-finite gradients\n",
-                 static_cast<long long>(step));
-  } else {
-    {
-      auto timer = Phase("optimizer");
-      st.optimizer->step();
-    }
-    if (st.options.guard) st.Scalar(tags::kGuardSkippedStep, step, 0.0);
-    if (Due(st.options.weights_every) && !st.failed.count("weights")) {
-      try {
-        torch::NoGradGuard no_grad;
-        const bool histogram = Due(st.options.histograms_every);
-        for (auto& [name, p] : st.params) {
-          auto it = st.snapshots.find(name);
-          watch::DType dtype;
-          if (it == st.snapshots.end() || !DTypeOf(p, &dtype)) continue;
-          TensorStats w, u;
-          if (p.is_cpu() && p.is_contiguous()) {
-            watch::WeightAndUpdateStats(p.data_ptr(), it->second.data_ptr(), static_cast<size_t>(p.numel()), dtype,
-                                        histogram, &w, &u);
-          } else {
-            w = DeviceStats(p);
-            u = DeviceStats(p - it->second);
-            it->second.copy_(p);
-          }
-          st.recorder->LogTensorStats(st.Id(tags::kWeight.Of(name), SeriesKind::kTensorStats), step, w);
-          st.recorder->LogTensorStats(st.Id(tags::kUpdate.Of(name), SeriesKind::kTensorStats), step, u);
-          st.Scalar(tags::kUpdateRatio.Of(name), step, w.l2_norm() > 0 ? u.l2_norm() / w.l2_norm() : 0.0);
-        }
-        st.snapshot_step = step;
-      } catch (const std::exception& e) {
-        Fail("weights", e.what());
+}
+
+void TorchRun::LogWeights(int64_t step) {
+  State& st = *state_;
+  try {
+    torch::NoGradGuard no_grad;
+    const bool histogram = Due(st.options.histograms_every);
+    for (auto& [name, p] : st.params) {
+      auto it = st.snapshots.find(name);
+      watch::DType dtype;
+      if (it == st.snapshots.end() || !DTypeOf(p, &dtype)) continue;
+      TensorStats w, u;
+      if (p.is_cpu() && p.is_contiguous()) {
+        watch::WeightAndUpdateStats(p.data_ptr(), it->second.data_ptr(), static_cast<size_t>(p.numel()), dtype,
+                                    histogram, &w, &u);
+      } else {
+        w = DeviceStats(p);
+        u = DeviceStats(p - it->second);
+        it->second.copy_(p);
       }
+      st.recorder->LogTensorStats(st.Id(tags::kWeight.Of(name), SeriesKind::kTensorStats), step, w);
+      st.recorder->LogTensorStats(st.Id(tags::kUpdate.Of(name), SeriesKind::kTensorStats), step, u);
+      st.Scalar(tags::kUpdateRatio.Of(name), step, w.l2_norm() > 0 ? u.l2_norm() / w.l2_norm() : 0.0);
     }
+    st.snapshot_step = step;
+  } catch (const std::exception& e) {
+    Fail("weights", e.what());
   }
-  // End of the step: its times and memory, then the next step begins.
+}
+
+// The step's times and memory; the next step begins at the next Phase(), MarkZeroGrad() or Step().
+void TorchRun::EndStep(int64_t step) {
+  State& st = *state_;
   try {
     const auto now = std::chrono::steady_clock::now();
     st.Scalar(tags::kTimeStep, step, std::chrono::duration<double>(now - st.step_started).count());
     for (const auto& [phase, seconds] : st.phase_seconds) st.Scalar(tags::kTime.Of(phase), step, seconds);
     st.phase_seconds.clear();
     st.step_started = now;
-    st.Scalar(tags::kMemRss, step, static_cast<double>(watch::ProcessRssBytes()));
+    // As the Python client: a reading at most kStepRssMaxAgeSeconds old (docs/watch.md, mem/rss).
+    st.Scalar(tags::kMemRss, step, static_cast<double>(watch::RecentProcessRssBytes(watch::kStepRssMaxAgeSeconds)));
   } catch (const std::exception& e) {
     Fail("step end", e.what());
   }
-  zeroed_ = false;
-  pending_ = true;
 }
 
 void TorchRun::Finish() {
