@@ -82,25 +82,18 @@ double ScalingEfficiency(double throughput_1, double throughput_n, int n) {
   return throughput_n / (n * throughput_1);
 }
 
-RunPerf AnalyzeRun(const std::vector<const RunData*>& ranks, const PeakChoice& peak, const PerfOptions& options) {
-  RunPerf out;
-  out.peak = peak;
-  out.world_size = static_cast<int>(ranks.size());
-  if (ranks.empty()) return out;
-  const RunData& first = *ranks[0];
-  out.flops_per_step = MetaNumber(first, tags::kPerfFlopsPerStep);
-  out.samples_per_step = MetaNumber(first, tags::kPerfSamplesPerStep);
-  if (!std::isfinite(out.samples_per_step)) out.samples_per_step = ConfigBatchSize(first);
-  out.tokens_per_step = MetaNumber(first, tags::kPerfTokensPerStep);
-  out.precision = Meta(first, tags::kPerfPrecision);
-  out.device = Meta(first, tags::kPerfDevice);
+namespace {
 
-  struct RankSeries {
-    std::map<int64_t, double> step, flops, samples, tokens;
-    double flops_meta, samples_meta, tokens_meta;
-  };
+struct RankSeries {
+  std::map<int64_t, double> step, flops, samples, tokens;
+  double flops_meta, samples_meta, tokens_meta;
+};
+
+// Each rank's step time and work series, and its RankPerf in out->ranks; how many ranks
+// have each step.
+std::vector<RankSeries> ReadRanks(const std::vector<const RunData*>& ranks, RunPerf* out,
+                                  std::map<int64_t, int>* ranks_at_step) {
   std::vector<RankSeries> series;
-  std::map<int64_t, int> ranks_at_step;
   for (size_t r = 0; r < ranks.size(); ++r) {
     const RunData& data = *ranks[r];
     RankSeries s{ByStep(data, tags::kTimeStep), ByStep(data, tags::kPerfFlops), ByStep(data, tags::kPerfSamples),
@@ -113,19 +106,24 @@ RunPerf AnalyzeRun(const std::vector<const RunData*>& ranks, const PeakChoice& p
     std::vector<double> seconds;
     for (auto it = s.step.begin(); it != s.step.end(); ++it) {
       if (it != s.step.begin() || s.step.size() < 3) seconds.push_back(it->second);
-      ++ranks_at_step[it->first];
+      ++(*ranks_at_step)[it->first];
     }
     rank.median_step_seconds = Median(seconds);
     rank.steps = static_cast<int>(s.step.size());
-    out.ranks.push_back(rank);
+    out->ranks.push_back(rank);
     series.push_back(std::move(s));
   }
+  return series;
+}
 
-  // Per step, over the ranks that all have it: the slowest rank sets the step's time.
+// Per step, over the ranks that all have it, the slowest rank setting the step's time: the
+// rates and MFU of each step, and their medians over the steps after the first.
+void AddStepRates(const std::vector<RankSeries>& series, const std::map<int64_t, int>& ranks_at_step,
+                  const PeakChoice& peak, RunPerf* out) {
   const int64_t first_step = ranks_at_step.empty() ? 0 : ranks_at_step.begin()->first;
   std::vector<double> step_seconds, samples_rate, tokens_rate, flops_rate, mfus;
   for (const auto& [step, count] : ranks_at_step) {
-    if (count != out.world_size) continue;
+    if (count != out->world_size) continue;
     StepPerf sp;
     sp.step = step;
     double slowest = 0, samples = 0, tokens = 0, flops = 0;
@@ -139,9 +137,9 @@ RunPerf AnalyzeRun(const std::vector<const RunData*>& ranks, const PeakChoice& p
     sp.seconds = slowest;
     sp.samples_per_second = samples / slowest;
     sp.tokens_per_second = tokens / slowest;
-    sp.flops_per_second = flops / out.world_size / slowest;
+    sp.flops_per_second = flops / out->world_size / slowest;
     if (peak.flops && *peak.flops > 0) sp.mfu = sp.flops_per_second / *peak.flops;
-    out.steps.push_back(sp);
+    out->steps.push_back(sp);
     if (step != first_step || ranks_at_step.size() < 3) {
       step_seconds.push_back(sp.seconds);
       samples_rate.push_back(sp.samples_per_second);
@@ -150,13 +148,17 @@ RunPerf AnalyzeRun(const std::vector<const RunData*>& ranks, const PeakChoice& p
       mfus.push_back(sp.mfu);
     }
   }
-  out.step_seconds = Median(step_seconds);
-  out.samples_per_second = Median(samples_rate);
-  out.tokens_per_second = Median(tokens_rate);
-  out.flops_per_second = Median(flops_rate);
-  out.mfu = Median(mfus);
+  out->step_seconds = Median(step_seconds);
+  out->samples_per_second = Median(samples_rate);
+  out->tokens_per_second = Median(tokens_rate);
+  out->flops_per_second = Median(flops_rate);
+  out->mfu = Median(mfus);
+}
 
-  // Shares of the step, all ranks, the steps after the first.
+// Each phase's mean share of the step over all ranks, the steps after the first; "idle" is
+// what no phase covers when the run has no time/other.
+void AddPhaseShares(const std::vector<const RunData*>& ranks, const std::vector<RankSeries>& series,
+                    int64_t first_step, RunPerf* out) {
   static const char* kPhases[] = {"data", "forward", "backward", "optimizer", "other"};
   std::map<std::string, std::pair<double, int>> sums;
   bool has_other = false, has_phase = false;
@@ -181,80 +183,102 @@ RunPerf AnalyzeRun(const std::vector<const RunData*>& ranks, const PeakChoice& p
     if (found == sums.end() || found->second.second == 0) continue;
     const double share = found->second.first / found->second.second;
     covered += share;
-    out.shares.push_back({phase, share});
+    out->shares.push_back({phase, share});
   }
-  if (has_phase && !has_other) out.shares.push_back({"idle", std::max(0.0, 1 - covered)});
+  if (has_phase && !has_other) out->shares.push_back({"idle", std::max(0.0, 1 - covered)});
+}
 
-  // LOW_MFU, with the reasons ranked by the share of the step each takes from the compute.
-  if (std::isfinite(out.mfu) && out.mfu < options.low_mfu) {
-    Finding f;
-    f.code = "LOW_MFU";
-    f.severity = Severity::kInfo;
-    f.step = out.steps.empty() ? 0 : out.steps.front().step;
-    f.last_step = out.steps.empty() ? 0 : out.steps.back().step;
-    f.location = tags::kTimeStep;
-    struct Reason {
-      std::string id, text;
-      double share;
-    };
-    std::vector<Reason> reasons;
-    double compute_share = 0;
-    for (const auto& s : out.shares) {
-      if (s.phase == "forward" || s.phase == "backward") compute_share += s.share;
-      if (s.phase == "data") {
-        reasons.push_back({"slow_dataloader", fmt::format("waiting for data: {} of the step", Percent(s.share)), s.share});
-      } else if (s.phase == "other") {
-        reasons.push_back({"host_overhead", fmt::format("host work outside forward/backward/optimizer (logging, "
-                                                        "Python, many small ops): {} of the step", Percent(s.share)),
-                           s.share});
-      } else if (s.phase == "idle") {
-        reasons.push_back({"device_idle", fmt::format("time no recorded phase covers (the device idle): {} of the step",
-                                                      Percent(s.share)), s.share});
-      } else if (s.phase == "optimizer") {
-        reasons.push_back({"optimizer_time", fmt::format("the optimizer step (no model FLOPs): {} of the step",
-                                                         Percent(s.share)), s.share});
-      }
+// LOW_MFU, with the reasons ranked by the share of the step each takes from the compute.
+Finding LowMfuFinding(const RunPerf& out, const PeakChoice& peak, const PerfOptions& options) {
+  Finding f;
+  f.code = "LOW_MFU";
+  f.severity = Severity::kInfo;
+  f.step = out.steps.empty() ? 0 : out.steps.front().step;
+  f.last_step = out.steps.empty() ? 0 : out.steps.back().step;
+  f.location = tags::kTimeStep;
+  struct Reason {
+    std::string id, text;
+    double share;
+  };
+  std::vector<Reason> reasons;
+  double compute_share = 0;
+  for (const auto& s : out.shares) {
+    if (s.phase == "forward" || s.phase == "backward") compute_share += s.share;
+    if (s.phase == "data") {
+      reasons.push_back({"slow_dataloader", fmt::format("waiting for data: {} of the step", Percent(s.share)), s.share});
+    } else if (s.phase == "other") {
+      reasons.push_back({"host_overhead", fmt::format("host work outside forward/backward/optimizer (logging, "
+                                                      "Python, many small ops): {} of the step", Percent(s.share)),
+                         s.share});
+    } else if (s.phase == "idle") {
+      reasons.push_back({"device_idle", fmt::format("time no recorded phase covers (the device idle): {} of the step",
+                                                    Percent(s.share)), s.share});
+    } else if (s.phase == "optimizer") {
+      reasons.push_back({"optimizer_time", fmt::format("the optimizer step (no model FLOPs): {} of the step",
+                                                       Percent(s.share)), s.share});
     }
-    if (compute_share > 0) {
-      // What forward and backward themselves reach: the MFU they would have with nothing else
-      // in the step. Low: small or oddly shaped matrices, memory-bound ops (PERF_HOTSPOT).
-      const double in_compute = out.mfu / compute_share;
-      reasons.push_back({"slow_kernels",
-                         fmt::format("forward and backward themselves run at {} of the peak ({} of the step): small "
-                                     "or oddly shaped matrix products, memory-bound elementwise ops, a peak for a "
-                                     "precision the run does not use",
-                                     Percent(in_compute), Percent(compute_share)),
-                         compute_share * (1 - std::min(1.0, in_compute))});
-    }
-    std::sort(reasons.begin(), reasons.end(), [](const Reason& a, const Reason& b) { return a.share > b.share; });
-    nlohmann::json evidence = {{"mfu", out.mfu},
-                               {"achieved_flops_per_second", out.flops_per_second},
-                               {"peak_flops", *peak.flops},
-                               {"peak_source", peak.source},
-                               {"flops_per_step", out.flops_per_step},
-                               {"step_seconds", out.step_seconds},
-                               {"threshold", options.low_mfu}};
-    nlohmann::json listed = nlohmann::json::array();
-    for (const auto& r : reasons) listed.push_back({{"id", r.id}, {"share", r.share}, {"text", r.text}});
-    evidence["reasons"] = listed;
-    f.evidence_json = evidence.dump();
-    std::string named;
-    for (size_t i = 0; i < reasons.size() && i < 2; ++i) named += (i ? "; " : "") + reasons[i].text;
-    f.summary = fmt::format("MFU {} of the {} peak ({:.3g} of {:.3g} FLOP/s per device){}{}", Percent(out.mfu),
-                            out.precision.empty() ? "device's" : out.precision, out.flops_per_second, *peak.flops,
-                            named.empty() ? "" : ". Biggest reasons: ", named);
-    for (const auto& r : reasons) {
-      f.causes.push_back({r.id, std::clamp(r.share, 0.0, 1.0)});
-    }
-    for (const auto& r : reasons) {
-      if (r.id == "slow_dataloader") f.actions.push_back("Feed the step faster: DataLoader num_workers, pin_memory, prefetch, preprocessing offline");
-      if (r.id == "host_overhead") f.actions.push_back("Cut host work per step: log less often, fuse small ops (torch.compile), larger batches");
-      if (r.id == "device_idle") f.actions.push_back("Find what the device waits for: trainscope trace on a profiler trace of a few steps");
-      if (r.id == "optimizer_time") f.actions.push_back("Use a fused or foreach optimizer (fused=True / foreach=True)");
-      if (r.id == "slow_kernels") f.actions.push_back("Rank the layers by FLOP/s (ts.count_flops per module, PERF_HOTSPOT); pad matrix dims to multiples of 8/64, use bf16 on tensor cores");
-    }
-    out.findings.push_back(std::move(f));
   }
+  if (compute_share > 0) {
+    // What forward and backward themselves reach: the MFU they would have with nothing else
+    // in the step. Low: small or oddly shaped matrices, memory-bound ops (PERF_HOTSPOT).
+    const double in_compute = out.mfu / compute_share;
+    reasons.push_back({"slow_kernels",
+                       fmt::format("forward and backward themselves run at {} of the peak ({} of the step): small "
+                                   "or oddly shaped matrix products, memory-bound elementwise ops, a peak for a "
+                                   "precision the run does not use",
+                                   Percent(in_compute), Percent(compute_share)),
+                       compute_share * (1 - std::min(1.0, in_compute))});
+  }
+  std::sort(reasons.begin(), reasons.end(), [](const Reason& a, const Reason& b) { return a.share > b.share; });
+  nlohmann::json evidence = {{"mfu", out.mfu},
+                             {"achieved_flops_per_second", out.flops_per_second},
+                             {"peak_flops", *peak.flops},
+                             {"peak_source", peak.source},
+                             {"flops_per_step", out.flops_per_step},
+                             {"step_seconds", out.step_seconds},
+                             {"threshold", options.low_mfu}};
+  nlohmann::json listed = nlohmann::json::array();
+  for (const auto& r : reasons) listed.push_back({{"id", r.id}, {"share", r.share}, {"text", r.text}});
+  evidence["reasons"] = listed;
+  f.evidence_json = evidence.dump();
+  std::string named;
+  for (size_t i = 0; i < reasons.size() && i < 2; ++i) named += (i ? "; " : "") + reasons[i].text;
+  f.summary = fmt::format("MFU {} of the {} peak ({:.3g} of {:.3g} FLOP/s per device){}{}", Percent(out.mfu),
+                          out.precision.empty() ? "device's" : out.precision, out.flops_per_second, *peak.flops,
+                          named.empty() ? "" : ". Biggest reasons: ", named);
+  for (const auto& r : reasons) {
+    f.causes.push_back({r.id, std::clamp(r.share, 0.0, 1.0)});
+  }
+  for (const auto& r : reasons) {
+    if (r.id == "slow_dataloader") f.actions.push_back("Feed the step faster: DataLoader num_workers, pin_memory, prefetch, preprocessing offline");
+    if (r.id == "host_overhead") f.actions.push_back("Cut host work per step: log less often, fuse small ops (torch.compile), larger batches");
+    if (r.id == "device_idle") f.actions.push_back("Find what the device waits for: trainscope trace on a profiler trace of a few steps");
+    if (r.id == "optimizer_time") f.actions.push_back("Use a fused or foreach optimizer (fused=True / foreach=True)");
+    if (r.id == "slow_kernels") f.actions.push_back("Rank the layers by FLOP/s (ts.count_flops per module, PERF_HOTSPOT); pad matrix dims to multiples of 8/64, use bf16 on tensor cores");
+  }
+  return f;
+}
+
+}  // namespace
+
+RunPerf AnalyzeRun(const std::vector<const RunData*>& ranks, const PeakChoice& peak, const PerfOptions& options) {
+  RunPerf out;
+  out.peak = peak;
+  out.world_size = static_cast<int>(ranks.size());
+  if (ranks.empty()) return out;
+  const RunData& first = *ranks[0];
+  out.flops_per_step = MetaNumber(first, tags::kPerfFlopsPerStep);
+  out.samples_per_step = MetaNumber(first, tags::kPerfSamplesPerStep);
+  if (!std::isfinite(out.samples_per_step)) out.samples_per_step = ConfigBatchSize(first);
+  out.tokens_per_step = MetaNumber(first, tags::kPerfTokensPerStep);
+  out.precision = Meta(first, tags::kPerfPrecision);
+  out.device = Meta(first, tags::kPerfDevice);
+  std::map<int64_t, int> ranks_at_step;
+  const std::vector<RankSeries> series = ReadRanks(ranks, &out, &ranks_at_step);
+  const int64_t first_step = ranks_at_step.empty() ? 0 : ranks_at_step.begin()->first;
+  AddStepRates(series, ranks_at_step, peak, &out);
+  AddPhaseShares(ranks, series, first_step, &out);
+  if (std::isfinite(out.mfu) && out.mfu < options.low_mfu) out.findings.push_back(LowMfuFinding(out, peak, options));
   return out;
 }
 
