@@ -106,69 +106,66 @@ double BusBandwidthFactor(const std::string& collective, int64_t n) {
   return -1;
 }
 
-RankTraceReport AnalyzeRank(const Trace& trace, const TraceAnalysisOptions& options) {
-  RankTraceReport r;
-  r.rank = trace.rank;
-  r.path = trace.path;
-  r.devices = trace.device_names;
-  r.events = static_cast<int64_t>(trace.events.size());
+namespace {
 
-  // Profiler steps, in time order.
-  for (const TraceEvent& e : trace.events) {
-    if (e.stream < 0 && IsProfilerStep(trace.Name(e))) r.steps.push_back({trace.Name(e), e.ts_us, e.dur_us, 0});
-  }
-  std::sort(r.steps.begin(), r.steps.end(), [](const ProfilerStep& a, const ProfilerStep& b) { return a.ts_us < b.ts_us; });
+using LaunchOf = std::unordered_map<int64_t, const TraceEvent*>;  // correlation -> host runtime event
 
-  // GPU events counted: on a stream; with two or more steps, only those launched (by
-  // correlation) from a host event that began before the last step, as HTA does.
-  const bool filter = r.steps.size() >= 2;
+// The GPU events counted: on a stream; with two or more profiler steps, only those launched
+// (by correlation) from a host event that began before the last step, as HTA does. Counts
+// r->gpu_events (all of them) and fills *launch_of.
+std::vector<const TraceEvent*> CountedGpuEvents(const Trace& trace, const TraceAnalysisOptions& options,
+                                                RankTraceReport* r, LaunchOf* launch_of) {
+  const bool filter = r->steps.size() >= 2;
   double cutoff = 0;
   if (filter) {
-    cutoff = r.steps.back().ts_us;
-    if (options.include_last_step) cutoff = r.steps.back().ts_us + r.steps.back().dur_us + 1e-9;
+    cutoff = r->steps.back().ts_us;
+    if (options.include_last_step) cutoff = r->steps.back().ts_us + r->steps.back().dur_us + 1e-9;
   }
-  std::unordered_map<int64_t, const TraceEvent*> launch_of;  // correlation -> host runtime event
   std::unordered_set<int64_t> launched_in_range;
   for (const TraceEvent& e : trace.events) {
     if (e.stream >= 0 || e.correlation < 0) continue;
-    if (e.kind == EventKind::kRuntime) launch_of.emplace(e.correlation, &e);
+    if (e.kind == EventKind::kRuntime) launch_of->emplace(e.correlation, &e);
     const bool in_range = options.include_last_step ? e.ts_us <= cutoff : e.ts_us < cutoff;
     if (filter && in_range) launched_in_range.insert(e.correlation);
   }
   std::vector<const TraceEvent*> gpu;
   for (const TraceEvent& e : trace.events) {
     if (e.stream < 0 || e.kind == EventKind::kGpuAnnotation) continue;
-    ++r.gpu_events;
+    ++r->gpu_events;
     if (filter && (e.correlation < 0 || !launched_in_range.count(e.correlation))) continue;
     gpu.push_back(&e);
   }
-  r.gpu_events_used = static_cast<int64_t>(gpu.size());
-  r.has_gpu = trace.HasGpu();
+  return gpu;
+}
 
-  // Temporal breakdown.
-  if (!gpu.empty()) {
-    std::vector<Interval> all, compute, comm;
-    all.reserve(gpu.size());
-    for (const TraceEvent* e : gpu) {
-      const std::string& name = trace.Name(*e);
-      all.push_back({e->ts_us, e->end_us()});
-      if (IsComputationKernel(name)) compute.push_back({e->ts_us, e->end_us()});
-      else if (IsCommunicationKernel(name)) comm.push_back({e->ts_us, e->end_us()});
-    }
-    const double busy = MergeIntervals(&all);
-    TemporalBreakdown& t = r.temporal;
-    t.kernel_us = all.back().end - all.front().start;
-    t.idle_us = t.kernel_us - busy;
-    t.compute_us = MergeIntervals(&compute);
-    t.non_compute_us = t.kernel_us - t.compute_us - t.idle_us;
-    t.idle_pct = RoundPct(t.idle_us, t.kernel_us);
-    t.compute_pct = RoundPct(t.compute_us, t.kernel_us);
-    t.non_compute_pct = RoundPct(t.non_compute_us, t.kernel_us);
-    r.comm_us = MergeIntervals(&comm);
-    if (r.comm_us > 0) r.comm_overlap_pct = 100.0 * IntersectionLength(comm, compute) / r.comm_us;
+// Kernel time split into compute, other GPU work and idle; communication and its overlap.
+void AddTemporalBreakdown(const Trace& trace, const std::vector<const TraceEvent*>& gpu, RankTraceReport* r) {
+  if (gpu.empty()) return;
+  std::vector<Interval> all, compute, comm;
+  all.reserve(gpu.size());
+  for (const TraceEvent* e : gpu) {
+    const std::string& name = trace.Name(*e);
+    all.push_back({e->ts_us, e->end_us()});
+    if (IsComputationKernel(name)) compute.push_back({e->ts_us, e->end_us()});
+    else if (IsCommunicationKernel(name)) comm.push_back({e->ts_us, e->end_us()});
   }
+  const double busy = MergeIntervals(&all);
+  TemporalBreakdown& t = r->temporal;
+  t.kernel_us = all.back().end - all.front().start;
+  t.idle_us = t.kernel_us - busy;
+  t.compute_us = MergeIntervals(&compute);
+  t.non_compute_us = t.kernel_us - t.compute_us - t.idle_us;
+  t.idle_pct = RoundPct(t.idle_us, t.kernel_us);
+  t.compute_pct = RoundPct(t.compute_us, t.kernel_us);
+  t.non_compute_pct = RoundPct(t.non_compute_us, t.kernel_us);
+  r->comm_us = MergeIntervals(&comm);
+  if (r->comm_us > 0) r->comm_overlap_pct = 100.0 * IntersectionLength(comm, compute) / r->comm_us;
+}
 
-  // Idle breakdown, per stream, kernels/copies/sets only (syncs are not work a launch starts).
+// Idle time per stream between kernels, copies and sets (syncs are not work a launch starts):
+// waiting for the host's launch, short gaps between kernels, the rest.
+void AddIdleBreakdown(const std::vector<const TraceEvent*>& gpu, const LaunchOf& launch_of,
+                      const TraceAnalysisOptions& options, RankTraceReport* r) {
   std::map<int64_t, std::vector<const TraceEvent*>> by_stream;
   for (const TraceEvent* e : gpu) {
     if (e->kind == EventKind::kKernel || e->kind == EventKind::kMemcpy || e->kind == EventKind::kMemset) by_stream[e->stream].push_back(e);
@@ -179,13 +176,16 @@ RankTraceReport AnalyzeRank(const Trace& trace, const TraceAnalysisOptions& opti
       const double prev_end = events[i - 1]->end_us();
       const double gap = events[i]->ts_us - prev_end;
       auto launch = launch_of.find(events[i]->correlation);
-      if (launch != launch_of.end() && launch->second->ts_us > prev_end) r.idle.host_wait_us += gap;
-      else if (gap < options.kernel_wait_us) r.idle.kernel_wait_us += gap;
-      else r.idle.other_us += gap;
+      if (launch != launch_of.end() && launch->second->ts_us > prev_end) r->idle.host_wait_us += gap;
+      else if (gap < options.kernel_wait_us) r->idle.kernel_wait_us += gap;
+      else r->idle.other_us += gap;
     }
   }
+}
 
-  // Top kernels (all GPU work counted above) and CPU operators.
+// The top kernels (all GPU work counted) and CPU operators by total time.
+void AddTopOps(const Trace& trace, const std::vector<const TraceEvent*>& gpu, const TraceAnalysisOptions& options,
+               RankTraceReport* r) {
   std::unordered_map<uint32_t, OpTime> kernels, cpu_ops;
   for (const TraceEvent* e : gpu) {
     if (e->kind == EventKind::kGpuSync) continue;
@@ -203,28 +203,31 @@ RankTraceReport AnalyzeRank(const Trace& trace, const TraceAnalysisOptions& opti
     op.total_us += e.dur_us;
     op.max_us = std::max(op.max_us, e.dur_us);
   }
-  r.top_kernels = TopByTime(kernels, options.top);
-  r.top_cpu_ops = TopByTime(cpu_ops, options.top);
+  r->top_kernels = TopByTime(kernels, options.top);
+  r->top_cpu_ops = TopByTime(cpu_ops, options.top);
+}
 
-  // Launch delays.
+// Launch delays. HTA's definition: from the end of the launch call to the kernel's start,
+// clipped at 0 (a kernel may start before its launch call returns).
+void AddLaunchDelays(const std::vector<const TraceEvent*>& gpu, const LaunchOf& launch_of, RankTraceReport* r) {
   std::vector<double> delays;
   for (const TraceEvent* e : gpu) {
     if (e->kind == EventKind::kGpuSync) continue;
     auto launch = launch_of.find(e->correlation);
-    // HTA's definition: from the end of the launch call, clipped at 0 (a kernel may start
-    // before its launch call returns).
     if (launch != launch_of.end()) delays.push_back(std::max(0.0, e->ts_us - launch->second->end_us()));
   }
-  r.launch.count = static_cast<int64_t>(delays.size());
+  r->launch.count = static_cast<int64_t>(delays.size());
   if (!delays.empty()) {
-    r.launch.median_us = Percentile(delays, 0.5);
-    r.launch.p95_us = Percentile(delays, 0.95);
-    r.launch.max_us = *std::max_element(delays.begin(), delays.end());
+    r->launch.median_us = Percentile(delays, 0.5);
+    r->launch.p95_us = Percentile(delays, 0.95);
+    r->launch.max_us = *std::max_element(delays.begin(), delays.end());
   }
+}
 
-  // Collectives: each (name, bytes, group) with the median time of its calls.
-  // When GPU kernels carry the metadata, their time is the transfer's; the host's
-  // record_param_comms beside them only enqueues it.
+// Collectives: each (name, bytes, group) with the median time of its calls.
+// When GPU kernels carry the metadata, their time is the transfer's; the host's
+// record_param_comms beside them only enqueues it.
+void AddCollectives(const Trace& trace, RankTraceReport* r) {
   bool gpu_metadata = false;
   for (const TraceEvent& e : trace.events) gpu_metadata |= e.collective >= 0 && e.stream >= 0;
   std::map<std::tuple<std::string, int64_t, int64_t>, std::vector<double>> calls;
@@ -238,7 +241,7 @@ RankTraceReport AnalyzeRank(const Trace& trace, const TraceAnalysisOptions& opti
       calls[{m.name, bytes, n}].push_back(e.dur_us);
     } else if (e.stream < 0) {
       const std::string& name = trace.Name(e);
-      if (StartsWith(name, "nccl:") || StartsWith(name, "gloo:")) ++r.collectives_without_metadata;
+      if (StartsWith(name, "nccl:") || StartsWith(name, "gloo:")) ++r->collectives_without_metadata;
     }
   }
   for (const auto& [key, durations] : calls) {
@@ -251,28 +254,57 @@ RankTraceReport AnalyzeRank(const Trace& trace, const TraceAnalysisOptions& opti
       c.algbw_gbps = static_cast<double>(c.bytes) / (c.median_us * 1e-6) / 1e9;
       if (c.bus_factor >= 0) c.busbw_gbps = c.algbw_gbps * c.bus_factor;
     }
-    r.collectives.push_back(c);
+    r->collectives.push_back(c);
   }
+}
 
-  // Steps: the DataLoader ranges inside each step (same process), merged.
-  if (!r.steps.empty()) {
-    std::vector<Interval> loader;
-    for (const TraceEvent& e : trace.events) {
-      if (e.stream < 0 && IsDataLoaderRange(trace.Name(e))) loader.push_back({e.ts_us, e.end_us()});
-    }
-    MergeIntervals(&loader);
-    std::vector<double> shares, lengths;
-    for (ProfilerStep& s : r.steps) {
-      for (const Interval& i : loader) {
-        const double lo = std::max(i.start, s.ts_us), hi = std::min(i.end, s.ts_us + s.dur_us);
-        if (hi > lo) s.dataloader_us += hi - lo;
-      }
-      lengths.push_back(s.dur_us);
-      if (s.dur_us > 0) shares.push_back(s.dataloader_us / s.dur_us);
-    }
-    r.median_step_us = Percentile(lengths, 0.5);
-    if (!shares.empty()) r.dataloader_share = Percentile(shares, 0.5);
+// Per profiler step, the DataLoader ranges inside it (same process), merged; the median step
+// and the median share of it spent waiting for data.
+void AddDataLoaderShares(const Trace& trace, RankTraceReport* r) {
+  if (r->steps.empty()) return;
+  std::vector<Interval> loader;
+  for (const TraceEvent& e : trace.events) {
+    if (e.stream < 0 && IsDataLoaderRange(trace.Name(e))) loader.push_back({e.ts_us, e.end_us()});
   }
+  MergeIntervals(&loader);
+  std::vector<double> shares, lengths;
+  for (ProfilerStep& s : r->steps) {
+    for (const Interval& i : loader) {
+      const double lo = std::max(i.start, s.ts_us), hi = std::min(i.end, s.ts_us + s.dur_us);
+      if (hi > lo) s.dataloader_us += hi - lo;
+    }
+    lengths.push_back(s.dur_us);
+    if (s.dur_us > 0) shares.push_back(s.dataloader_us / s.dur_us);
+  }
+  r->median_step_us = Percentile(lengths, 0.5);
+  if (!shares.empty()) r->dataloader_share = Percentile(shares, 0.5);
+}
+
+}  // namespace
+
+RankTraceReport AnalyzeRank(const Trace& trace, const TraceAnalysisOptions& options) {
+  RankTraceReport r;
+  r.rank = trace.rank;
+  r.path = trace.path;
+  r.devices = trace.device_names;
+  r.events = static_cast<int64_t>(trace.events.size());
+
+  // Profiler steps, in time order.
+  for (const TraceEvent& e : trace.events) {
+    if (e.stream < 0 && IsProfilerStep(trace.Name(e))) r.steps.push_back({trace.Name(e), e.ts_us, e.dur_us, 0});
+  }
+  std::sort(r.steps.begin(), r.steps.end(), [](const ProfilerStep& a, const ProfilerStep& b) { return a.ts_us < b.ts_us; });
+
+  LaunchOf launch_of;
+  const std::vector<const TraceEvent*> gpu = CountedGpuEvents(trace, options, &r, &launch_of);
+  r.gpu_events_used = static_cast<int64_t>(gpu.size());
+  r.has_gpu = trace.HasGpu();
+  AddTemporalBreakdown(trace, gpu, &r);
+  AddIdleBreakdown(gpu, launch_of, options, &r);
+  AddTopOps(trace, gpu, options, &r);
+  AddLaunchDelays(gpu, launch_of, &r);
+  AddCollectives(trace, &r);
+  AddDataLoaderShares(trace, &r);
   return r;
 }
 
