@@ -287,6 +287,108 @@ Status ParseKinetoTrace(const std::string& name, std::string_view bytes, Trace* 
 
 namespace {
 
+// The events array of a Kineto trace {"traceEvents": [...]} or of the JSON Array Format, and
+// the facts the root holds beside it (distributedInfo, deviceProperties).
+Status FindEvents(const std::string& path, simdjson::dom::element doc, Trace* trace, simdjson::dom::array* events) {
+  bool has_events = false;
+  simdjson::dom::object root;
+  if (!doc.get_array().get(*events)) {
+    // Chrome's JSON Array Format: the autograd profiler's export when PyTorch is built
+    // without Kineto (Debian's torch 1.13): events only, no categories, no process facts.
+    has_events = true;
+  } else if (doc.get_object().get(root)) {
+    return Status::InvalidArgument(path + ": the document is neither a JSON object nor an array of events; expected a "
+                                          "Kineto trace {\"traceEvents\": [...]}");
+  } else {
+    for (auto field : root) {
+      if (field.key == "traceEvents") {
+        if (field.value.get_array().get(*events)) {
+          return Status::InvalidArgument(path + ": \"traceEvents\" is not an array; expected a list of trace events");
+        }
+        has_events = true;
+      } else if (field.key == "distributedInfo") {
+        simdjson::dom::object info;
+        if (!field.value.get_object().get(info)) ReadDistributedInfo(info, trace);
+      } else if (field.key == "deviceProperties") {
+        simdjson::dom::array devices;
+        if (!field.value.get_array().get(devices)) {
+          for (simdjson::dom::element d : devices) {
+            std::string_view name;
+            if (!d["name"].get_string().get(name)) trace->device_names.emplace_back(name);
+          }
+        }
+      }
+    }
+  }
+  if (!has_events) return Status::InvalidArgument(path + ": no \"traceEvents\" array; expected a PyTorch profiler (Kineto) trace");
+  return Status::Ok();
+}
+
+// One item of the events array into trace. What is not timed work (metadata, instants,
+// counters) is passed over; a flow link counted; a malformed event counted in *bad, the first
+// described in *first_bad.
+void ReadEvent(simdjson::dom::element item, size_t index, Trace* trace, size_t* bad, std::string* first_bad) {
+  simdjson::dom::object ev;
+  if (item.get_object().get(ev)) {
+    ++*bad;
+    if (first_bad->empty()) *first_bad = "event " + std::to_string(index) + " is not an object";
+    return;
+  }
+  std::string_view ph, cat, name;
+  double ts = 0, dur = -1;
+  bool has_ts = false, ts_bad = false;
+  simdjson::dom::object args;
+  bool has_args = false;
+  TraceEvent e;
+  for (auto field : ev) {
+    const std::string_view key = field.key;
+    if (key == "ph") {
+      if (field.value.is_string()) ph = StringOf(field.value);
+    } else if (key == "cat") {
+      if (field.value.is_string()) cat = StringOf(field.value);
+    } else if (key == "name") {
+      if (field.value.is_string()) name = StringOf(field.value);
+    } else if (key == "ts") {
+      has_ts = NumberOf(field.value, &ts);
+      ts_bad = !has_ts;
+    } else if (key == "dur") {
+      if (!NumberOf(field.value, &dur)) dur = -2;
+    } else if (key == "pid") {
+      IntegerOf(field.value, &e.pid);
+    } else if (key == "tid") {
+      IntegerOf(field.value, &e.tid);
+    } else if (key == "args") {
+      has_args = !field.value.get_object().get(args);
+    }
+  }
+  if (ph == "s" || ph == "f") {
+    if (cat == "ac2g") ++trace->flow_links;
+    return;
+  }
+  if (ph != "X") return;  // metadata, instants, counters: not timed work
+  if (!has_ts || ts_bad || dur < 0) {
+    ++*bad;
+    if (first_bad->empty()) {
+      *first_bad = "event " + std::to_string(index) + " (\"" + std::string(name.substr(0, 80)) + "\")" +
+                  (has_ts ? (dur == -2 ? " has a \"dur\" that is not a number" : " has no \"dur\" or a negative one")
+                          : " has no numeric \"ts\"");
+    }
+    return;
+  }
+  e.kind = KindOfCategory(cat);
+  // No category (the legacy array format): the steps and record_function ranges are
+  // annotations, everything else an operator.
+  if (cat.empty()) {
+    e.kind = name.substr(0, 13) == "ProfilerStep#" || name.substr(0, 10) == "enumerate(" ? EventKind::kUserAnnotation
+                                                                                         : EventKind::kCpuOp;
+  }
+  e.name = trace->Intern(name);
+  e.ts_us = ts;
+  e.dur_us = dur;
+  if (has_args) ReadArgs(args, name, &e, trace);
+  trace->events.push_back(e);
+}
+
 Status ParseTrace(const std::string& path, simdjson::padded_string json, Trace* trace, size_t* skipped) {
   *trace = Trace();
   trace->path = path;
@@ -306,102 +408,12 @@ Status ParseTrace(const std::string& path, simdjson::padded_string json, Trace* 
                               "); expected a PyTorch profiler (Kineto) trace");
   }
   simdjson::dom::array events;
-  bool has_events = false;
-  simdjson::dom::object root;
-  if (!doc.get_array().get(events)) {
-    // Chrome's JSON Array Format: the autograd profiler's export when PyTorch is built
-    // without Kineto (Debian's torch 1.13): events only, no categories, no process facts.
-    has_events = true;
-  } else if (doc.get_object().get(root)) {
-    return Status::InvalidArgument(path + ": the document is neither a JSON object nor an array of events; expected a "
-                                          "Kineto trace {\"traceEvents\": [...]}");
-  } else {
-    for (auto field : root) {
-      if (field.key == "traceEvents") {
-        if (field.value.get_array().get(events)) {
-          return Status::InvalidArgument(path + ": \"traceEvents\" is not an array; expected a list of trace events");
-        }
-        has_events = true;
-      } else if (field.key == "distributedInfo") {
-        simdjson::dom::object info;
-        if (!field.value.get_object().get(info)) ReadDistributedInfo(info, trace);
-      } else if (field.key == "deviceProperties") {
-        simdjson::dom::array devices;
-        if (!field.value.get_array().get(devices)) {
-          for (simdjson::dom::element d : devices) {
-            std::string_view name;
-            if (!d["name"].get_string().get(name)) trace->device_names.emplace_back(name);
-          }
-        }
-      }
-    }
-  }
-  if (!has_events) return Status::InvalidArgument(path + ": no \"traceEvents\" array; expected a PyTorch profiler (Kineto) trace");
+  s = FindEvents(path, doc, trace, &events);
+  if (!s.ok()) return s;
 
   size_t bad = 0, index = 0;
   std::string first_bad;
-  for (simdjson::dom::element item : events) {
-    ++index;
-    simdjson::dom::object ev;
-    if (item.get_object().get(ev)) {
-      ++bad;
-      if (first_bad.empty()) first_bad = "event " + std::to_string(index) + " is not an object";
-      continue;
-    }
-    std::string_view ph, cat, name;
-    double ts = 0, dur = -1;
-    bool has_ts = false, ts_bad = false;
-    simdjson::dom::object args;
-    bool has_args = false;
-    TraceEvent e;
-    for (auto field : ev) {
-      const std::string_view key = field.key;
-      if (key == "ph") {
-        if (field.value.is_string()) ph = StringOf(field.value);
-      } else if (key == "cat") {
-        if (field.value.is_string()) cat = StringOf(field.value);
-      } else if (key == "name") {
-        if (field.value.is_string()) name = StringOf(field.value);
-      } else if (key == "ts") {
-        has_ts = NumberOf(field.value, &ts);
-        ts_bad = !has_ts;
-      } else if (key == "dur") {
-        if (!NumberOf(field.value, &dur)) dur = -2;
-      } else if (key == "pid") {
-        IntegerOf(field.value, &e.pid);
-      } else if (key == "tid") {
-        IntegerOf(field.value, &e.tid);
-      } else if (key == "args") {
-        has_args = !field.value.get_object().get(args);
-      }
-    }
-    if (ph == "s" || ph == "f") {
-      if (cat == "ac2g") ++trace->flow_links;
-      continue;
-    }
-    if (ph != "X") continue;  // metadata, instants, counters: not timed work
-    if (!has_ts || ts_bad || dur < 0) {
-      ++bad;
-      if (first_bad.empty()) {
-        first_bad = "event " + std::to_string(index) + " (\"" + std::string(name.substr(0, 80)) + "\")" +
-                    (has_ts ? (dur == -2 ? " has a \"dur\" that is not a number" : " has no \"dur\" or a negative one")
-                            : " has no numeric \"ts\"");
-      }
-      continue;
-    }
-    e.kind = KindOfCategory(cat);
-    // No category (the legacy array format): the steps and record_function ranges are
-    // annotations, everything else an operator.
-    if (cat.empty()) {
-      e.kind = name.substr(0, 13) == "ProfilerStep#" || name.substr(0, 10) == "enumerate(" ? EventKind::kUserAnnotation
-                                                                                           : EventKind::kCpuOp;
-    }
-    e.name = trace->Intern(name);
-    e.ts_us = ts;
-    e.dur_us = dur;
-    if (has_args) ReadArgs(args, name, &e, trace);
-    trace->events.push_back(e);
-  }
+  for (simdjson::dom::element item : events) ReadEvent(item, ++index, trace, &bad, &first_bad);
   if (skipped) *skipped = bad;
   if (trace->events.empty()) {
     return Status::InvalidArgument(path + ": no timed (\"ph\":\"X\") events with a numeric ts and dur" +
