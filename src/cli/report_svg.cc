@@ -162,67 +162,90 @@ std::string Viridis(double t) {
 
 }  // namespace
 
-std::string LineChart(const std::string& title, std::vector<Line> lines, const std::vector<Mark>& marks,
-                      const std::string& y_label) {
-  const double W = 900, H = 280, L = 70, R = 20, T = 28, B = 36;
-  double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+namespace {
+
+// A chart's plot area and its scales: x (steps) linear, y linear or log10.
+struct ChartFrame {
+  static constexpr double W = 900, H = 280, L = 70, R = 20, T = 28, B = 36;
+  double x0 = INFINITY, x1 = -INFINITY, ly0 = 0, ly1 = 0;
+  double y0 = INFINITY, y1 = -INFINITY;  // the finite values' range
+  bool logy = false;
+  double fy(double v) const { return logy ? std::log10(v) : v; }
+  double px(double x) const { return L + (x - x0) / (x1 - x0) * (W - L - R); }
+  double py(double y) const { return T + (1 - (fy(y) - ly0) / (ly1 - ly0)) * (H - T - B); }
+};
+
+// The frame that holds every line (decimated first); false when there is nothing to draw. A
+// positive series spanning more than two decades gets a log axis.
+bool FitFrame(std::vector<Line>* lines, ChartFrame* f) {
   bool positive = true;
-  for (auto& l : lines) {
+  for (auto& l : *lines) {
     Decimate(&l);
     for (size_t i = 0; i < l.x.size(); ++i) {
-      x0 = std::min(x0, l.x[i]);
-      x1 = std::max(x1, l.x[i]);
+      f->x0 = std::min(f->x0, l.x[i]);
+      f->x1 = std::max(f->x1, l.x[i]);
       if (!std::isfinite(l.y[i])) continue;
-      y0 = std::min(y0, l.y[i]);
-      y1 = std::max(y1, l.y[i]);
+      f->y0 = std::min(f->y0, l.y[i]);
+      f->y1 = std::max(f->y1, l.y[i]);
       positive = positive && l.y[i] > 0;
     }
   }
-  if (!(x1 >= x0) || !(y1 >= y0)) return "";
-  const bool logy = positive && y1 / y0 > 100;
-  auto fy = [&](double v) { return logy ? std::log10(v) : v; };
-  double ly0 = fy(y0), ly1 = fy(y1);
+  if (!(f->x1 >= f->x0) || !(f->y1 >= f->y0)) return false;
+  f->logy = positive && f->y1 / f->y0 > 100;
+  double ly0 = f->fy(f->y0), ly1 = f->fy(f->y1);
   if (ly1 == ly0) {
     // A constant series (a fixed learning rate) sits mid-axis: [0, 2v] for a positive v.
-    if (!logy && ly0 > 0) ly1 = 2 * ly0, ly0 = 0;
-    else if (!logy && ly0 < 0) ly1 = -ly0, ly0 = 2 * ly0;
+    if (!f->logy && ly0 > 0) ly1 = 2 * ly0, ly0 = 0;
+    else if (!f->logy && ly0 < 0) ly1 = -ly0, ly0 = 2 * ly0;
     else ly1 = ly0 + 1;
   }
-  if (x1 == x0) x1 = x0 + 1;
+  if (f->x1 == f->x0) f->x1 = f->x0 + 1;
   const double pad = 0.05 * (ly1 - ly0);
   // Values that are never negative (a learning rate, a loss) keep their axis at or above 0.
-  ly0 = !logy && y0 >= 0 ? std::max(0.0, ly0 - pad) : ly0 - pad;
-  ly1 += pad;
-  auto px = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };
-  auto py = [&](double y) { return T + (1 - (fy(y) - ly0) / (ly1 - ly0)) * (H - T - B); };
-  std::string svg = fmt::format(
-      "<svg viewBox=\"0 0 {} {}\" width=\"100%\" role=\"img\" aria-label=\"{}\">"
-      "<text x=\"{}\" y=\"18\" class=\"t\">{}</text>",
-      W, H, Escape(title), L, Escape(title));
-  // Axes and ticks.
-  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"frame\"/>", L, T, W - L - R, H - T - B);
-  // y ticks: nice values (whole decades on a log axis), labelled as the dashboard does.
+  f->ly0 = !f->logy && f->y0 >= 0 ? std::max(0.0, ly0 - pad) : ly0 - pad;
+  f->ly1 = ly1 + pad;
+  return true;
+}
+
+// The frame, its grid and ticks (nice values, whole decades on a log axis, labelled as the
+// dashboard does) and the axis labels.
+std::string AxesSvg(const ChartFrame& f, const std::string& y_label) {
+  constexpr double W = ChartFrame::W, H = ChartFrame::H, L = ChartFrame::L, R = ChartFrame::R, T = ChartFrame::T,
+                   B = ChartFrame::B;
+  std::string svg =
+      fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"frame\"/>", L, T, W - L - R, H - T - B);
   std::vector<double> yt;
-  if (logy) {
-    for (double e = std::ceil(ly0); e <= ly1; e += std::max(1.0, std::ceil((ly1 - ly0) / 5))) yt.push_back(std::pow(10, e));
+  if (f.logy) {
+    for (double e = std::ceil(f.ly0); e <= f.ly1; e += std::max(1.0, std::ceil((f.ly1 - f.ly0) / 5))) {
+      yt.push_back(std::pow(10, e));
+    }
   } else {
-    yt = NiceTicks(ly0, ly1, 4);
+    yt = NiceTicks(f.ly0, f.ly1, 4);
   }
   const std::vector<std::string> ylabels = TickLabels(yt);
   for (size_t i = 0; i < yt.size(); ++i) {
-    const double y = py(yt[i]);
+    const double y = f.py(yt[i]);
     svg += fmt::format("<line x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\" class=\"grid\"/>", L, W - R, y, y);
     svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"ax\" text-anchor=\"end\">{}</text>", L - 4, y + 4,
                        ylabels[i]);
   }
-  const std::vector<double> xt = NiceTicks(x0, x1, 6, /*integer=*/true);
+  const std::vector<double> xt = NiceTicks(f.x0, f.x1, 6, /*integer=*/true);
   const std::vector<std::string> xlabels = TickLabels(xt);
   for (size_t i = 0; i < xt.size(); ++i) {
-    svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"ax\" text-anchor=\"middle\">{}</text>", px(xt[i]),
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"ax\" text-anchor=\"middle\">{}</text>", f.px(xt[i]),
                        H - B + 16, xlabels[i]);
   }
   svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"ax\">step</text>", W - R - 30, H - 4);
-  svg += fmt::format("<text x=\"8\" y=\"{}\" class=\"ax\">{}{}</text>", T - 6, Escape(y_label), logy ? " (log)" : "");
+  svg += fmt::format("<text x=\"8\" y=\"{}\" class=\"ax\">{}{}</text>", T - 6, Escape(y_label), f.logy ? " (log)" : "");
+  return svg;
+}
+
+// The findings' marks: a dashed line at a step or a band over a range, each labelled.
+std::string MarksSvg(const ChartFrame& f, const std::vector<Mark>& marks) {
+  constexpr double H = ChartFrame::H, T = ChartFrame::T, B = ChartFrame::B;
+  const double x0 = f.x0, x1 = f.x1;
+  auto px = [&](double x) { return f.px(x); };
+  std::string svg;
   // Finding labels in rows below the non-finite ticks: each in the first row where it clears
   // the labels already there (10 px text, about 6.2 px a character), on a white halo.
   std::vector<std::vector<std::pair<double, double>>> label_rows;
@@ -252,41 +275,66 @@ std::string LineChart(const std::string& title, std::vector<Line> lines, const s
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"mk\" fill=\"{}\" paint-order=\"stroke\" stroke=\"#fff\" "
                        "stroke-width=\"3\">{}</text>", left, T + 20 + 12 * static_cast<int>(row), m.color, Escape(m.label));
   }
-  double legend_x = L + 10;
-  for (const Line& l : lines) {
-    std::string path;
-    bool pen = false;
-    for (size_t i = 0; i < l.x.size(); ++i) {
-      if (!std::isfinite(l.y[i]) || (logy && l.y[i] <= 0)) {
-        pen = false;
-        continue;
-      }
-      path += fmt::format("{}{:.1f},{:.1f} ", pen ? "L" : "M", px(l.x[i]), py(l.y[i]));
-      pen = true;
+  return svg;
+}
+
+// One line: its path (broken at non-finite values), points when it has three or fewer, the
+// non-finite values as ticks on the top edge, and its legend entry at *legend_x.
+std::string LineSvg(const ChartFrame& f, const Line& l, double* legend_x) {
+  constexpr double H = ChartFrame::H, T = ChartFrame::T, B = ChartFrame::B;
+  const bool logy = f.logy;
+  auto px = [&](double x) { return f.px(x); };
+  auto py = [&](double y) { return f.py(y); };
+  std::string svg;
+  std::string path;
+  bool pen = false;
+  for (size_t i = 0; i < l.x.size(); ++i) {
+    if (!std::isfinite(l.y[i]) || (logy && l.y[i] <= 0)) {
+      pen = false;
+      continue;
     }
-    svg += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.3\"{}/>", path, l.color,
-                       l.dashed ? " stroke-dasharray=\"6 4\"" : "");
-    // A series of one to three values cannot be seen as a line: drawn as points.
-    size_t finite = 0;
-    for (double v : l.y) finite += std::isfinite(v) && !(logy && v <= 0);
-    if (finite <= 3) {
-      for (size_t i = 0; i < l.x.size(); ++i) {
-        if (!std::isfinite(l.y[i]) || (logy && l.y[i] <= 0)) continue;
-        svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"/>", px(l.x[i]), py(l.y[i]), l.color);
-      }
-    }
-    // Non-finite values: ticks on the top edge in the dashboard's non-finite colour (magenta,
-    // no run's; web/src/util.ts NONFINITE_COLOR).
-    for (size_t i = 0; i < l.x.size(); ++i) {
-      if (!std::isfinite(l.y[i])) {
-        svg += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#f0f\" stroke-width=\"2\"/>",
-                           px(l.x[i]), T, T + 8);
-      }
-    }
-    svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"lg\" fill=\"{}\">&#9632; {}</text>", legend_x, H - B - 6,
-                       l.color, Escape(l.name));
-    legend_x += 12 + 7.0 * static_cast<double>(l.name.size() + 2);
+    path += fmt::format("{}{:.1f},{:.1f} ", pen ? "L" : "M", px(l.x[i]), py(l.y[i]));
+    pen = true;
   }
+  svg += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.3\"{}/>", path, l.color,
+                     l.dashed ? " stroke-dasharray=\"6 4\"" : "");
+  // A series of one to three values cannot be seen as a line: drawn as points.
+  size_t finite = 0;
+  for (double v : l.y) finite += std::isfinite(v) && !(logy && v <= 0);
+  if (finite <= 3) {
+    for (size_t i = 0; i < l.x.size(); ++i) {
+      if (!std::isfinite(l.y[i]) || (logy && l.y[i] <= 0)) continue;
+      svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"/>", px(l.x[i]), py(l.y[i]), l.color);
+    }
+  }
+  // Non-finite values: ticks on the top edge in the dashboard's non-finite colour (magenta,
+  // no run's; web/src/util.ts NONFINITE_COLOR).
+  for (size_t i = 0; i < l.x.size(); ++i) {
+    if (!std::isfinite(l.y[i])) {
+      svg += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#f0f\" stroke-width=\"2\"/>",
+                         px(l.x[i]), T, T + 8);
+    }
+  }
+  svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"lg\" fill=\"{}\">&#9632; {}</text>", *legend_x, H - B - 6,
+                     l.color, Escape(l.name));
+  *legend_x += 12 + 7.0 * static_cast<double>(l.name.size() + 2);
+  return svg;
+}
+
+}  // namespace
+
+std::string LineChart(const std::string& title, std::vector<Line> lines, const std::vector<Mark>& marks,
+                      const std::string& y_label) {
+  ChartFrame frame;
+  if (!FitFrame(&lines, &frame)) return "";
+  std::string svg = fmt::format(
+      "<svg viewBox=\"0 0 {} {}\" width=\"100%\" role=\"img\" aria-label=\"{}\">"
+      "<text x=\"{}\" y=\"18\" class=\"t\">{}</text>",
+      ChartFrame::W, ChartFrame::H, Escape(title), ChartFrame::L, Escape(title));
+  svg += AxesSvg(frame, y_label);
+  svg += MarksSvg(frame, marks);
+  double legend_x = ChartFrame::L + 10;
+  for (const Line& l : lines) svg += LineSvg(frame, l, &legend_x);
   return svg + "</svg>";
 }
 
