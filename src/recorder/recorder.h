@@ -157,6 +157,8 @@ class Recorder {
   std::string DropsJsonLocked() const;
   std::string GapsJsonLocked() const;
   Status CreateStore();  // writer: the store Open could not create
+  Status WriteToStore(WriteBatch& batch,  // writer: one try at meta, new series, kept findings, the batch
+                      const std::vector<std::pair<std::string, std::string>>& meta);
   bool QueueFull() const;
   double Now() const;
   uint32_t InternLocked(std::string_view tag, SeriesKind kind, Status* status);

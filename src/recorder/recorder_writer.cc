@@ -133,64 +133,14 @@ void Recorder::WriteOnce(bool last) {
     if (last && store_failing_) ReleaseReserve();
     s = Status::IOError(run_dir_ + ": the run store is failing (" + fault_cause_ + "); not written");
   } else {
-    auto try_write = [&]() -> Status {
-      Status w;
-      if (!store_) w = CreateStore();
-      for (const auto& [key, value] : write_meta) {
-        if (w.ok()) w = store_->SetMetaValue(key, value);
-      }
-      // Every series the store has not made yet: the new ones, and those a failed write left.
-      std::vector<std::pair<std::string, SeriesKind>> unmade;
-      std::vector<size_t> unmade_ids;
-      for (size_t i = 0; i < store_ids_.size(); ++i) {
-        if (store_ids_[i] != 0) continue;
-        unmade.emplace_back(writer_tags_[i], writer_kinds_[i]);
-        unmade_ids.push_back(i);
-      }
-      if (w.ok() && !unmade.empty()) {
-        std::vector<int64_t> made;
-        w = store_->EnsureSeriesAll(unmade, &made);
-        for (size_t k = 0; w.ok() && k < made.size(); ++k) store_ids_[unmade_ids[k]] = made[k];
-      }
-      if (w.ok() && !unwritten_findings_.empty()) {
-        WriteBatch kept;
-        kept.findings = std::move(unwritten_findings_);
-        unwritten_findings_.clear();
-        w = store_->Write(kept);
-        if (!w.ok()) unwritten_findings_ = std::move(kept.findings);
-      }
-      if (w.ok()) {
-        // The store wants its own series ids, the observers the recorder's: the ids are
-        // swapped in for the write and back after it, so an observer can take the batch
-        // itself rather than a copy.
-        std::vector<int64_t> recorder_ids;
-        recorder_ids.reserve(batch.scalars.size() + batch.tensor_stats.size() + batch.vectors.size());
-        auto map_ids = [&](auto& records) {
-          for (auto& r : records) {
-            recorder_ids.push_back(r.series_id);
-            r.series_id = store_ids_[static_cast<size_t>(r.series_id)];
-          }
-        };
-        map_ids(batch.scalars);
-        map_ids(batch.tensor_stats);
-        map_ids(batch.vectors);
-        w = store_->Write(batch);
-        size_t at = 0;
-        auto unmap = [&](auto& records) {
-          for (auto& r : records) r.series_id = recorder_ids[at++];
-        };
-        unmap(batch.scalars);
-        unmap(batch.tensor_stats);
-        unmap(batch.vectors);
-      }
-      return w;
-    };
     // A full WAL folds into the file and gives its space (or its length, under a file size
     // limit) back: the WAL grows up to 1000 pages between checkpoints, which on a nearly
     // full disk is what fills it. After that, the write is tried once more at once.
     if (store_failing_ && store_) (void)store_->Checkpoint();
-    s = try_write();
-    if (!s.ok() && store_ && store_->last_fault() == "disk full" && store_->Checkpoint().ok()) s = try_write();
+    s = WriteToStore(batch, write_meta);
+    if (!s.ok() && store_ && store_->last_fault() == "disk full" && store_->Checkpoint().ok()) {
+      s = WriteToStore(batch, write_meta);
+    }
     if (!s.ok()) cause = store_ ? store_->last_fault() : create_fault_;
     if (cause.empty()) cause = "I/O error";
     last_commit_ = now;
@@ -205,6 +155,61 @@ void Recorder::WriteOnce(bool last) {
     for (RecorderObserver* observer : commit_order_) observer->OnCommit(commit);
   }
   if (s.ok() && store_failing_) NoteStoreRecovered();
+}
+
+// One try at writing meta and batch: the store made if it is not yet, the series it has not
+// made, the findings an earlier failed write kept, then the batch.
+Status Recorder::WriteToStore(WriteBatch& batch, const std::vector<std::pair<std::string, std::string>>& meta) {
+  Status w;
+  if (!store_) w = CreateStore();
+  for (const auto& [key, value] : meta) {
+    if (w.ok()) w = store_->SetMetaValue(key, value);
+  }
+  // Every series the store has not made yet: the new ones, and those a failed write left.
+  std::vector<std::pair<std::string, SeriesKind>> unmade;
+  std::vector<size_t> unmade_ids;
+  for (size_t i = 0; i < store_ids_.size(); ++i) {
+    if (store_ids_[i] != 0) continue;
+    unmade.emplace_back(writer_tags_[i], writer_kinds_[i]);
+    unmade_ids.push_back(i);
+  }
+  if (w.ok() && !unmade.empty()) {
+    std::vector<int64_t> made;
+    w = store_->EnsureSeriesAll(unmade, &made);
+    for (size_t k = 0; w.ok() && k < made.size(); ++k) store_ids_[unmade_ids[k]] = made[k];
+  }
+  if (w.ok() && !unwritten_findings_.empty()) {
+    WriteBatch kept;
+    kept.findings = std::move(unwritten_findings_);
+    unwritten_findings_.clear();
+    w = store_->Write(kept);
+    if (!w.ok()) unwritten_findings_ = std::move(kept.findings);
+  }
+  if (w.ok()) {
+    // The store wants its own series ids, the observers the recorder's: the ids are
+    // swapped in for the write and back after it, so an observer can take the batch
+    // itself rather than a copy.
+    std::vector<int64_t> recorder_ids;
+    recorder_ids.reserve(batch.scalars.size() + batch.tensor_stats.size() + batch.vectors.size());
+    auto map_ids = [&](auto& records) {
+      for (auto& r : records) {
+        recorder_ids.push_back(r.series_id);
+        r.series_id = store_ids_[static_cast<size_t>(r.series_id)];
+      }
+    };
+    map_ids(batch.scalars);
+    map_ids(batch.tensor_stats);
+    map_ids(batch.vectors);
+    w = store_->Write(batch);
+    size_t at = 0;
+    auto unmap = [&](auto& records) {
+      for (auto& r : records) r.series_id = recorder_ids[at++];
+    };
+    unmap(batch.scalars);
+    unmap(batch.tensor_stats);
+    unmap(batch.vectors);
+  }
+  return w;
 }
 
 void Recorder::NoteStoreFault(const Status& s, const std::string& cause) {
