@@ -7,7 +7,6 @@
 #include "doctor/detectors/activations.h"
 #include "doctor/detectors/early_steps.h"
 #include "doctor/detectors/gradients.h"
-#include "doctor/detectors/log_quality.h"
 #include "doctor/detectors/loss_curve.h"
 #include "doctor/detectors/nonfinite.h"
 #include "doctor/detectors/numerics.h"
@@ -17,6 +16,9 @@
 #include "doctor/doctor.h"
 
 namespace trainscope::doctor {
+
+std::unique_ptr<Detector> MakeDuplicateStepsDetector();  // log_quality.cc
+std::unique_ptr<Detector> MakeRunExitDetector();         // log_quality.cc
 
 std::vector<std::unique_ptr<Detector>> MakeDetectors(const DoctorOptions&) {
   std::vector<std::unique_ptr<Detector>> all;
@@ -55,8 +57,8 @@ std::vector<std::unique_ptr<Detector>> MakeDetectors(const DoctorOptions&) {
 #ifdef TRAINSCOPE_WITH_NUMERICS
   all.push_back(std::make_unique<PrecisionFitDetector>());
 #endif
-  all.push_back(std::make_unique<DuplicateStepsDetector>());
-  all.push_back(std::make_unique<RunExitDetector>());
+  all.push_back(MakeDuplicateStepsDetector());
+  all.push_back(MakeRunExitDetector());
   return all;
 }
 

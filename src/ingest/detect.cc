@@ -108,7 +108,8 @@ bool ParseFormatName(std::string_view name, Format* format) {
 Status DetectFormatFromPrefix(std::string_view prefix, const std::string& name, bool whole_file, Format* format) {
   *format = Format::kUnknown;
   if (prefix.empty()) return Status::Corruption(name + ": empty file (expected an event file, a JSON, CSV or text log)");
-  // A signature of one format (a store, an event file, a W&B datastore) decides at once.
+  // A format with a signature of its own (formats.cc: a store, an event file, a W&B
+  // datastore) decides at once, in table order.
   for (const FormatEntry& f : Formats()) {
     if (f.sniff != nullptr && f.sniff(prefix)) {
       *format = f.format;
