@@ -41,7 +41,10 @@ Status ReadTfEvents(const ImportSource& source, SampleSink* sink, ImportStats* s
   return Status::Ok();
 }
 
-bool LooksLikeSqlite(std::string_view prefix) { return prefix.size() >= 16 && prefix.substr(0, 15) == "SQLite format 3"; }
+// A trainscope store: an SQLite file, by its header.
+bool LooksLikeSqlite(std::string_view prefix) {
+  return prefix.size() >= 16 && prefix.substr(0, 15) == "SQLite format 3";
+}
 
 bool LooksLikeWandbDatastore(std::string_view prefix) {
   return prefix.size() >= 7 && prefix.substr(0, 4) == ":W&B" && static_cast<unsigned char>(prefix[4]) == 0xE1 &&

@@ -25,7 +25,8 @@ struct FormatEntry {
   bool (*is_run_folder)(const std::string& dir) = nullptr;
   // Reads one source (a file; tfevents: the run's event files) into sink; nullptr: not
   // importable (a trainscope store is opened, not imported).
-  Status (*read)(const ImportSource& source, SampleSink* sink, ImportStats* stats, const ImportOptions& options) = nullptr;
+  Status (*read)(const ImportSource& source, SampleSink* sink, ImportStats* stats,
+                 const ImportOptions& options) = nullptr;
 };
 
 // Every format, kUnknown excluded, in the order their sniffs and folder tests are tried.
