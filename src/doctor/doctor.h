@@ -28,51 +28,13 @@
 
 #include "core/run_data.h"
 #include "doctor/detector.h"
-#include "doctor/detectors/activations.h"
-#include "doctor/detectors/early_steps.h"
-#include "doctor/detectors/gradients.h"
-#include "doctor/detectors/log_quality.h"
-#include "doctor/detectors/loss_curve.h"
-#include "doctor/detectors/nonfinite.h"
-#include "doctor/detectors/numerics.h"
-#include "doctor/detectors/system.h"
-#include "doctor/detectors/target_leak.h"
-#include "doctor/detectors/validation.h"
 
 namespace trainscope::doctor {
 
+// The doctor's own options. A detector's thresholds are its own: an Options struct with
+// its defaults and the reasons for them, beside its class (docs/doctor.md); the registry
+// builds every detector with them.
 struct DoctorOptions {
-  NonFiniteOptions nonfinite;
-  LossSpikeOptions loss_spike;
-  DivergenceOptions divergence;
-  PlateauOptions plateau;
-  OscillationOptions oscillation;
-  NegativeLossOptions negative_loss;
-  LossMagnitudeOptions loss_magnitude;
-  OverfittingOptions overfitting;
-  MetricStallOptions metric_stall;
-  MetricImbalanceOptions metric_imbalance;
-  GradExplosionOptions grad_explosion;
-  GradVanishingOptions grad_vanishing;
-  GradNotZeroedOptions grad_not_zeroed;
-  UpdateRatioOptions update_ratio;
-  WeightSymmetryOptions weight_symmetry;
-  NormScaleOptions norm_scale;
-  LrAnomalyOptions lr_anomaly;
-  DeadUnitsOptions dead_units;
-  SaturationOptions saturation;
-  ActivationDriftOptions activation_drift;
-  InputScaleOptions input_scale;
-  BatchNormBatchOptions batchnorm_batch;
-  DataloaderOptions dataloader;
-  PageFaultOptions page_faults;
-  MemoryLeakOptions memory_leak;
-  ThroughputOptions throughput;
-  Fp16OverflowOptions fp16_overflow;
-  PrecisionFitOptions precision_fit;
-  EarlyBlowupOptions early_blowup;
-  TargetLeakOptions target_leak;
-
   // Steps of every statistic kept for the evidence of a finding.
   size_t flight_recorder_steps = 32;
   // true: judge steps as they complete (online). false: keep everything until Finish()
@@ -95,7 +57,8 @@ struct DoctorOptions {
   std::function<void(const Finding&)> on_finding;
 };
 
-// The registry (registry.cc): every detector, once, in the order they judge a step.
+// The registry (registry.cc): every detector, once, in the order they judge a step, each
+// with its own thresholds (`options` sets none of them).
 std::vector<std::unique_ptr<Detector>> MakeDetectors(const DoctorOptions& options);
 
 // A check the doctor could not run on this run, and why (e.g. a loss-only imported log).

@@ -9,11 +9,8 @@
 #include "ingest/csv_reader.h"
 #include "ingest/formats.h"
 #include "ingest/mapped_file.h"
-#include "ingest/mlflow_reader.h"
-#include "ingest/wandb_reader.h"
 #include "ingest/parse_util.h"
 #include "ingest/text_log_reader.h"
-#include "ingest/tfrecord.h"
 
 namespace trainscope::ingest {
 
@@ -78,11 +75,6 @@ bool LooksLikeCsvHeader(std::string_view line) {
   return cells >= 2 && longest <= 80;
 }
 
-bool LooksLikeWandbDatastore(std::string_view prefix) {
-  return prefix.size() >= 7 && prefix.substr(0, 4) == ":W&B" && static_cast<unsigned char>(prefix[4]) == 0xE1 &&
-         static_cast<unsigned char>(prefix[5]) == 0xBE;
-}
-
 // A Chrome trace written by the PyTorch profiler (Kineto): "traceEvents" and one of Kineto's
 // marks. (perf/trace_reader.cc reads such files; ingest does not depend on perf.)
 bool LooksLikeProfilerTrace(std::string_view text) {
@@ -116,18 +108,16 @@ bool ParseFormatName(std::string_view name, Format* format) {
 Status DetectFormatFromPrefix(std::string_view prefix, const std::string& name, bool whole_file, Format* format) {
   *format = Format::kUnknown;
   if (prefix.empty()) return Status::Corruption(name + ": empty file (expected an event file, a JSON, CSV or text log)");
-  if (prefix.size() >= 16 && prefix.substr(0, 15) == "SQLite format 3") {
-    *format = Format::kTrainscopeStore;
-    return Status::Ok();
+  // A format with a signature of its own (formats.cc: a store, an event file, a W&B
+  // datastore) decides at once, in table order.
+  for (const FormatEntry& f : Formats()) {
+    if (f.sniff != nullptr && f.sniff(prefix)) {
+      *format = f.format;
+      return Status::Ok();
+    }
   }
-  if (LooksLikeTfRecord(prefix)) {
-    *format = Format::kTfEvents;
-    return Status::Ok();
-  }
-  if (LooksLikeWandbDatastore(prefix)) {
-    *format = Format::kWandb;
-    return Status::Ok();
-  }
+  // The rest is told apart by precedence, in this order: JSON (JSONL before a trainer state
+  // or golden-values object), then CSV, then text logs, whose line tests CSV shares.
   std::string_view text = prefix;
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // UTF-8 byte order mark
   const std::string_view trimmed = Trim(text);
@@ -274,7 +264,13 @@ Status DetectFormatFromPrefix(std::string_view prefix, const std::string& name, 
 Status DetectFormat(const std::string& path, Format* format) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
-    *format = IsMlflowRunFolder(path) ? Format::kMlflow : IsWandbRunFolder(path) ? Format::kWandb : Format::kUnknown;
+    *format = Format::kUnknown;
+    for (const FormatEntry& f : Formats()) {
+      if (f.is_run_folder != nullptr && f.is_run_folder(path)) {
+        *format = f.format;
+        break;
+      }
+    }
     return Status::Ok();
   }
   std::string prefix;

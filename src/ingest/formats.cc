@@ -8,6 +8,7 @@
 #include "ingest/mlflow_reader.h"
 #include "ingest/text_log_reader.h"
 #include "ingest/tfevents_reader.h"
+#include "ingest/tfrecord.h"
 #include "ingest/wandb_reader.h"
 
 namespace trainscope::ingest {
@@ -40,41 +41,64 @@ Status ReadTfEvents(const ImportSource& source, SampleSink* sink, ImportStats* s
   return Status::Ok();
 }
 
+// A trainscope store: an SQLite file, by its header.
+bool LooksLikeSqlite(std::string_view prefix) {
+  return prefix.size() >= 16 && prefix.substr(0, 15) == "SQLite format 3";
+}
+
+bool LooksLikeWandbDatastore(std::string_view prefix) {
+  return prefix.size() >= 7 && prefix.substr(0, 4) == ":W&B" && static_cast<unsigned char>(prefix[4]) == 0xE1 &&
+         static_cast<unsigned char>(prefix[5]) == 0xBE;
+}
+
 }  // namespace
 
 const std::vector<FormatEntry>& Formats() {
   static const std::vector<FormatEntry> formats = {
-      {Format::kTrainscopeStore, "trainscope", {}, nullptr},
-      {Format::kTfEvents, "tfevents", {}, ReadTfEvents},
-      {Format::kHfTrainerState, "hf_trainer_state", {},
-       [](const ImportSource& src, SampleSink* sink, ImportStats* stats, const ImportOptions&) {
+      {.format = Format::kTrainscopeStore, .name = "trainscope", .sniff = LooksLikeSqlite},
+      {.format = Format::kTfEvents, .name = "tfevents", .sniff = LooksLikeTfRecord, .read = ReadTfEvents},
+      {.format = Format::kHfTrainerState,
+       .name = "hf_trainer_state",
+       .read = [](const ImportSource& src, SampleSink* sink, ImportStats* stats, const ImportOptions&) {
          return ReadWholeJson(src.path, Format::kHfTrainerState, sink, stats);
        }},
-      {Format::kMegatronGolden, "megatron_golden", {},
-       [](const ImportSource& src, SampleSink* sink, ImportStats* stats, const ImportOptions&) {
+      {.format = Format::kMegatronGolden,
+       .name = "megatron_golden",
+       .read = [](const ImportSource& src, SampleSink* sink, ImportStats* stats, const ImportOptions&) {
          return ReadWholeJson(src.path, Format::kMegatronGolden, sink, stats);
        }},
-      {Format::kJsonl, "jsonl", {},
-       [](const ImportSource& src, SampleSink* sink, ImportStats* stats, const ImportOptions& o) {
+      {.format = Format::kJsonl,
+       .name = "jsonl",
+       .read = [](const ImportSource& src, SampleSink* sink, ImportStats* stats, const ImportOptions& o) {
          return ReadJsonl(src.path, sink, stats, o.progress);
        }},
-      {Format::kCsv, "csv", {},
-       [](const ImportSource& src, SampleSink* sink, ImportStats* stats, const ImportOptions& o) {
+      {.format = Format::kCsv,
+       .name = "csv",
+       .read = [](const ImportSource& src, SampleSink* sink, ImportStats* stats, const ImportOptions& o) {
          return ReadCsv(src.path, sink, stats, o.progress);
        }},
-      {Format::kTextLog, "text_log", {"text", "log"},
-       [](const ImportSource& src, SampleSink* sink, ImportStats* stats, const ImportOptions& o) {
+      {.format = Format::kTextLog,
+       .name = "text_log",
+       .aliases = {"text", "log"},
+       .read = [](const ImportSource& src, SampleSink* sink, ImportStats* stats, const ImportOptions& o) {
          return ReadTextLog(src.path, sink, stats, o.progress);
        }},
-      // A W&B run folder (or a lone run-*.wandb datastore): wandb_reader.h.
-      {Format::kWandb, "wandb", {"wandb_run", "wandb_datastore"},
-       [](const ImportSource& src, SampleSink* sink, ImportStats* stats, const ImportOptions&) {
-         return ReadWandbRun(src.path, sink, stats);
-       }},
-      // An MLflow file-store run folder: mlflow_reader.h.
-      {Format::kMlflow, "mlflow", {"mlflow_run"},
-       [](const ImportSource& src, SampleSink* sink, ImportStats* stats, const ImportOptions&) {
+      // An MLflow file-store run folder: mlflow_reader.h. Its folder test goes before W&B's.
+      {.format = Format::kMlflow,
+       .name = "mlflow",
+       .aliases = {"mlflow_run"},
+       .is_run_folder = IsMlflowRunFolder,
+       .read = [](const ImportSource& src, SampleSink* sink, ImportStats* stats, const ImportOptions&) {
          return ReadMlflowRun(src.path, sink, stats);
+       }},
+      // A W&B run folder, or a lone run-*.wandb datastore: wandb_reader.h.
+      {.format = Format::kWandb,
+       .name = "wandb",
+       .aliases = {"wandb_run", "wandb_datastore"},
+       .sniff = LooksLikeWandbDatastore,
+       .is_run_folder = IsWandbRunFolder,
+       .read = [](const ImportSource& src, SampleSink* sink, ImportStats* stats, const ImportOptions&) {
+         return ReadWandbRun(src.path, sink, stats);
        }},
   };
   return formats;
