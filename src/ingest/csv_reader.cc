@@ -55,6 +55,25 @@ void SplitCsvLine(std::string_view line, char delimiter, std::vector<std::string
   }
 }
 
+namespace {
+
+// The column of the step: the first of the usual step names, else an epoch column, else -1
+// (the row index is the step).
+int StepColumn(const std::vector<std::string>& header) {
+  for (const char* key : {"step", "global_step", "iteration", "iter", "_step", "trainer/global_step"}) {
+    for (size_t i = 0; i < header.size(); ++i) {
+      if (EqualsIgnoreCase(header[i], key)) return static_cast<int>(i);
+    }
+  }
+  int epoch_col = -1;
+  for (size_t i = 0; i < header.size(); ++i) {
+    if (EqualsIgnoreCase(header[i], "epoch")) epoch_col = static_cast<int>(i);
+  }
+  return epoch_col;
+}
+
+}  // namespace
+
 Status ReadCsvLines(LineReader& lines, SampleSink* sink, ImportStats* stats) {
   stats->format = "csv";
   std::string_view line;
@@ -77,17 +96,7 @@ Status ReadCsvLines(LineReader& lines, SampleSink* sink, ImportStats* stats) {
   std::vector<std::string> header;
   for (std::string_view c : cells) header.emplace_back(Trim(c));
   const size_t width = header.size();
-  int step_col = -1, epoch_col = -1;
-  for (const char* key : {"step", "global_step", "iteration", "iter", "_step", "trainer/global_step"}) {
-    for (size_t i = 0; i < width && step_col < 0; ++i) {
-      if (EqualsIgnoreCase(header[i], key)) step_col = static_cast<int>(i);
-    }
-  }
-  for (size_t i = 0; i < width; ++i) {
-    if (EqualsIgnoreCase(header[i], "epoch")) epoch_col = static_cast<int>(i);
-  }
-  const bool step_is_epoch = step_col < 0 && epoch_col >= 0;
-  if (step_is_epoch) step_col = epoch_col;
+  const int step_col = StepColumn(header);
   std::vector<bool> usable(width, true);
   for (size_t i = 0; i < width; ++i) {
     Status s = ValidateTag(header[i]);

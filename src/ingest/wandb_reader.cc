@@ -229,6 +229,58 @@ std::string Json(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 }  // namespace
 
+namespace {
+
+// Whole records from the chunks that carry them: one FULL chunk, or FIRST, MIDDLE..., LAST (the
+// LevelDB log layout). A chunk out of that order counts as damaged.
+struct RecordAssembler {
+  std::string pending;  // a record split over FIRST/MIDDLE chunks
+  bool in_record = false;
+  void Reset() {
+    pending.clear();
+    in_record = false;
+  }
+  // The chunk of `type` at `offset`: a record it completes goes to parser.
+  Status Add(uint8_t type, std::string_view data, size_t offset, const std::string& name, DatastoreParser& parser,
+             ImportStats* stats) {
+    switch (type) {
+      case kFull:
+        if (in_record) ++stats->damaged;  // a FIRST without its LAST
+        in_record = false;
+        pending.clear();
+        parser.Record(data);
+        break;
+      case kFirst:
+        if (in_record) ++stats->damaged;
+        pending.assign(data);
+        in_record = true;
+        break;
+      case kMiddle:
+      case kLast:
+        if (!in_record) {
+          ++stats->damaged;
+          stats->Warn(name + ": offset " + std::to_string(offset) +
+                      ": a continuation chunk without the start of its record; skipped");
+          break;
+        }
+        if (pending.size() + data.size() > kMaxRecordBytes) {
+          return Status::Corruption(name + ": a record over 256 MiB at offset " +
+                                    std::to_string(offset + kChunkHeader + data.size()));
+        }
+        pending.append(data);
+        if (type == kLast) {
+          parser.Record(pending);
+          pending.clear();
+          in_record = false;
+        }
+        break;
+    }
+    return Status::Ok();
+  }
+};
+
+}  // namespace
+
 Status ReadWandbDatastore(std::string_view bytes, const std::string& name, SampleSink* sink, ImportStats* stats) {
   if (stats->format.empty()) stats->format = "wandb/datastore";
   if (bytes.size() < kFileHeader || bytes.substr(0, 4) != ":W&B" || static_cast<unsigned char>(bytes[4]) != 0xE1 ||
@@ -240,8 +292,7 @@ Status ReadWandbDatastore(std::string_view bytes, const std::string& name, Sampl
                               ", expected 0");
   }
   DatastoreParser parser(name, sink, stats);
-  std::string pending;  // a record split over FIRST/MIDDLE chunks
-  bool in_record = false;
+  RecordAssembler records;
   size_t pos = kFileHeader;
   std::string cut;  // why the read stopped before the end, if it did
   while (pos < bytes.size()) {
@@ -270,8 +321,7 @@ Status ReadWandbDatastore(std::string_view bytes, const std::string& name, Sampl
       ++stats->damaged;
       stats->Warn(name + ": offset " + std::to_string(pos) + ": a chunk of " + std::to_string(length) +
                   " bytes does not fit in its 32 KiB block; rest of the block skipped");
-      pending.clear();
-      in_record = false;
+      records.Reset();
       pos += left_in_block;
       continue;
     }
@@ -286,45 +336,15 @@ Status ReadWandbDatastore(std::string_view bytes, const std::string& name, Sampl
       stats->Warn(name + ": offset " + std::to_string(pos) + ": chunk " +
                   (type < kFull || type > kLast ? "of unknown type " + std::to_string(type) : std::string("CRC mismatch")) +
                   "; rest of the block skipped");
-      pending.clear();
-      in_record = false;
+      records.Reset();
       pos += left_in_block;
       continue;
     }
     pos += kChunkHeader + length;
-    switch (type) {
-      case kFull:
-        if (in_record) ++stats->damaged;  // a FIRST without its LAST
-        in_record = false;
-        pending.clear();
-        parser.Record(data);
-        break;
-      case kFirst:
-        if (in_record) ++stats->damaged;
-        pending.assign(data);
-        in_record = true;
-        break;
-      case kMiddle:
-      case kLast:
-        if (!in_record) {
-          ++stats->damaged;
-          stats->Warn(name + ": offset " + std::to_string(pos - kChunkHeader - length) +
-                      ": a continuation chunk without the start of its record; skipped");
-          break;
-        }
-        if (pending.size() + data.size() > kMaxRecordBytes) {
-          return Status::Corruption(name + ": a record over 256 MiB at offset " + std::to_string(pos));
-        }
-        pending.append(data);
-        if (type == kLast) {
-          parser.Record(pending);
-          pending.clear();
-          in_record = false;
-        }
-        break;
-    }
+    Status s = records.Add(type, data, pos - kChunkHeader - length, name, parser, stats);
+    if (!s.ok()) return s;
   }
-  if (cut.empty() && in_record) cut = "a record begun but not finished at the end of the file";
+  if (cut.empty() && records.in_record) cut = "a record begun but not finished at the end of the file";
   stats->bytes += std::min(pos, bytes.size());
   stats->resume_offset = pos;
   parser.Finish();
@@ -404,6 +424,45 @@ bool IsWandbRunFolder(const std::string& dir) {
   return false;
 }
 
+namespace {
+
+// A run folder's summary and config (newer than the datastore's copies, if any) into meta,
+// and its system metrics counted (a time, no step: not imported); each file listed in sources.
+void ReadSideFiles(const fs::path& base, const std::string& path, SampleSink* sink, ImportStats* stats, json* sources) {
+  std::error_code ec;
+  std::unique_ptr<MappedFile> file;
+  const fs::path summary = base / "wandb-summary.json";
+  if (IsFile(summary) && MappedFile::Open(summary.string(), &file).ok()) {
+    json j;
+    Status s = ParseLenientJson(file->view(), summary.string(), &j);
+    if (s.ok() && j.is_object()) sink->OnMeta("wandb_summary", Json(j));
+    else stats->Warn(s.ok() ? summary.string() + ": expected a JSON object" : s.message());
+    sources->push_back({{"file", fs::relative(summary, path, ec).string()}, {"kind", "summary"}, {"error", s.ok() ? "" : s.message()}});
+    ++stats->records;
+  }
+  const fs::path config = base / "config.yaml";
+  if (IsFile(config) && MappedFile::Open(config.string(), &file).ok()) {
+    std::string config_json;
+    Status s = ParseWandbConfig(file->view(), config.string(), &config_json);
+    if (s.ok()) sink->OnMeta("config", config_json);
+    else stats->Warn(s.message());
+    sources->push_back({{"file", fs::relative(config, path, ec).string()}, {"kind", "config"}, {"error", s.ok() ? "" : s.message()}});
+    ++stats->records;
+  }
+  const fs::path events = base / "wandb-events.jsonl";
+  if (IsFile(events)) {
+    RunData system;
+    ImportStats system_stats;
+    Status s = ReadJsonl(events.string(), &system, &system_stats);
+    stats->skipped_values += system_stats.scalars;  // system metrics: a time, no step
+    stats->records += system_stats.records;
+    sources->push_back({{"file", fs::relative(events, path, ec).string()}, {"kind", "system"}, {"points", system_stats.scalars},
+                       {"used", false}, {"error", s.ok() ? "" : s.message()}});
+  }
+}
+
+}  // namespace
+
 Status ReadWandbRun(const std::string& path, SampleSink* sink, ImportStats* stats) {
   std::error_code ec;
   if (!fs::is_directory(path, ec)) {
@@ -470,36 +529,7 @@ Status ReadWandbRun(const std::string& path, SampleSink* sink, ImportStats* stat
     stats->scalars = chosen->stats.scalars;
     stats->skipped_values += chosen->stats.skipped_values;
   }
-  // Summary and config files (the datastore's copies, if any, are older than these).
-  std::unique_ptr<MappedFile> file;
-  const fs::path summary = base / "wandb-summary.json";
-  if (IsFile(summary) && MappedFile::Open(summary.string(), &file).ok()) {
-    json j;
-    Status s = ParseLenientJson(file->view(), summary.string(), &j);
-    if (s.ok() && j.is_object()) sink->OnMeta("wandb_summary", Json(j));
-    else stats->Warn(s.ok() ? summary.string() + ": expected a JSON object" : s.message());
-    sources.push_back({{"file", fs::relative(summary, path, ec).string()}, {"kind", "summary"}, {"error", s.ok() ? "" : s.message()}});
-    ++stats->records;
-  }
-  const fs::path config = base / "config.yaml";
-  if (IsFile(config) && MappedFile::Open(config.string(), &file).ok()) {
-    std::string config_json;
-    Status s = ParseWandbConfig(file->view(), config.string(), &config_json);
-    if (s.ok()) sink->OnMeta("config", config_json);
-    else stats->Warn(s.message());
-    sources.push_back({{"file", fs::relative(config, path, ec).string()}, {"kind", "config"}, {"error", s.ok() ? "" : s.message()}});
-    ++stats->records;
-  }
-  const fs::path events = base / "wandb-events.jsonl";
-  if (IsFile(events)) {
-    RunData system;
-    ImportStats system_stats;
-    Status s = ReadJsonl(events.string(), &system, &system_stats);
-    stats->skipped_values += system_stats.scalars;  // system metrics: a time, no step
-    stats->records += system_stats.records;
-    sources.push_back({{"file", fs::relative(events, path, ec).string()}, {"kind", "system"}, {"points", system_stats.scalars},
-                       {"used", false}, {"error", s.ok() ? "" : s.message()}});
-  }
+  ReadSideFiles(base, path, sink, stats, &sources);
   sink->OnMeta("wandb_sources", Json(sources));
   if (!chosen) {
     std::string why;
