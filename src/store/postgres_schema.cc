@@ -5,12 +5,16 @@
 #include "store/postgres_schema.h"
 
 #include <string>
+#include <string_view>
+
+#include "core/measured_stats.h"
 
 namespace trainscope {
 
 namespace {
 
-// Migration k (from 1) brings the schema from version k-1 to k.
+// Migration k (from 1) brings the schema from version k-1 to k. After these come the
+// measured statistics added since (MeasuredMigration).
 //
 // The bulk tables (scalar_chunk, tensor_stats, vector, span) are partitioned by run: a run's
 // rows are whole tables (PartitionsSql), dropped or detached to move in one statement,
@@ -38,7 +42,7 @@ CREATE TABLE tensor_stats(
   run_id bigint NOT NULL, id bigserial, series_id bigint NOT NULL, step bigint NOT NULL,
   wall_time double precision NOT NULL, numel bigint, nan bigint, inf bigint, zeros bigint,
   min double precision, max double precision, sum double precision, sum_squares double precision,
-  abs_max double precision, dead_fraction double precision, saturated_fraction double precision,
+  abs_max double precision, @FIRST_MEASURED@
   histogram bytea, crc bigint NOT NULL) PARTITION BY LIST (run_id);
 CREATE INDEX tensor_stats_by_series ON tensor_stats(run_id, series_id, step, id);
 CREATE TABLE vector(
@@ -72,7 +76,32 @@ ALTER TABLE vector ALTER COLUMN data SET STORAGE EXTERNAL;
 )sql",
 };
 
-constexpr int kKnownVersion = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
+constexpr int kFixedMigrations = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
+// A version per measured statistic (data/tensor_stats.json) that is not in the first schema:
+// a database migrated before a statistic existed gains its column (NULL: not measured).
+constexpr int kKnownVersion =
+    kFixedMigrations + static_cast<int>(tensor_stats::kMeasuredCount - tensor_stats::FirstSchemaCount());
+
+// The SQL that brings the schema from version `from` to from + 1.
+std::string Migration(int from) {
+  if (from < kFixedMigrations) {
+    std::string sql = kMigrations[from];
+    if (const size_t at = sql.find("@FIRST_MEASURED@"); at != std::string::npos) {
+      std::string columns;
+      for (const tensor_stats::MeasuredStat* stat : tensor_stats::kMeasured) {
+        if (stat->first_schema) columns += std::string(stat->name) + " double precision, ";
+      }
+      sql.replace(at, std::string_view("@FIRST_MEASURED@").size(), columns);
+    }
+    return sql;
+  }
+  int later = kFixedMigrations;
+  for (const tensor_stats::MeasuredStat* stat : tensor_stats::kMeasured) {
+    if (stat->first_schema || later++ != from) continue;
+    return "ALTER TABLE tensor_stats ADD COLUMN " + std::string(stat->name) + " double precision";
+  }
+  return {};
+}
 
 // Any constant: the key of the advisory lock that serialises migrations.
 constexpr const char* kMigrationLock = "SELECT pg_advisory_xact_lock(7471727)";
@@ -114,7 +143,7 @@ Status MigrateSchema(PgConnection* db) {
                                 std::to_string(current) + ", newer than this trainscope knows (" +
                                 std::to_string(kKnownVersion) + "): upgrade trainscope to use it");
   }
-  for (int v = current; s.ok() && v < kKnownVersion; ++v) s = db->Exec(kMigrations[v], "migrate schema");
+  for (int v = current; s.ok() && v < kKnownVersion; ++v) s = db->Exec(Migration(v), "migrate schema");
   if (s.ok() && current < kKnownVersion) {
     s = db->Exec("DELETE FROM trainscope_schema; INSERT INTO trainscope_schema VALUES (" +
                      std::to_string(kKnownVersion) + ")",
