@@ -13,8 +13,7 @@ namespace trainscope {
 
 namespace {
 
-// Migration k (from 1) brings the schema from version k-1 to k. After these come the
-// measured statistics added since (MeasuredMigration).
+// Migration k (from 1) brings the schema from version k-1 to k.
 //
 // The bulk tables (scalar_chunk, tensor_stats, vector, span) are partitioned by run: a run's
 // rows are whole tables (PartitionsSql), dropped or detached to move in one statement,
@@ -76,35 +75,45 @@ ALTER TABLE vector ALTER COLUMN data SET STORAGE EXTERNAL;
 )sql",
 };
 
-constexpr int kFixedMigrations = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
-// A version per measured statistic (data/tensor_stats.json) that is not in the first schema:
-// a database migrated before a statistic existed gains its column (NULL: not measured).
-constexpr int kKnownVersion =
-    kFixedMigrations + static_cast<int>(tensor_stats::kMeasuredCount - tensor_stats::FirstSchemaCount());
+constexpr int kKnownVersion = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
 
-// The SQL that brings the schema from version `from` to from + 1.
+// The SQL of migration `from` + 1. The first creates the columns of the measured statistics
+// in the stores' first schema (data/tensor_stats.json).
 std::string Migration(int from) {
-  if (from < kFixedMigrations) {
-    std::string sql = kMigrations[from];
-    if (const size_t at = sql.find("@FIRST_MEASURED@"); at != std::string::npos) {
-      std::string columns;
-      for (const tensor_stats::MeasuredStat* stat : tensor_stats::kMeasured) {
-        if (stat->first_schema) columns += std::string(stat->name) + " double precision, ";
-      }
-      sql.replace(at, std::string_view("@FIRST_MEASURED@").size(), columns);
+  std::string sql = kMigrations[from];
+  if (const size_t at = sql.find("@FIRST_MEASURED@"); at != std::string::npos) {
+    std::string columns;
+    for (const tensor_stats::MeasuredStat* stat : tensor_stats::kMeasured) {
+      if (stat->first_schema) columns += std::string(stat->name) + " double precision, ";
     }
-    return sql;
+    sql.replace(at, std::string_view("@FIRST_MEASURED@").size(), columns);
   }
-  int later = kFixedMigrations;
+  return sql;
+}
+
+// A measured statistic added to the table after a database was made has no column there:
+// its column is added beside the versioned migrations, by name, so that the versions stay the
+// fixed migrations' and an older trainscope goes on reading the database (it names the
+// columns it reads). Statistics not yet measured read NULL.
+std::string MeasuredColumnsPresentSql() {
+  std::string names;
   for (const tensor_stats::MeasuredStat* stat : tensor_stats::kMeasured) {
-    if (stat->first_schema || later++ != from) continue;
-    return "ALTER TABLE tensor_stats ADD COLUMN " + std::string(stat->name) + " double precision";
+    names += (names.empty() ? "'" : ", '") + std::string(stat->name) + "'";
   }
-  return {};
+  return "SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass('tensor_stats') AND NOT attisdropped AND "
+         "attname IN (" + names + ")";
 }
 
 // Any constant: the key of the advisory lock that serialises migrations.
 constexpr const char* kMigrationLock = "SELECT pg_advisory_xact_lock(7471727)";
+
+std::string AddMeasuredColumnsSql() {
+  std::string sql;
+  for (const tensor_stats::MeasuredStat* stat : tensor_stats::kMeasured) {
+    sql += "ALTER TABLE tensor_stats ADD COLUMN IF NOT EXISTS " + std::string(stat->name) + " double precision; ";
+  }
+  return sql;
+}
 
 }  // namespace
 
@@ -128,11 +137,20 @@ Status MigrateSchema(PgConnection* db) {
     if (r.ok()) *out = row.rows() ? static_cast<int>(row.Int(0, 0)) : 0;
     return r;
   };
+  auto measured_columns_present = [&](bool* all) {
+    PgResult count;
+    Status r = db->Query(MeasuredColumnsPresentSql(), PgParams(), "read schema version", &count);
+    if (r.ok()) *all = count.Int(0, 0) == static_cast<int64_t>(tensor_stats::kMeasuredCount);
+    return r;
+  };
   int current = 0;
   if (version.Int(0, 0)) {
     s = read_version(&current);
     if (!s.ok()) return s;
-    if (current == kKnownVersion) return Status::Ok();
+    bool all_measured = false;
+    if (current == kKnownVersion) s = measured_columns_present(&all_measured);
+    if (!s.ok()) return s;
+    if (current == kKnownVersion && all_measured) return Status::Ok();
   }
   s = db->Exec("BEGIN", "migrate schema");
   if (s.ok()) s = db->Exec(kMigrationLock, "migrate schema");
@@ -144,6 +162,7 @@ Status MigrateSchema(PgConnection* db) {
                                 std::to_string(kKnownVersion) + "): upgrade trainscope to use it");
   }
   for (int v = current; s.ok() && v < kKnownVersion; ++v) s = db->Exec(Migration(v), "migrate schema");
+  if (s.ok() && current <= kKnownVersion) s = db->Exec(AddMeasuredColumnsSql(), "migrate schema");
   if (s.ok() && current < kKnownVersion) {
     s = db->Exec("DELETE FROM trainscope_schema; INSERT INTO trainscope_schema VALUES (" +
                      std::to_string(kKnownVersion) + ")",
