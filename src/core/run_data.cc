@@ -8,8 +8,9 @@
 namespace trainscope {
 
 // Head must hold every field of a TensorStats but the histogram; a new field there has to
-// be added to Head, push_back and operator[] too.
-static_assert(sizeof(TensorStats) == 11 * 8 + 8 + TensorStats::kExponentBins * 8,
+// be added to Head, push_back and operator[] too. The measured statistics
+// (data/tensor_stats.json) are Head's MeasuredTensorStats, whatever the table holds.
+static_assert(sizeof(TensorStats) == 9 * 8 + sizeof(MeasuredTensorStats) + 8 + TensorStats::kExponentBins * 8,
               "TensorStats changed: update TensorStatsColumn::Head");
 
 namespace {
