@@ -8,8 +8,9 @@
 namespace trainscope {
 
 // Head must hold every field of a TensorStats but the histogram; a new field there has to
-// be added to Head, push_back and operator[] too.
-static_assert(sizeof(TensorStats) == 11 * 8 + 8 + TensorStats::kExponentBins * 8,
+// be added to Head, push_back and operator[] too. The measured statistics
+// (data/tensor_stats.json) are Head's MeasuredTensorStats, whatever the table holds.
+static_assert(sizeof(TensorStats) == 9 * 8 + sizeof(MeasuredTensorStats) + 8 + TensorStats::kExponentBins * 8,
               "TensorStats changed: update TensorStatsColumn::Head");
 
 namespace {
@@ -41,8 +42,7 @@ TensorStats TensorStatsColumn::operator[](size_t i) const {
   s.sum = h.sum;
   s.sum_squares = h.sum_squares;
   s.abs_max = h.abs_max;
-  s.dead_fraction = h.dead_fraction;
-  s.saturated_fraction = h.saturated_fraction;
+  static_cast<MeasuredTensorStats&>(s) = h.measured;
   s.has_histogram = h.has_histogram;
   const size_t end = i + 1 < heads_.size() ? heads_[i + 1].bins_begin : bin_index_.size();
   for (size_t b = h.bins_begin; b < end; ++b) s.exponent_counts[bin_index_[b]] = bin_count_[b];
@@ -51,7 +51,7 @@ TensorStats TensorStatsColumn::operator[](size_t i) const {
 
 void TensorStatsColumn::push_back(const TensorStats& s) {
   Append(heads_, Head{s.numel, s.nan, s.inf, s.zeros, s.min, s.max, s.sum, s.sum_squares, s.abs_max,
-                      s.dead_fraction, s.saturated_fraction, bin_index_.size(), s.has_histogram});
+                      static_cast<const MeasuredTensorStats&>(s), bin_index_.size(), s.has_histogram});
   for (int b = 0; b < TensorStats::kExponentBins; ++b) {
     if (s.exponent_counts[b]) {
       Append(bin_index_, static_cast<uint8_t>(b));

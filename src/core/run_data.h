@@ -91,7 +91,8 @@ class TensorStatsColumn {
   // Everything of a TensorStats but its exponent histogram.
   struct Head {
     uint64_t numel, nan, inf, zeros;
-    double min, max, sum, sum_squares, abs_max, dead_fraction, saturated_fraction;
+    double min, max, sum, sum_squares, abs_max;
+    MeasuredTensorStats measured;
     uint64_t bins_begin;  // this point's non-zero bins: [bins_begin, next point's bins_begin)
     bool has_histogram;
   };

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/measured_stats.h"
+
 namespace trainscope {
 
 // A number at a step: train/loss, opt/lr, mem/rss, ...
@@ -20,8 +22,10 @@ struct Scalar {
 };
 
 // Fixed-size summary of one tensor at one step. The same shape serves gradients, weights,
-// updates and activations. Mean and std are over the finite values.
-struct TensorStats {
+// updates and activations. Mean and std are over the finite values. The measured statistics
+// (MeasuredTensorStats: dead_fraction, saturated_fraction ...) are the rows of
+// data/tensor_stats.json, NaN when not measured.
+struct TensorStats : MeasuredTensorStats {
   // Exponent histogram: bin i counts finite non-zero values with |x| in
   // [2^(i + kMinExponent), 2^(i + kMinExponent + 1)). Values below 2^kMinExponent land in
   // bin 0 and values at or above 2^kMaxExponent in the last bin; zeros and non-finite
@@ -39,10 +43,6 @@ struct TensorStats {
   double sum = 0;
   double sum_squares = 0;
   double abs_max = 0;
-  // Activation-only: fraction of units zero for every sample (ReLU family) and fraction of
-  // values in the flat tails (sigmoid/tanh). NaN when not measured.
-  double dead_fraction = std::numeric_limits<double>::quiet_NaN();
-  double saturated_fraction = std::numeric_limits<double>::quiet_NaN();
   bool has_histogram = false;
   std::array<uint64_t, kExponentBins> exponent_counts{};
 

@@ -200,5 +200,29 @@ TEST(TensorStats, FromDeviceReductionsMatchesTheOnePass) {
   EXPECT_EQ(TensorStatsFromReductions(2, 2, 0, 0, INFINITY, -INFINITY, 0, 0).abs_max, 0.0);
 }
 
+// data/tensor_stats.json's rows: each names a field of its own, and the rows of the stores'
+// first schema come first (their columns and checksum order are fixed).
+TEST(MeasuredStats, EachRowHasItsOwnNameAndFieldAndTheFirstSchemaComesFirst) {
+  ASSERT_GT(tensor_stats::kMeasuredCount, 0u);
+  bool later = false;
+  for (size_t i = 0; i < tensor_stats::kMeasuredCount; ++i) {
+    const tensor_stats::MeasuredStat* stat = tensor_stats::kMeasured[i];
+    EXPECT_EQ(tensor_stats::FindMeasured(stat->name), stat);
+    EXPECT_FALSE(stat->unit.empty()) << stat->name;
+    EXPECT_FALSE(stat->computed.empty()) << stat->name;
+    EXPECT_FALSE(later && stat->first_schema) << stat->name;
+    later = later || !stat->first_schema;
+    TensorStats s;
+    EXPECT_TRUE(std::isnan(s.*stat->field)) << stat->name << ": not measured until measured";
+    s.*stat->field = 1.0;
+    for (size_t j = 0; j < tensor_stats::kMeasuredCount; ++j) {
+      if (j != i) EXPECT_TRUE(std::isnan(s.*tensor_stats::kMeasured[j]->field)) << stat->name;
+    }
+  }
+  EXPECT_EQ(tensor_stats::FindMeasured("l2_norm"), nullptr);
+  EXPECT_EQ(tensor_stats::kSaturatedFractionHigh, 0.99);
+  EXPECT_EQ(tensor_stats::kSaturatedFractionLow, 0.01);
+}
+
 }  // namespace
 }  // namespace trainscope

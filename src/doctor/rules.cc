@@ -42,10 +42,21 @@ Status String(const toml::value& v, const std::string& key, const std::string& o
   return Status::Ok();
 }
 
-const std::set<std::string>& KnownStats() {
-  static const std::set<std::string> stats = {"l2_norm", "abs_max", "mean", "std", "min", "max", "nonfinite",
-                                              "zeros_fraction", "dead_fraction", "saturated_fraction"};
+// The statistics a rule may judge, in the order its error message lists them: the core
+// ones, then the measured ones (data/tensor_stats.json).
+const std::vector<std::string>& KnownStats() {
+  static const std::vector<std::string> stats = [] {
+    std::vector<std::string> all = {"l2_norm", "abs_max", "mean", "std", "min", "max", "nonfinite", "zeros_fraction"};
+    for (const tensor_stats::MeasuredStat* stat : tensor_stats::kMeasured) all.emplace_back(stat->name);
+    return all;
+  }();
   return stats;
+}
+
+std::string KnownStatsList() {
+  std::string list;
+  for (const std::string& stat : KnownStats()) list += (list.empty() ? "" : ", ") + stat;
+  return list;
 }
 
 Status ParseRule(const toml::value& t, const std::string& origin, AlertRule* r) {
@@ -59,9 +70,8 @@ Status ParseRule(const toml::value& t, const std::string& origin, AlertRule* r) 
     else if (key == "series") s = String(v, key, origin, &r->series);
     else if (key == "stat") {
       s = String(v, key, origin, &r->stat);
-      if (s.ok() && !KnownStats().count(r->stat)) {
-        s = Bad(v, "rule key 'stat': expected one of l2_norm, abs_max, mean, std, min, max, nonfinite, "
-                   "zeros_fraction, dead_fraction, saturated_fraction", origin);
+      if (s.ok() && std::find(KnownStats().begin(), KnownStats().end(), r->stat) == KnownStats().end()) {
+        s = Bad(v, "rule key 'stat': expected one of " + KnownStatsList(), origin);
       }
     } else if (key == "above" || key == "below" || key == "above_ema" || key == "below_ema" ||
                key == "above_median" || key == "below_median" || key == "rate_above" || key == "rate_below") {
@@ -219,8 +229,7 @@ double TensorStatValue(const TensorStats& s, std::string_view stat) {
   if (stat == "max") return s.max;
   if (stat == "nonfinite") return static_cast<double>(s.nan + s.inf);
   if (stat == "zeros_fraction") return s.numel ? static_cast<double>(s.zeros) / static_cast<double>(s.numel) : 0;
-  if (stat == "dead_fraction") return s.dead_fraction;
-  if (stat == "saturated_fraction") return s.saturated_fraction;
+  if (const tensor_stats::MeasuredStat* measured = tensor_stats::FindMeasured(stat)) return s.*measured->field;
   return std::numeric_limits<double>::quiet_NaN();
 }
 

@@ -5,7 +5,8 @@
 //   name = "loss blew up"
 //   series = "train/loss"      # a tag; a trailing * matches a prefix ("grad/*")
 //   stat = "l2_norm"           # for tensor-stats series: l2_norm, abs_max, mean, std, min,
-//                              # max, nonfinite, zeros_fraction, dead_fraction, saturated_fraction
+//                              # max, nonfinite, zeros_fraction or a measured statistic
+//                              # (data/tensor_stats.json: dead_fraction, saturated_fraction ...)
 //   above = 10.0               # conditions (all given must hold):
 //   below = 0.0                #   absolute thresholds
 //   above_ema = 3.0            #   value > 3 x its EMA (ema = 0.98 sets the EMA's weight)

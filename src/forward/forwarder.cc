@@ -209,12 +209,16 @@ class BatchBuilder {
     sqlite3* db = run_->db();
     struct Table {
       const char* stream;
-      const char* sql;
+      std::string sql;
     };
-    static const Table kTables[] = {
+    // The wire row (server/ingest.cc StatsRow): the first schema's measured statistics before
+    // the histogram, those added since after it.
+    const int first = static_cast<int>(tensor_stats::FirstSchemaCount());
+    const int measured = static_cast<int>(tensor_stats::kMeasuredCount), histogram = 13 + measured;
+    const Table kTables[] = {
         {"tensor_stats",
          "SELECT t.rowid, s.tag, t.step, t.wall_time, t.numel, t.nan, t.inf, t.zeros, t.min, t.max, t.sum, "
-         "t.sum_squares, t.abs_max, t.dead_fraction, t.saturated_fraction, t.histogram FROM tensor_stats t JOIN "
+         "t.sum_squares, t.abs_max, " + MeasuredColumnsSelect(db, "t.") + ", t.histogram FROM tensor_stats t JOIN "
          "series s ON s.id = t.series_id WHERE t.rowid > ?1 ORDER BY t.rowid LIMIT ?2"},
         {"vectors",
          "SELECT v.rowid, s.tag, v.step, v.wall_time, v.data FROM vector v JOIN series s ON s.id = v.series_id WHERE "
@@ -224,7 +228,7 @@ class BatchBuilder {
     for (const Table& table : kTables) {
       if (budget_ <= 0) break;
       Statement stmt;
-      if (sqlite3_prepare_v2(db, table.sql, -1, stmt.out(), nullptr) != SQLITE_OK) return run_->Error();
+      if (sqlite3_prepare_v2(db, table.sql.c_str(), -1, stmt.out(), nullptr) != SQLITE_OK) return run_->Error();
       sqlite3_bind_int64(stmt.get(), 1, Held(table.stream));
       sqlite3_bind_int64(stmt.get(), 2, budget_);
       json rows = json::array();
@@ -236,12 +240,13 @@ class BatchBuilder {
           row.push_back(sqlite3_column_int64(r, 2));
           row.push_back(Number(ColumnDouble(r, 3)));
           for (int c = 4; c < 8; ++c) row.push_back(sqlite3_column_int64(r, c));
-          for (int c = 8; c < 15; ++c) row.push_back(Number(ColumnDouble(r, c)));
-          if (sqlite3_column_type(r, 15) == SQLITE_BLOB) {
-            row.push_back(Hex(sqlite3_column_blob(r, 15), static_cast<size_t>(sqlite3_column_bytes(r, 15))));
+          for (int c = 8; c < 13 + first; ++c) row.push_back(Number(ColumnDouble(r, c)));
+          if (sqlite3_column_type(r, histogram) == SQLITE_BLOB) {
+            row.push_back(Hex(sqlite3_column_blob(r, histogram), static_cast<size_t>(sqlite3_column_bytes(r, histogram))));
           } else {
             row.push_back(nullptr);
           }
+          for (int c = 13 + first; c < histogram; ++c) row.push_back(Number(ColumnDouble(r, c)));
         } else if (table.stream == std::string("vectors")) {
           row.push_back(ColumnText(r, 1));
           row.push_back(sqlite3_column_int64(r, 2));

@@ -67,19 +67,25 @@ void LogIntRange(Recorder& recorder, uint32_t min_id, uint32_t max_id, int64_t s
 
 // Statistics reduced on a device and copied to the host as rows of numbers (watch.py
 // pack_device_stats): numel, nan, inf, zeros, min, max, sum, sum of squares, and optionally
-// dead fraction and saturated fraction (NaN when unmeasured); hists[i] the 128 exponent
-// bins, or hists empty.
+// every measured statistic in data/tensor_stats.json's order (NaN when unmeasured:
+// _core.measured_tensor_stats() gives Python their slots); hists[i] the 128 exponent bins,
+// or hists empty.
 void LogPackedStats(Recorder& recorder, int64_t step, const std::vector<uint32_t>& ids,
                     const std::vector<std::vector<double>>& rows, const std::vector<std::vector<double>>& hists) {
   CheckLengths(ids.size(), {rows.size()});
   if (!hists.empty()) CheckLengths(ids.size(), {hists.size()});
   for (size_t i = 0; i < ids.size(); ++i) {
     const std::vector<double>& r = rows[i];
-    if (r.size() != 8 && r.size() != 10) throw py::value_error("trainscope watch: a packed row has 8 or 10 values");
+    constexpr size_t kWithMeasured = tensor_stats::kFirstPackedSlot + tensor_stats::kMeasuredCount;
+    if (r.size() != tensor_stats::kFirstPackedSlot && r.size() != kWithMeasured) {
+      throw py::value_error("trainscope watch: a packed row has " + std::to_string(tensor_stats::kFirstPackedSlot) +
+                            " or " + std::to_string(kWithMeasured) + " values");
+    }
     TensorStats s = TensorStatsFromReductions(static_cast<uint64_t>(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
-    if (r.size() == 10) {
-      s.dead_fraction = r[8];
-      s.saturated_fraction = r[9];
+    if (r.size() == kWithMeasured) {
+      for (size_t m = 0; m < tensor_stats::kMeasuredCount; ++m) {
+        s.*tensor_stats::kMeasured[m]->field = r[tensor_stats::kFirstPackedSlot + m];
+      }
     }
     if (!hists.empty()) {
       if (hists[i].size() != TensorStats::kExponentBins) {

@@ -85,9 +85,6 @@ struct WeightPlan {
   std::vector<DType> dtypes;
 };
 
-// Activation kinds, as Python passes them.
-enum ActivationKind { kPlain = 0, kDeadUnits = 1, kTanh = 2, kSigmoid = 3 };
-
 // One module output (or model input) of an activation job. strides empty: contiguous; else
 // its strides in elements (its sizes in sizes), gathered row-major on the helper first, so
 // the training thread does not copy (attention outputs are transposes).
@@ -217,11 +214,8 @@ void WeightPass(Recorder& recorder, int64_t step, const WeightPlan& plan, const 
 
 TensorStats ActivationStats(const ActivationJob& j, const void* data) {
   TensorStats s = watch::StatsOf(data, j.numel, j.dtype, j.histogram);
-  if (j.kind == kDeadUnits) s.dead_fraction = watch::DeadFraction(data, j.outer, j.units, j.inner, j.dtype);
-  if (j.kind == kTanh) s.saturated_fraction = watch::SaturatedFraction(data, j.numel, j.dtype, watch::Saturation::kTanh);
-  if (j.kind == kSigmoid) {
-    s.saturated_fraction = watch::SaturatedFraction(data, j.numel, j.dtype, watch::Saturation::kSigmoid);
-  }
+  watch::MeasureActivation(data, j.numel, j.outer, j.units, j.inner, j.dtype, static_cast<watch::ActivationKind>(j.kind),
+                           &s);
   return s;
 }
 
@@ -237,7 +231,7 @@ std::vector<ActivationJob> ActivationJobs(const std::vector<ActivationRecord>& r
   for (const ActivationRecord& r : records) {
     ActivationJob j{std::get<0>(r), std::get<1>(r), std::get<2>(r), ToDType(std::get<3>(r)), std::get<4>(r),
                     std::get<5>(r), std::get<6>(r), std::get<7>(r), std::get<8>(r), {}, {}};
-    if (j.kind == kDeadUnits && j.outer * j.units * j.inner != j.numel) {
+    if (j.kind == watch::kDeadUnits && j.outer * j.units * j.inner != j.numel) {
       throw py::value_error("trainscope watch: activation layout does not match its size");
     }
     if (!std::get<10>(r).empty()) {

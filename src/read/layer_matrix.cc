@@ -16,11 +16,10 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 }  // namespace
 
 bool IsTensorMetric(std::string_view metric) {
-  for (std::string_view m : {"l2_norm", "abs_max", "mean", "std", "min", "max", "dead_fraction", "saturated_fraction",
-                             "nonfinite", "zero_fraction"}) {
+  for (std::string_view m : {"l2_norm", "abs_max", "mean", "std", "min", "max", "nonfinite", "zero_fraction"}) {
     if (m == metric) return true;
   }
-  return false;
+  return tensor_stats::FindMeasured(metric) != nullptr;
 }
 
 double TensorMetric(const TensorStats& s, std::string_view metric) {
@@ -30,8 +29,7 @@ double TensorMetric(const TensorStats& s, std::string_view metric) {
   if (metric == "std") return s.stddev();
   if (metric == "min") return s.min;
   if (metric == "max") return s.max;
-  if (metric == "dead_fraction") return s.dead_fraction;
-  if (metric == "saturated_fraction") return s.saturated_fraction;
+  if (const tensor_stats::MeasuredStat* stat = tensor_stats::FindMeasured(metric)) return s.*stat->field;
   if (metric == "nonfinite") return static_cast<double>(s.nan + s.inf);
   if (metric == "zero_fraction") return s.numel ? static_cast<double>(s.zeros) / s.numel : 0.0;
   return kNaN;

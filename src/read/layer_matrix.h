@@ -15,8 +15,8 @@
 
 namespace trainscope::read {
 
-// The statistics a matrix may show: l2_norm, abs_max, mean, std, min, max, dead_fraction,
-// saturated_fraction, nonfinite (NaN + Inf count), zero_fraction.
+// The statistics a matrix may show: l2_norm, abs_max, mean, std, min, max, nonfinite (NaN +
+// Inf count), zero_fraction and each measured statistic (data/tensor_stats.json).
 bool IsTensorMetric(std::string_view metric);
 // NaN for a name that is no metric.
 double TensorMetric(const TensorStats& stats, std::string_view metric);

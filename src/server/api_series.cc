@@ -130,7 +130,8 @@ ApiReply Api::TensorStatsSeries(const std::string& db_path, const QueryParams& p
   json out = {{"tag", *tag}, {"points", total_points}};
   json step = json::array(), wall = json::array(), l2 = json::array(), mean = json::array(), stddev = json::array(),
        min = json::array(), max = json::array(), abs_max = json::array(), nan = json::array(), inf = json::array(),
-       zeros = json::array(), numel = json::array(), dead = json::array(), saturated = json::array();
+       zeros = json::array(), numel = json::array();
+  std::vector<json> measured(tensor_stats::kMeasuredCount, json::array());
   int lo = TensorStats::kExponentBins, hi = 0;
   for (size_t i : keep) {
     const TensorStatsPoint& p = points[i];
@@ -146,8 +147,7 @@ ApiReply Api::TensorStatsSeries(const std::string& db_path, const QueryParams& p
     inf.push_back(p.stats.inf);
     zeros.push_back(p.stats.zeros);
     numel.push_back(p.stats.numel);
-    dead.push_back(Num(p.stats.dead_fraction));
-    saturated.push_back(Num(p.stats.saturated_fraction));
+    for (size_t m = 0; m < tensor_stats::kMeasuredCount; ++m) measured[m].push_back(Num(p.stats.*tensor_stats::kMeasured[m]->field));
     for (int b = 0; b < TensorStats::kExponentBins; ++b) {
       if (p.stats.exponent_counts[b]) {
         lo = std::min(lo, b);
@@ -157,7 +157,8 @@ ApiReply Api::TensorStatsSeries(const std::string& db_path, const QueryParams& p
   }
   out.update({{"step", step}, {"wall", wall}, {"l2_norm", l2}, {"mean", mean}, {"std", stddev}, {"min", min},
               {"max", max}, {"abs_max", abs_max}, {"nan", nan}, {"inf", inf}, {"zeros", zeros},
-              {"numel", numel}, {"dead_fraction", dead}, {"saturated_fraction", saturated}});
+              {"numel", numel}});
+  for (size_t m = 0; m < tensor_stats::kMeasuredCount; ++m) out[std::string(tensor_stats::kMeasured[m]->name)] = measured[m];
   if (hist) {
     if (lo >= hi) lo = hi = 0;
     json rows = json::array(), has = json::array();

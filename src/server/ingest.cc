@@ -194,27 +194,41 @@ class BatchReader {
   }
 
   // [row_id, tag, step, wall, numel, nan, inf, zeros, min, max, sum, sum_squares, abs_max,
-  //  dead_fraction, saturated_fraction, histogram hex or null]
+  //  the first schema's measured statistics (dead_fraction, saturated_fraction), histogram hex
+  //  or null, then the measured statistics added since, each optional (data/tensor_stats.json):
+  //  a forwarder that predates one sends the row without it.
   Status StatsRow(const json& r, WriteBatch* batch) {
+    const size_t first = tensor_stats::FirstSchemaCount(), later = tensor_stats::kMeasuredCount - first;
+    const size_t histogram = 13 + first;
     TensorStatsPoint p;
     int64_t counts[4];
-    double reals[7];
-    if (r.size() != 16 || !r[1].is_string() || !Int(r[2], &p.step) || !Number(r[3], &p.wall_time)) {
-      return Status::InvalidArgument("expected 16 fields: row_id, tag, step, wall_time, 4 counts, 7 statistics, histogram");
+    double reals[5];
+    if (r.size() < histogram + 1 || r.size() > histogram + 1 + later || !r[1].is_string() || !Int(r[2], &p.step) ||
+        !Number(r[3], &p.wall_time)) {
+      const std::string fields = std::to_string(histogram + 1) + (later ? " to " + std::to_string(histogram + 1 + later) : "");
+      return Status::InvalidArgument("expected " + fields + " fields: row_id, tag, step, wall_time, 4 counts, " +
+                                     std::to_string(5 + first) + " statistics, histogram" +
+                                     (later ? ", the statistics measured since" : ""));
     }
     for (int k = 0; k < 4; ++k) {
       if (!Int(r[4 + k], &counts[k]) || counts[k] < 0) return Status::InvalidArgument("counts: expected integers >= 0");
     }
-    for (int k = 0; k < 7; ++k) {
+    for (int k = 0; k < 5; ++k) {
       if (!Number(r[8 + k], &reals[k])) return Status::InvalidArgument("statistics: expected numbers");
     }
     TensorStats& t = p.stats;
     t.numel = counts[0], t.nan = counts[1], t.inf = counts[2], t.zeros = counts[3];
     t.min = reals[0], t.max = reals[1], t.sum = reals[2], t.sum_squares = reals[3], t.abs_max = reals[4];
-    t.dead_fraction = reals[5], t.saturated_fraction = reals[6];
-    if (!r[15].is_null()) {
+    for (size_t m = 0; m < tensor_stats::kMeasuredCount; ++m) {
+      const size_t at = m < first ? 13 + m : histogram + 1 + (m - first);
+      if (at >= r.size()) break;
+      if (!Number(r[at], &(t.*tensor_stats::kMeasured[m]->field))) {
+        return Status::InvalidArgument("statistics: expected numbers");
+      }
+    }
+    if (!r[histogram].is_null()) {
       std::string blob;
-      if (!r[15].is_string() || !FromHex(r[15].get<std::string>(), &blob) ||
+      if (!r[histogram].is_string() || !FromHex(r[histogram].get<std::string>(), &blob) ||
           !DecodeHistogram(reinterpret_cast<const unsigned char*>(blob.data()), static_cast<int64_t>(blob.size()), &t)
                .empty()) {
         return Status::InvalidArgument("histogram: expected the store's histogram bytes in hex");

@@ -63,8 +63,9 @@ json TensorStatsToJson(const TensorStats& s) {
               {"std", JsonNumber(s.stddev())},
               {"abs_max", JsonNumber(s.abs_max)},
               {"l2_norm", JsonNumber(s.l2_norm())}};
-  if (!std::isnan(s.dead_fraction)) out["dead_fraction"] = s.dead_fraction;
-  if (!std::isnan(s.saturated_fraction)) out["saturated_fraction"] = s.saturated_fraction;
+  for (const tensor_stats::MeasuredStat* stat : tensor_stats::kMeasured) {
+    if (const double value = s.*stat->field; !std::isnan(value)) out[std::string(stat->name)] = value;
+  }
   if (s.has_histogram) {
     out["exponent_min"] = TensorStats::kMinExponent;
     out["exponent_counts"] = s.exponent_counts;

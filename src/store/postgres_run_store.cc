@@ -290,15 +290,14 @@ Status PostgresRunStore::WriteRows(const WriteBatch& batch) {
     PgCopyRows rows;
     for (const auto& r : batch.tensor_stats) {
       const TensorStats& t = r.stats;
-      rows.BeginRow(17);
+      rows.BeginRow(static_cast<int>(15 + tensor_stats::kMeasuredCount));
       rows.Int(run_id_);
       rows.Int(r.series_id);
       rows.Int(r.step);
       rows.Real(Stored(r.wall_time));
       for (uint64_t v : {t.numel, t.nan, t.inf, t.zeros}) rows.Int(static_cast<int64_t>(v));
-      for (double v : {t.min, t.max, t.sum, t.sum_squares, t.abs_max, t.dead_fraction, t.saturated_fraction}) {
-        rows.Real(Stored(v));
-      }
+      for (double v : {t.min, t.max, t.sum, t.sum_squares, t.abs_max}) rows.Real(Stored(v));
+      for (const tensor_stats::MeasuredStat* stat : tensor_stats::kMeasured) rows.Real(Stored(t.*stat->field));
       RowCrc crc = StatsCrc(r.step, r.wall_time, t);
       if (t.has_histogram) {
         const std::string histogram = EncodeHistogram(t);
@@ -310,7 +309,7 @@ Status PostgresRunStore::WriteRows(const WriteBatch& batch) {
       rows.Int(crc.value());
     }
     s = db_->CopyIn("COPY tensor_stats(run_id, series_id, step, wall_time, numel, nan, inf, zeros, min, max, sum, "
-                    "sum_squares, abs_max, dead_fraction, saturated_fraction, histogram, crc) FROM STDIN (FORMAT binary)",
+                    "sum_squares, abs_max, " + MeasuredColumnList() + ", histogram, crc) FROM STDIN (FORMAT binary)",
                     rows.Finish(), "write tensor stats");
   }
   if (s.ok() && !batch.vectors.empty()) {

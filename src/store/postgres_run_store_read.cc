@@ -168,12 +168,14 @@ Status PostgresRunStore::ReadTensorStats(const SeriesInfo& info, int64_t step_mi
   out->clear();
   PgResult rows;
   Status s = db_->Query(
-      "SELECT id, step, wall_time, numel, nan, inf, zeros, min, max, sum, sum_squares, abs_max, dead_fraction, "
-      "saturated_fraction, histogram, crc FROM tensor_stats WHERE run_id = $1 AND series_id = $2 AND step BETWEEN $3 "
-      "AND $4 ORDER BY step, id",
+      "SELECT id, step, wall_time, numel, nan, inf, zeros, min, max, sum, sum_squares, abs_max, " +
+          MeasuredColumnList() +
+          ", histogram, crc FROM tensor_stats WHERE run_id = $1 AND series_id = $2 AND step BETWEEN $3 AND $4 ORDER BY "
+          "step, id",
       PgParams().Int(run_id_).Int(info.id).Int(step_min).Int(step_max), "read tensor_stats", &rows);
   if (!s.ok()) return s;
   out->reserve(static_cast<size_t>(rows.rows()));
+  constexpr int kFirstMeasured = 12, kHistogram = kFirstMeasured + static_cast<int>(tensor_stats::kMeasuredCount);
   for (int i = 0; i < rows.rows(); ++i) {
     TensorStatsPoint p;
     p.step = rows.Int(i, 1);
@@ -187,13 +189,15 @@ Status PostgresRunStore::ReadTensorStats(const SeriesInfo& info, int64_t step_mi
     p.stats.sum = rows.Real(i, 9);
     p.stats.sum_squares = rows.Real(i, 10);
     p.stats.abs_max = rows.Real(i, 11);
-    p.stats.dead_fraction = rows.Real(i, 12);
-    p.stats.saturated_fraction = rows.Real(i, 13);
+    for (size_t m = 0; m < tensor_stats::kMeasuredCount; ++m) {
+      p.stats.*tensor_stats::kMeasured[m]->field = rows.Real(i, kFirstMeasured + static_cast<int>(m));
+    }
     RowCrc crc = StatsCrc(p.step, p.wall_time, p.stats);
     int64_t histogram_bytes = 0;
-    const unsigned char* histogram = rows.IsNull(i, 14) ? nullptr : rows.Bytes(i, 14, &histogram_bytes);
+    const unsigned char* histogram =
+        rows.IsNull(i, kHistogram) ? nullptr : rows.Bytes(i, kHistogram, &histogram_bytes);
     if (histogram) crc.Bytes(histogram, static_cast<size_t>(histogram_bytes));
-    if (std::string wrong = CrcMismatch(static_cast<uint32_t>(rows.Int(i, 15)), crc); !wrong.empty()) {
+    if (std::string wrong = CrcMismatch(static_cast<uint32_t>(rows.Int(i, kHistogram + 1)), crc); !wrong.empty()) {
       ReportDamage({info.tag, "tensor_stats", rows.Int(i, 0), std::move(wrong)});
       continue;
     }

@@ -5,6 +5,9 @@
 #include "store/postgres_schema.h"
 
 #include <string>
+#include <string_view>
+
+#include "core/measured_stats.h"
 
 namespace trainscope {
 
@@ -38,7 +41,7 @@ CREATE TABLE tensor_stats(
   run_id bigint NOT NULL, id bigserial, series_id bigint NOT NULL, step bigint NOT NULL,
   wall_time double precision NOT NULL, numel bigint, nan bigint, inf bigint, zeros bigint,
   min double precision, max double precision, sum double precision, sum_squares double precision,
-  abs_max double precision, dead_fraction double precision, saturated_fraction double precision,
+  abs_max double precision, @FIRST_MEASURED@
   histogram bytea, crc bigint NOT NULL) PARTITION BY LIST (run_id);
 CREATE INDEX tensor_stats_by_series ON tensor_stats(run_id, series_id, step, id);
 CREATE TABLE vector(
@@ -74,8 +77,43 @@ ALTER TABLE vector ALTER COLUMN data SET STORAGE EXTERNAL;
 
 constexpr int kKnownVersion = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
 
+// The SQL of migration `from` + 1. The first creates the columns of the measured statistics
+// in the stores' first schema (data/tensor_stats.json).
+std::string Migration(int from) {
+  std::string sql = kMigrations[from];
+  if (const size_t at = sql.find("@FIRST_MEASURED@"); at != std::string::npos) {
+    std::string columns;
+    for (const tensor_stats::MeasuredStat* stat : tensor_stats::kMeasured) {
+      if (stat->first_schema) columns += std::string(stat->name) + " double precision, ";
+    }
+    sql.replace(at, std::string_view("@FIRST_MEASURED@").size(), columns);
+  }
+  return sql;
+}
+
+// A measured statistic added to the table after a database was made has no column there:
+// its column is added beside the versioned migrations, by name, so that the versions stay the
+// fixed migrations' and an older trainscope goes on reading the database (it names the
+// columns it reads). Statistics not yet measured read NULL.
+std::string MeasuredColumnsPresentSql() {
+  std::string names;
+  for (const tensor_stats::MeasuredStat* stat : tensor_stats::kMeasured) {
+    names += (names.empty() ? "'" : ", '") + std::string(stat->name) + "'";
+  }
+  return "SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass('tensor_stats') AND NOT attisdropped AND "
+         "attname IN (" + names + ")";
+}
+
 // Any constant: the key of the advisory lock that serialises migrations.
 constexpr const char* kMigrationLock = "SELECT pg_advisory_xact_lock(7471727)";
+
+std::string AddMeasuredColumnsSql() {
+  std::string sql;
+  for (const tensor_stats::MeasuredStat* stat : tensor_stats::kMeasured) {
+    sql += "ALTER TABLE tensor_stats ADD COLUMN IF NOT EXISTS " + std::string(stat->name) + " double precision; ";
+  }
+  return sql;
+}
 
 }  // namespace
 
@@ -99,11 +137,20 @@ Status MigrateSchema(PgConnection* db) {
     if (r.ok()) *out = row.rows() ? static_cast<int>(row.Int(0, 0)) : 0;
     return r;
   };
+  auto measured_columns_present = [&](bool* all) {
+    PgResult count;
+    Status r = db->Query(MeasuredColumnsPresentSql(), PgParams(), "read schema version", &count);
+    if (r.ok()) *all = count.Int(0, 0) == static_cast<int64_t>(tensor_stats::kMeasuredCount);
+    return r;
+  };
   int current = 0;
   if (version.Int(0, 0)) {
     s = read_version(&current);
     if (!s.ok()) return s;
-    if (current == kKnownVersion) return Status::Ok();
+    bool all_measured = false;
+    if (current == kKnownVersion) s = measured_columns_present(&all_measured);
+    if (!s.ok()) return s;
+    if (current == kKnownVersion && all_measured) return Status::Ok();
   }
   s = db->Exec("BEGIN", "migrate schema");
   if (s.ok()) s = db->Exec(kMigrationLock, "migrate schema");
@@ -114,7 +161,8 @@ Status MigrateSchema(PgConnection* db) {
                                 std::to_string(current) + ", newer than this trainscope knows (" +
                                 std::to_string(kKnownVersion) + "): upgrade trainscope to use it");
   }
-  for (int v = current; s.ok() && v < kKnownVersion; ++v) s = db->Exec(kMigrations[v], "migrate schema");
+  for (int v = current; s.ok() && v < kKnownVersion; ++v) s = db->Exec(Migration(v), "migrate schema");
+  if (s.ok() && current <= kKnownVersion) s = db->Exec(AddMeasuredColumnsSql(), "migrate schema");
   if (s.ok() && current < kKnownVersion) {
     s = db->Exec("DELETE FROM trainscope_schema; INSERT INTO trainscope_schema VALUES (" +
                      std::to_string(kKnownVersion) + ")",

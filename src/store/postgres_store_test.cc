@@ -5,6 +5,8 @@
 
 #include <unistd.h>
 
+#include <cmath>
+
 #include "store/pg_connection.h"
 #include "store/postgres_run_store.h"
 #include "store/postgres_schema.h"
@@ -183,6 +185,37 @@ TEST_F(PostgresStoreTest, AnOlderSchemaIsMigratedOnceInOrder) {
                         PgParams(), "test", &rows)
                   .ok());
   EXPECT_EQ(rows.Int(0, 0), 0) << "every chunk table's blobs uncompressed after migration 3";
+}
+
+// A database made before a measured statistic existed (data/tensor_stats.json) gains its
+// column when opened, without a schema version of its own; earlier rows read it as not
+// measured and keep their checksums. Played with the table's last row's column dropped.
+TEST_F(PostgresStoreTest, AMissingMeasuredColumnIsAddedAndReadsAsNotMeasured) {
+  const tensor_stats::MeasuredStat& last = *tensor_stats::kMeasured[tensor_stats::kMeasuredCount - 1];
+  const float values[] = {0.5f, -1.0f};
+  {
+    auto store = Create(Location(project_, "run"));
+    int64_t id = 0;
+    ASSERT_TRUE(store->EnsureSeries("act/fc", SeriesKind::kTensorStats, &id).ok());
+    WriteBatch batch;
+    batch.tensor_stats.push_back({id, 1, 5.0, ComputeTensorStats(values, 2, false)});
+    ASSERT_TRUE(store->Write(batch).ok());
+    ASSERT_TRUE(store->Close("finished", "").ok());
+  }
+  auto db = Connect();
+  ASSERT_TRUE(db->Exec("ALTER TABLE tensor_stats DROP COLUMN " + std::string(last.name), "test").ok());
+  std::unique_ptr<RunStore> reader;
+  Status s = RunStore::OpenReadOnly(Location(project_, "run"), &reader);
+  ASSERT_TRUE(s.ok()) << s.message();
+  std::vector<TensorStatsPoint> points;
+  ASSERT_TRUE(reader->ReadTensorStats("act/fc", 0, 10, &points).ok());
+  ASSERT_EQ(points.size(), 1u);
+  EXPECT_TRUE(std::isnan(points[0].stats.*last.field));
+  EXPECT_EQ(points[0].stats.min, -1.0);
+  EXPECT_EQ(reader->damage().count(), 0);
+  PgResult rows;
+  ASSERT_TRUE(db->Query("SELECT version::bigint FROM trainscope_schema", PgParams(), "test", &rows).ok());
+  EXPECT_EQ(rows.Int(0, 0), KnownSchemaVersion());
 }
 
 }  // namespace

@@ -280,6 +280,58 @@ TEST_P(RunStoreContract, RefusesToCreateOverAnExistingStore) {
   EXPECT_NE(s.message().find("already exists"), std::string::npos);
 }
 
+// A store written before a measured statistic existed (data/tensor_stats.json) has no column
+// for it: a reader reads it as not measured, a writer adds the column, and every row's
+// checksum holds. Played with the table's last row dropped from a new store.
+TEST_F(RunStoreTest, AStoreWithoutAMeasuredColumnReadsItAsNaNAndGainsItWhenWritten) {
+  const tensor_stats::MeasuredStat& last = *tensor_stats::kMeasured[tensor_stats::kMeasuredCount - 1];
+  const float values[] = {0.5f, -1.0f, 0.0f};
+  int64_t id = 0;
+  {
+    auto store = NewStore();
+    ASSERT_TRUE(store->EnsureSeries("act/fc", SeriesKind::kTensorStats, &id).ok());
+    WriteBatch batch;
+    batch.tensor_stats.push_back({id, 1, 5.0, ComputeTensorStats(values, 3, false)});
+    ASSERT_TRUE(store->Write(batch).ok());
+    ASSERT_TRUE(store->Close("finished", "").ok());
+  }
+  const std::string path = (dir_ / "run" / kStoreFileName).string();
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    const std::string drop = "ALTER TABLE tensor_stats DROP COLUMN " + std::string(last.name);
+    EXPECT_EQ(sqlite3_exec(db, drop.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  std::unique_ptr<RunStore> reader;
+  ASSERT_TRUE(RunStore::OpenReadOnly(path, &reader).ok());
+  std::vector<TensorStatsPoint> points;
+  ASSERT_TRUE(reader->ReadTensorStats("act/fc", 0, 10, &points).ok());
+  ASSERT_EQ(points.size(), 1u);
+  EXPECT_TRUE(std::isnan(points[0].stats.*last.field));
+  EXPECT_EQ(points[0].stats.min, -1.0);
+  EXPECT_EQ(reader->damage().count(), 0);
+  reader.reset();
+
+  std::unique_ptr<RunStore> writer;
+  Status s = RunStore::OpenForWrite((dir_ / "run").string(), &writer);
+  ASSERT_TRUE(s.ok()) << s.message();
+  TensorStats measured = ComputeTensorStats(values, 3, false);
+  measured.*last.field = 0.75;
+  WriteBatch batch;
+  batch.tensor_stats.push_back({id, 2, 6.0, measured});
+  ASSERT_TRUE(writer->Write(batch).ok());
+  ASSERT_TRUE(writer->Close("finished", "").ok());
+  writer.reset();
+
+  ASSERT_TRUE(RunStore::OpenReadOnly(path, &reader).ok());
+  ASSERT_TRUE(reader->ReadTensorStats("act/fc", 0, 10, &points).ok());
+  ASSERT_EQ(points.size(), 2u);
+  EXPECT_TRUE(std::isnan(points[0].stats.*last.field));
+  EXPECT_EQ(points[1].stats.*last.field, 0.75);
+  EXPECT_EQ(reader->damage().count(), 0);
+}
+
 TEST_F(RunStoreTest, NotSqliteTruncatedAndMissingFilesGiveClearErrors) {
   fs::create_directories(dir_ / "text");
   std::ofstream(dir_ / "text" / kStoreFileName) << "this is not a database, just text that is long enough to look like one";

@@ -29,8 +29,9 @@ namespace {
 constexpr int kSchemaVersion = 1;
 
 // Page size 16 KiB: a full chunk (2048 points x 20 bytes) spans three pages, and the
-// partial-chunk rewrites of slow series stay small in the WAL.
-constexpr const char* kSchema = R"sql(
+// partial-chunk rewrites of slow series stay small in the WAL. @MEASURED@: a REAL column per
+// measured statistic (data/tensor_stats.json).
+constexpr const char* kSchemaTemplate = R"sql(
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE series(id INTEGER PRIMARY KEY, tag TEXT NOT NULL UNIQUE, kind INTEGER NOT NULL);
 -- Up to 2048 points of one scalar series: data = int64 steps[n], float64 values[n],
@@ -47,7 +48,7 @@ CREATE TABLE tensor_stats(
   series_id INTEGER NOT NULL, step INTEGER NOT NULL, wall_time REAL NOT NULL,
   numel INTEGER, nan INTEGER, inf INTEGER, zeros INTEGER,
   min REAL, max REAL, sum REAL, sum_squares REAL, abs_max REAL,
-  dead_fraction REAL, saturated_fraction REAL, histogram BLOB, crc INTEGER);
+  @MEASURED@, histogram BLOB, crc INTEGER);
 CREATE INDEX tensor_stats_by_series ON tensor_stats(series_id, step);
 -- data: float32 values. crc: RowCrc of step, wall_time and data.
 CREATE TABLE vector(series_id INTEGER NOT NULL, step INTEGER NOT NULL, wall_time REAL NOT NULL,
@@ -64,6 +65,17 @@ CREATE TABLE finding(
 // Readers map the file: a decimation scan then reads pages without copying them. An
 // optimisation only: without it pages are read by read(2), so its failure is no error.
 constexpr const char* kMapReads = "PRAGMA mmap_size=1073741824";
+
+std::string Schema() {
+  std::string measured;
+  for (const tensor_stats::MeasuredStat* stat : tensor_stats::kMeasured) {
+    if (!measured.empty()) measured += ", ";
+    measured += std::string(stat->name) + " REAL";
+  }
+  std::string schema = kSchemaTemplate;
+  schema.replace(schema.find("@MEASURED@"), std::string_view("@MEASURED@").size(), measured);
+  return schema;
+}
 
 std::string ResolveDbPath(const std::string& path) {
   std::error_code ec;
@@ -261,7 +273,7 @@ Status SqliteRunStore::CreateSchema(const RunMeta& meta) {
   if (!s.ok()) return s;
   s = Exec("BEGIN");
   if (!s.ok()) return s;
-  s = Exec(kSchema);
+  s = Exec(Schema().c_str());
   if (!s.ok()) return s;
   s = Exec(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str());
   if (!s.ok()) return s;
@@ -349,6 +361,16 @@ Status SqliteRunStore::CheckSchema() {
     if (rc == SQLITE_OK) rc = sqlite3_step(crc.get());
     row_crc_ = rc == SQLITE_ROW && sqlite3_column_int(crc.get(), 0) == 3;
   }
+  // A store written before a measured statistic existed gains its column when opened for
+  // writing (its earlier rows read NULL: not measured); a reader reads NULL in its place.
+  if (!read_only_) {
+    for (const tensor_stats::MeasuredStat* stat : tensor_stats::kMeasured) {
+      if (TableHasColumn(db_, "tensor_stats", stat->name)) continue;
+      Status added = Exec(("ALTER TABLE tensor_stats ADD COLUMN " + std::string(stat->name) + " REAL").c_str());
+      if (!added.ok()) return added;
+    }
+  }
+  measured_columns_ = MeasuredColumnsSelect(db_, "");
   // The tables are there (the schema is on page 1); damage inside them is met, reported
   // and skipped by the reads.
   Statement check;

@@ -101,6 +101,7 @@ class SqliteRunStore final : public RunStore, private ChunkTable {
   sqlite3_stmt* insert_chunk_ = nullptr;
   sqlite3_stmt* read_chunk_ = nullptr;  // ReadChunks
   bool row_crc_ = false;  // scalar_chunk, tensor_stats and vector have their crc columns (CheckSchema)
+  std::string measured_columns_;  // tensor_stats' measured columns as a SELECT list (CheckSchema)
   sqlite3_stmt* delete_chunk_ = nullptr;
   sqlite3_stmt* insert_stats_ = nullptr;
   sqlite3_stmt* insert_span_ = nullptr;

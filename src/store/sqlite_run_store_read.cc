@@ -330,11 +330,11 @@ Status SqliteRunStore::ScalarStepRange(const SeriesInfo& info, bool* any, int64_
 
 Status SqliteRunStore::ReadTensorStats(const SeriesInfo& info, int64_t step_min, int64_t step_max, std::vector<TensorStatsPoint>* out) {
   out->clear();
+  // Per read: the measured columns are this store's (CheckSchema).
   struct Plan {
-    explicit Plan(const char* crc)
-        : columns(std::string("rowid, step, step, wall_time, numel, nan, inf, zeros, min, max, sum, sum_squares, "
-                              "abs_max, dead_fraction, saturated_fraction, histogram, ") +
-                  crc + " FROM tensor_stats "),
+    Plan(const std::string& measured, const char* crc)
+        : columns("rowid, step, step, wall_time, numel, nan, inf, zeros, min, max, sum, sum_squares, abs_max, " +
+                  measured + ", histogram, " + crc + " FROM tensor_stats "),
           scan("SELECT " + columns + "WHERE series_id=?1 AND step BETWEEN ?2 AND ?3 ORDER BY step, rowid"),
           one("SELECT " + columns + "WHERE rowid=?4 AND series_id=?1 AND step BETWEEN ?2 AND ?3"),
           plan{"tensor_stats", scan.c_str(),
@@ -345,8 +345,10 @@ Status SqliteRunStore::ReadTensorStats(const SeriesInfo& info, int64_t step_min,
     std::string columns, scan, one;
     ReadPlan plan;
   };
-  static const Plan kWithCrc("crc"), kWithoutCrc("NULL");
-  const ReadPlan& kStats = row_crc_ ? kWithCrc.plan : kWithoutCrc.plan;
+  const Plan kStatsPlan(measured_columns_, row_crc_ ? "crc" : "NULL");
+  const ReadPlan& kStats = kStatsPlan.plan;
+  constexpr int kFirstMeasured = 13, kHistogram = kFirstMeasured + static_cast<int>(tensor_stats::kMeasuredCount),
+                kCrc = kHistogram + 1;
   return ReadRows(kStats, info.tag, info.id, step_min, step_max, [&](sqlite3_stmt* r, int64_t rowid) -> std::string {
     TensorStatsPoint p;
     p.step = sqlite3_column_int64(r, 2);
@@ -360,17 +362,18 @@ Status SqliteRunStore::ReadTensorStats(const SeriesInfo& info, int64_t step_min,
     p.stats.sum = ColumnDouble(r, 10);
     p.stats.sum_squares = ColumnDouble(r, 11);
     p.stats.abs_max = ColumnDouble(r, 12);
-    p.stats.dead_fraction = ColumnDouble(r, 13);
-    p.stats.saturated_fraction = ColumnDouble(r, 14);
-    RowCrc crc = StatsCrc(p.step, ColumnDouble(r, 3), p.stats);
-    if (sqlite3_column_type(r, 15) == SQLITE_BLOB) {
-      crc.Bytes(sqlite3_column_blob(r, 15), static_cast<size_t>(sqlite3_column_bytes(r, 15)));
+    for (size_t i = 0; i < tensor_stats::kMeasuredCount; ++i) {
+      p.stats.*tensor_stats::kMeasured[i]->field = ColumnDouble(r, kFirstMeasured + static_cast<int>(i));
     }
-    if (std::string wrong = CrcMismatch(r, 16, crc); !wrong.empty()) return wrong;
-    if (sqlite3_column_type(r, 15) == SQLITE_BLOB) {
+    RowCrc crc = StatsCrc(p.step, ColumnDouble(r, 3), p.stats);
+    if (sqlite3_column_type(r, kHistogram) == SQLITE_BLOB) {
+      crc.Bytes(sqlite3_column_blob(r, kHistogram), static_cast<size_t>(sqlite3_column_bytes(r, kHistogram)));
+    }
+    if (std::string wrong = CrcMismatch(r, kCrc, crc); !wrong.empty()) return wrong;
+    if (sqlite3_column_type(r, kHistogram) == SQLITE_BLOB) {
       // The statistics stand without their histogram: keep the row, report the histogram.
-      std::string problem = DecodeHistogram(static_cast<const unsigned char*>(sqlite3_column_blob(r, 15)),
-                                            sqlite3_column_bytes(r, 15), &p.stats);
+      std::string problem = DecodeHistogram(static_cast<const unsigned char*>(sqlite3_column_blob(r, kHistogram)),
+                                            sqlite3_column_bytes(r, kHistogram), &p.stats);
       if (!problem.empty()) ReportDamage({info.tag, "tensor_stats", rowid, problem + "; the row is kept without it"});
     }
     out->push_back(p);

@@ -9,6 +9,8 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+
 namespace trainscope {
 
 using json = nlohmann::json;
@@ -148,11 +150,14 @@ void SqliteRunStore::Rollback() {
 Status SqliteRunStore::WriteTensorStats(const std::vector<WriteBatch::StatsPoint>& records) {
   for (const auto& r : records) {
     if (!insert_stats_) {
-      Status s = Prepare(row_crc_ ? "INSERT INTO tensor_stats VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
-                             "?14, ?15, ?16)"
-                           : "INSERT INTO tensor_stats VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
-                             "?14, ?15)",
-                  &insert_stats_);
+      // By column name: a measured statistic's column added to an existing store is last.
+      std::string columns = "series_id, step, wall_time, numel, nan, inf, zeros, min, max, sum, sum_squares, abs_max";
+      for (const tensor_stats::MeasuredStat* stat : tensor_stats::kMeasured) columns += ", " + std::string(stat->name);
+      columns += row_crc_ ? ", histogram, crc" : ", histogram";
+      const size_t count = static_cast<size_t>(std::count(columns.begin(), columns.end(), ',')) + 1;
+      std::string values;
+      for (size_t i = 1; i <= count; ++i) values += (i > 1 ? ", ?" : "?") + std::to_string(i);
+      Status s = Prepare(("INSERT INTO tensor_stats(" + columns + ") VALUES(" + values + ")").c_str(), &insert_stats_);
       if (!s.ok()) return s;
     }
     const TensorStats& t = r.stats;
@@ -168,9 +173,8 @@ Status SqliteRunStore::WriteTensorStats(const std::vector<WriteBatch::StatsPoint
         .Real(t.max)
         .Real(t.sum)
         .Real(t.sum_squares)
-        .Real(t.abs_max)
-        .Real(t.dead_fraction)
-        .Real(t.saturated_fraction);
+        .Real(t.abs_max);
+    for (const tensor_stats::MeasuredStat* stat : tensor_stats::kMeasured) bind.Real(t.*stat->field);
     std::string histogram;
     if (t.has_histogram) {
       histogram = EncodeHistogram(t);

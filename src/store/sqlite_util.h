@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/measured_stats.h"
 #include "core/status.h"
 
 namespace trainscope::sqlite {
@@ -84,6 +85,31 @@ inline double ColumnDouble(sqlite3_stmt* stmt, int column) {
 inline std::string ColumnText(sqlite3_stmt* stmt, int column) {
   const unsigned char* text = sqlite3_column_text(stmt, column);
   return text ? std::string(reinterpret_cast<const char*>(text), sqlite3_column_bytes(stmt, column)) : std::string();
+}
+
+// Whether the table has the column (false also when the schema cannot be read).
+inline bool TableHasColumn(sqlite3* db, const char* table, std::string_view column) {
+  Statement has;
+  if (sqlite3_prepare_v2(db, "SELECT count(*) FROM pragma_table_info(?1) WHERE name=?2", -1, has.out(), nullptr) !=
+      SQLITE_OK) {
+    return false;
+  }
+  sqlite3_bind_text(has.get(), 1, table, -1, SQLITE_STATIC);
+  sqlite3_bind_text64(has.get(), 2, column.data(), column.size(), SQLITE_STATIC, SQLITE_UTF8);
+  return sqlite3_step(has.get()) == SQLITE_ROW && sqlite3_column_int(has.get(), 0) > 0;
+}
+
+// The measured statistics' columns of tensor_stats (data/tensor_stats.json) as a SELECT
+// list, each name after `prefix` (a table alias and its dot, or nothing); a column the store
+// was written without (before its statistic existed) reads as NULL.
+inline std::string MeasuredColumnsSelect(sqlite3* db, std::string_view prefix) {
+  std::string list;
+  for (const tensor_stats::MeasuredStat* stat : tensor_stats::kMeasured) {
+    if (!list.empty()) list += ", ";
+    list += TableHasColumn(db, "tensor_stats", stat->name) ? std::string(prefix) + std::string(stat->name)
+                                                            : std::string("NULL");
+  }
+  return list;
 }
 
 }  // namespace trainscope::sqlite

@@ -96,12 +96,25 @@ std::string DecodeHistogram(const unsigned char* blob, int64_t bytes, TensorStat
   return {};
 }
 
+std::string MeasuredColumnList(std::string_view prefix) {
+  std::string list;
+  for (const tensor_stats::MeasuredStat* stat : tensor_stats::kMeasured) {
+    if (!list.empty()) list += ", ";
+    list += std::string(prefix) + std::string(stat->name);
+  }
+  return list;
+}
+
 RowCrc StatsCrc(int64_t step, double wall_time, const TensorStats& t) {
   RowCrc crc;
   crc.Int(step).Real(wall_time);
   crc.Int(static_cast<int64_t>(t.numel)).Int(static_cast<int64_t>(t.nan)).Int(static_cast<int64_t>(t.inf));
   crc.Int(static_cast<int64_t>(t.zeros)).Real(t.min).Real(t.max).Real(t.sum).Real(t.sum_squares);
-  crc.Real(t.abs_max).Real(t.dead_fraction).Real(t.saturated_fraction);
+  crc.Real(t.abs_max);
+  for (const tensor_stats::MeasuredStat* stat : tensor_stats::kMeasured) {
+    const double value = t.*stat->field;
+    if (stat->first_schema || !std::isnan(value)) crc.Real(value);
+  }
   return crc;
 }
 

@@ -73,6 +73,9 @@ std::string EncodeHistogram(const TensorStats& s);
 // reaching past the last bin) leaves the stats without a histogram and says why: a part of
 // the counts would misstate every fraction computed from them.
 std::string DecodeHistogram(const unsigned char* blob, int64_t bytes, TensorStats* s);
+// The measured statistics' columns of tensor_stats (data/tensor_stats.json), in the
+// table's order, each after `prefix` and joined by ", ".
+std::string MeasuredColumnList(std::string_view prefix = "");
 // The checksum of a tensor_stats row's step, wall time and statistics, as they read back
 // (the histogram's bytes are added by the caller).
 RowCrc StatsCrc(int64_t step, double wall_time, const TensorStats& t);

@@ -200,13 +200,15 @@ double DeadFraction(const void* data, size_t outer, size_t units, size_t inner, 
 
 double SaturatedFraction(const void* data, size_t n, DType dtype, Saturation kind) {
   if (n == 0) return std::numeric_limits<double>::quiet_NaN();
+  constexpr double high = tensor_stats::kSaturatedFractionHigh, low = tensor_stats::kSaturatedFractionLow;
   size_t saturated = 0, finite = 0;
   if (dtype == DType::kFloat32) {
     const float* p = static_cast<const float*>(data);
+    constexpr float high_f = static_cast<float>(high), low_f = static_cast<float>(low);
     if (kind == Saturation::kTanh) {
-      for (size_t i = 0; i < n; ++i) saturated += std::fabs(p[i]) > 0.99f;
+      for (size_t i = 0; i < n; ++i) saturated += std::fabs(p[i]) > high_f;
     } else {
-      for (size_t i = 0; i < n; ++i) saturated += (p[i] < 0.01f) | (p[i] > 0.99f);
+      for (size_t i = 0; i < n; ++i) saturated += (p[i] < low_f) | (p[i] > high_f);
     }
     // NaN compares false, so it is never counted saturated; Inf is (tanh/sigmoid never make Inf).
     for (size_t i = 0; i < n; ++i) finite += !std::isnan(p[i]);
@@ -214,11 +216,18 @@ double SaturatedFraction(const void* data, size_t n, DType dtype, Saturation kin
     ForEachValue(data, 0, n, dtype, [&](size_t, double x) {
       if (std::isnan(x)) return;
       ++finite;
-      saturated += kind == Saturation::kTanh ? std::fabs(x) > 0.99 : (x < 0.01 || x > 0.99);
+      saturated += kind == Saturation::kTanh ? std::fabs(x) > high : (x < low || x > high);
     });
   }
   return finite ? static_cast<double>(saturated) / static_cast<double>(finite)
                 : std::numeric_limits<double>::quiet_NaN();
+}
+
+void MeasureActivation(const void* data, size_t numel, size_t outer, size_t units, size_t inner, DType dtype,
+                       ActivationKind kind, MeasuredTensorStats* out) {
+  if (kind == kDeadUnits) out->dead_fraction = DeadFraction(data, outer, units, inner, dtype);
+  if (kind == kTanh) out->saturated_fraction = SaturatedFraction(data, numel, dtype, Saturation::kTanh);
+  if (kind == kSigmoid) out->saturated_fraction = SaturatedFraction(data, numel, dtype, Saturation::kSigmoid);
 }
 
 uint64_t ProcessRssBytes() {

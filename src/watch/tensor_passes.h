@@ -41,9 +41,19 @@ void WeightAndUpdateStats(const void* current, void* previous, size_t n, DType d
 double DeadFraction(const void* data, size_t outer, size_t units, size_t inner, DType dtype);
 
 enum class Saturation { kTanh, kSigmoid };
-// Fraction of finite values in the flat tails: |x| > 0.99 (tanh), x < 0.01 or x > 0.99
-// (sigmoid). NaN when n is 0.
+// Fraction of finite values in the flat tails (data/tensor_stats.json's thresholds of
+// saturated_fraction): |x| > high (tanh), x < low or x > high (sigmoid). NaN when n is 0.
 double SaturatedFraction(const void* data, size_t n, DType dtype, Saturation kind);
+
+// What a module makes its output, as Python passes it (_watch/plan.py PLAIN, DEAD_UNITS,
+// TANH, SIGMOID): it decides which measured statistics the output gets.
+enum ActivationKind : int { kPlain = 0, kDeadUnits = 1, kTanh = 2, kSigmoid = 3 };
+
+// The measured statistics (data/tensor_stats.json) of an activation of `numel` values,
+// read as [outer][units][inner] where units matter, into *out; those its kind does not get
+// stay NaN. The host pass of every row of the table is here.
+void MeasureActivation(const void* data, size_t numel, size_t outer, size_t units, size_t inner, DType dtype,
+                       ActivationKind kind, MeasuredTensorStats* out);
 
 // Resident set size of this process in bytes, from /proc/self/statm (0 if unreadable).
 uint64_t ProcessRssBytes();

@@ -108,6 +108,24 @@ TEST(TensorPasses, SaturatedFraction) {
   EXPECT_DOUBLE_EQ(SaturatedFraction(h, 2, DType::kFloat16, Saturation::kTanh), 0.5);
 }
 
+// The host pass of data/tensor_stats.json's rows: a module's kind decides what its output gets.
+TEST(TensorPasses, MeasureActivationGivesEachKindItsStatistics) {
+  const float out[] = {0.0f, 0.995f, -0.2f, 0.0f, 0.5f, -0.999f};  // 2 samples x 3 units
+  auto measure = [&](ActivationKind kind) {
+    MeasuredTensorStats m;
+    MeasureActivation(out, 6, 2, 3, 1, DType::kFloat32, kind, &m);
+    return m;
+  };
+  EXPECT_TRUE(std::isnan(measure(kPlain).dead_fraction));
+  EXPECT_TRUE(std::isnan(measure(kPlain).saturated_fraction));
+  EXPECT_DOUBLE_EQ(measure(kDeadUnits).dead_fraction, DeadFraction(out, 2, 3, 1, DType::kFloat32));
+  EXPECT_TRUE(std::isnan(measure(kDeadUnits).saturated_fraction));
+  EXPECT_DOUBLE_EQ(measure(kTanh).saturated_fraction, SaturatedFraction(out, 6, DType::kFloat32, Saturation::kTanh));
+  EXPECT_DOUBLE_EQ(measure(kSigmoid).saturated_fraction,
+                   SaturatedFraction(out, 6, DType::kFloat32, Saturation::kSigmoid));
+  EXPECT_TRUE(std::isnan(measure(kSigmoid).dead_fraction));
+}
+
 TEST(TensorPasses, RssIsPositive) { EXPECT_GT(ProcessRssBytes(), 1u << 20); }
 
 TEST(TensorPasses, RecentRssHoldsAReadingOnlyWhileItIsYoung) {

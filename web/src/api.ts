@@ -128,8 +128,9 @@ export interface TensorSeries {
   min?: Num[];
   max?: Num[];
   abs_max?: Num[];
-  dead_fraction: Num[];
-  saturated_fraction: Num[];
+  // Then one key per measured statistic (data/tensor_stats.json: dead_fraction,
+  // saturated_fraction ...), a value per step, null where not measured.
+  [measured: string]: unknown;
   nan: number[];
   inf: number[];
   zeros: number[];

@@ -6,6 +6,7 @@ and logs the rows when it has landed."""
 from __future__ import annotations
 
 import warnings
+from functools import lru_cache
 
 import torch
 
@@ -94,18 +95,53 @@ def unpack_device_stats(host, layout):
     return stats, hist, unit_norms, ratios
 
 
+@lru_cache(maxsize=None)
+def measured_stats():
+    """The measured statistics (data/tensor_stats.json) as _core exports them, in slot order:
+    dicts of name, slot (its column in a packed activation row), unit, computed, thresholds."""
+    from trainscope import _core
+    return tuple(_core.measured_tensor_stats())
+
+
+def activation_row_width():
+    """Values in a packed activation row before its histogram: the 8 packed columns, then
+    every measured statistic."""
+    return 8 + len(measured_stats())
+
+
+def _thresholds(name):
+    return next(row["thresholds"] for row in measured_stats() if row["name"] == name)
+
+
+def _dead_fraction(out, kind):
+    if kind != DEAD_UNITS:
+        return None
+    outer, units, inner = unit_layout(tuple(out.shape))
+    alive = (out.reshape(outer, units, inner) != 0).any(dim=2).any(dim=0)
+    return 1.0 - alive.to(torch.float64).mean()
+
+
+def _saturated_fraction(out, kind):
+    if kind not in (TANH, SIGMOID):
+        return None
+    high, low = _thresholds("saturated_fraction")["high"], _thresholds("saturated_fraction")["low"]
+    tails = out.abs() > high if kind == TANH else (out < low) | (out > high)
+    valid = ~torch.isnan(out)
+    return (tails & valid).sum().to(torch.float64) / valid.sum().clamp(min=1)
+
+
+# The device pass of each measured statistic, by its name in data/tensor_stats.json: its
+# value for one activation as a float64 scalar tensor, or None where the kind does not get it.
+DEVICE_MEASURES = {"dead_fraction": _dead_fraction, "saturated_fraction": _saturated_fraction}
+
+
 def device_activation(out, kind, histogram=False):
-    """Stats of one activation on its device, one row: the 8 packed columns, dead and
-    saturated fraction (NaN when not measured), then the 128 histogram bins if asked."""
+    """Stats of one activation on its device, one row: the 8 packed columns, the measured
+    statistics at their slots (NaN when not measured), then the 128 histogram bins if asked."""
     packed, _ = pack_device_stats([out], histogram=histogram, units=False)
     nan = torch.full((1,), float("nan"), dtype=torch.float64, device=out.device)
-    dead, saturated = nan, nan
-    if kind == DEAD_UNITS:
-        outer, units, inner = unit_layout(tuple(out.shape))
-        alive = (out.reshape(outer, units, inner) != 0).any(dim=2).any(dim=0)
-        dead = (1.0 - alive.to(torch.float64).mean()).reshape(1)
-    elif kind in (TANH, SIGMOID):
-        tails = out.abs() > 0.99 if kind == TANH else (out < 0.01) | (out > 0.99)
-        valid = ~torch.isnan(out)
-        saturated = ((tails & valid).sum().to(torch.float64) / valid.sum().clamp(min=1)).reshape(1)
-    return torch.cat([packed[:8], dead, saturated, packed[8:]])
+    measured = []
+    for row in measured_stats():
+        value = DEVICE_MEASURES[row["name"]](out, kind)
+        measured.append(nan if value is None else value.reshape(1))
+    return torch.cat([packed[:8], *measured, packed[8:]])

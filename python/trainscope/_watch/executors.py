@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import torch
 
-from trainscope._watch.device import NAN, INF, SUMSQ, device_activation, pack_device_stats, unpack_device_stats
+from trainscope._watch.device import (NAN, INF, SUMSQ, activation_row_width, device_activation, pack_device_stats,
+                                      unpack_device_stats)
 import trainscope.watch as facade  # unit_layout is looked up there per call: tests patch it
 from trainscope._watch.plan import DTYPE_CODES
 
@@ -247,13 +248,15 @@ class DeviceExecutor:
         parts = [torch.stack([row for _, row in group]).reshape(-1) for group in (plain, hist) if group]
         packed = torch.cat(parts) if len(parts) > 1 else parts[0]
 
+        stats_width = activation_row_width()
+
         def log(host):
             at = 0
-            for group, width in ((plain, 10), (hist, 10 + 128)):
+            for group, width in ((plain, stats_width), (hist, stats_width + 128)):
                 if not group:
                     continue
                 rows = host[at:at + len(group) * width].reshape(len(group), width)
                 at += len(group) * width
-                self.rec.log_packed_stats(step, [i for i, _ in group], rows[:, :10].tolist(),
-                                          rows[:, 10:].tolist() if width > 10 else [])
+                self.rec.log_packed_stats(step, [i for i, _ in group], rows[:, :stats_width].tolist(),
+                                          rows[:, stats_width:].tolist() if width > stats_width else [])
         return DeviceTicket(packed, log)
