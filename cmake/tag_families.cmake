@@ -4,18 +4,7 @@
 # cmake -DINPUT=data/tag_families.json -DOUTPUT=.../core/tag_families.h -P tag_families.cmake
 file(READ ${INPUT} json)
 
-# "grad_units" -> "GradUnits", "time/step" -> "TimeStep"
-function(camel text out)
-  string(REGEX REPLACE "[/_]" ";" parts "${text}")
-  set(result "")
-  foreach(part IN LISTS parts)
-    string(SUBSTRING "${part}" 0 1 first)
-    string(SUBSTRING "${part}" 1 -1 rest)
-    string(TOUPPER "${first}" first)
-    string(APPEND result "${first}${rest}")
-  endforeach()
-  set(${out} "${result}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/camel_case.cmake)
 
 function(group_mask object out)
   set(mask "0")

@@ -4,18 +4,7 @@
 # cmake -DINPUT=data/tensor_stats.json -DOUTPUT=.../core/measured_stats_table.h -P tensor_stats.cmake
 file(READ ${INPUT} json)
 
-# "saturated_fraction" -> "SaturatedFraction"
-function(camel text out)
-  string(REPLACE "_" ";" parts "${text}")
-  set(result "")
-  foreach(part IN LISTS parts)
-    string(SUBSTRING "${part}" 0 1 first)
-    string(SUBSTRING "${part}" 1 -1 rest)
-    string(TOUPPER "${first}" first)
-    string(APPEND result "${first}${rest}")
-  endforeach()
-  set(${out} "${result}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/camel_case.cmake)
 
 string(JSON count LENGTH "${json}" measured)
 math(EXPR last "${count} - 1")

@@ -48,6 +48,44 @@ double Decades(double value, double low, double high) {
 
 }  // namespace
 
+// One layer's score: the lowest of its parts (finite values, learning, gradient against the
+// layers' median, its worst finding), and why. converged: small updates say nothing against
+// it; layers_with_norm: how many layers the median gradient norm is over.
+LayerHealth LayerHealthBuilder::Score(const Layer& l, bool converged, double median_norm, size_t layers_with_norm) {
+  LayerHealth h;
+  h.layer = l.name;
+  double lowest = 1;
+  auto part = [&](const char* id, double share, const std::string& why) {
+    h.parts.emplace_back(id, share);
+    if (share < lowest) {
+      lowest = share;
+      h.worst = why;
+    }
+  };
+  part("finite", l.nonfinite ? 0 : 1, "non-finite values in " + l.nonfinite_what);
+  if (!std::isnan(l.update_ratio) && !(converged && l.update_ratio > 0 && l.update_ratio < 1e-5)) {
+    const double share = l.update_ratio > 0 ? Decades(l.update_ratio, 1e-5, 1e-1) : 0;
+    part("learning", share,
+         l.update_ratio > 0 ? "update/weight ratio " + FormatNumber(l.update_ratio, 2) + " (healthy ~1e-3)"
+                            : "its weights do not move");
+  }
+  if (std::isfinite(l.grad_norm) && median_norm > 0 && layers_with_norm >= 2) {
+    const double relative = l.grad_norm / median_norm;
+    part("gradient", relative > 0 ? Decades(relative, 1e-3, INFINITY) : 0,
+         "gradient norm " + FormatNumber(relative, 2) + "x the layers' median");
+  }
+  if (l.finding != nullptr) {
+    const double share = l.finding->severity == Severity::kCritical  ? 0.2
+                         : l.finding->severity == Severity::kWarning ? 0.5
+                                                                     : 0.9;
+    part("findings", share, std::string(SeverityName(l.finding->severity)) + " " + l.finding->code + " at step " +
+                                std::to_string(l.finding->step));
+  }
+  h.score = static_cast<int>(std::lround(100 * lowest));
+  if (h.score == 100) h.worst.clear();
+  return h;
+}
+
 void LayerHealthBuilder::OnTensorStats(std::string_view tag, int64_t step, double wall_time, const TensorStats& stats) {
   Series& s = At(series_, tag);
   s.seen = true;
@@ -158,41 +196,7 @@ std::vector<LayerHealth> LayerHealthBuilder::Finish(const std::vector<std::strin
   }
 
   std::vector<LayerHealth> out;
-  for (const std::string& name : order) {
-    const Layer& l = layers.at(name);
-    LayerHealth h;
-    h.layer = name;
-    double lowest = 1;
-    auto part = [&](const char* id, double share, const std::string& why) {
-      h.parts.emplace_back(id, share);
-      if (share < lowest) {
-        lowest = share;
-        h.worst = why;
-      }
-    };
-    part("finite", l.nonfinite ? 0 : 1, "non-finite values in " + l.nonfinite_what);
-    if (!std::isnan(l.update_ratio) && !(converged && l.update_ratio > 0 && l.update_ratio < 1e-5)) {
-      const double share = l.update_ratio > 0 ? Decades(l.update_ratio, 1e-5, 1e-1) : 0;
-      part("learning", share,
-           l.update_ratio > 0 ? "update/weight ratio " + FormatNumber(l.update_ratio, 2) + " (healthy ~1e-3)"
-                              : "its weights do not move");
-    }
-    if (std::isfinite(l.grad_norm) && median_norm > 0 && norms.size() >= 2) {
-      const double relative = l.grad_norm / median_norm;
-      part("gradient", relative > 0 ? Decades(relative, 1e-3, INFINITY) : 0,
-           "gradient norm " + FormatNumber(relative, 2) + "x the layers' median");
-    }
-    if (l.finding != nullptr) {
-      const double share = l.finding->severity == Severity::kCritical  ? 0.2
-                           : l.finding->severity == Severity::kWarning ? 0.5
-                                                                       : 0.9;
-      part("findings", share, std::string(SeverityName(l.finding->severity)) + " " + l.finding->code + " at step " +
-                                  std::to_string(l.finding->step));
-    }
-    h.score = static_cast<int>(std::lround(100 * lowest));
-    if (h.score == 100) h.worst.clear();
-    out.push_back(std::move(h));
-  }
+  for (const std::string& name : order) out.push_back(Score(layers.at(name), converged, median_norm, norms.size()));
   return out;
 }
 

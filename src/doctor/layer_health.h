@@ -54,6 +54,7 @@ class LayerHealthBuilder : public SampleSink {
 
  private:
   struct Layer;
+  static LayerHealth Score(const Layer& layer, bool converged, double median_norm, size_t layers_with_norm);
   struct Series {
     bool seen = false;
     bool nonfinite = false;  // of the latest record

@@ -31,21 +31,8 @@ void EarlyBlowupDetector::Finish(const DetectorContext& ctx) {
   if (open_) Settle(ctx, -1, kNaN);  // the run ended before the loss came back
 }
 
-void EarlyBlowupDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
-  if (open_) {
-    const double loss = ctx.facts.loss;
-    if (std::isnan(loss)) return;
-    ++points_after_jump_;
-    if (!std::isfinite(loss) || points_after_jump_ > options_.recovery_points) {
-      Settle(ctx, -1, kNaN);
-    } else if (loss <= options_.recovery_level * first_loss_) {
-      Settle(ctx, frame.step, loss);
-    }
-    return;
-  }
-  if (done_) return;
-  const RunFacts& facts = ctx.facts;
-  // Evidence beside the loss: the gradient norm and the update/weight ratios of the first steps.
+// Evidence beside the loss: the largest gradient norm and update/weight ratio of the first steps.
+void EarlyBlowupDetector::NoteUpdateSizes(const StepFrame& frame, const RunFacts& facts) {
   if (std::isfinite(facts.grad_norm)) {
     if (std::isnan(first_grad_)) first_grad_ = facts.grad_norm;
     if (std::isnan(max_grad_) || facts.grad_norm > max_grad_) {
@@ -71,6 +58,23 @@ void EarlyBlowupDetector::OnStep(const StepFrame& frame, const DetectorContext& 
       max_update_step_ = frame.step;
     }
   }
+}
+
+void EarlyBlowupDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  if (open_) {
+    const double loss = ctx.facts.loss;
+    if (std::isnan(loss)) return;
+    ++points_after_jump_;
+    if (!std::isfinite(loss) || points_after_jump_ > options_.recovery_points) {
+      Settle(ctx, -1, kNaN);
+    } else if (loss <= options_.recovery_level * first_loss_) {
+      Settle(ctx, frame.step, loss);
+    }
+    return;
+  }
+  if (done_) return;
+  const RunFacts& facts = ctx.facts;
+  NoteUpdateSizes(frame, facts);
   const double loss = facts.loss;
   if (std::isnan(loss)) return;
   if (std::isnan(first_loss_)) {

@@ -50,6 +50,7 @@ class EarlyBlowupDetector : public Detector {
  private:
   // Settles the open finding's severity: recovered (info) or not (its jump's severity).
   void Settle(const DetectorContext& ctx, int64_t recovered_step, double recovered_loss);
+  void NoteUpdateSizes(const StepFrame& frame, const RunFacts& facts);
   EarlyBlowupOptions options_;
   std::optional<Finding> open_;        // the jump's finding while its recovery is not known
   Severity severity_if_lasting_ = Severity::kWarning;

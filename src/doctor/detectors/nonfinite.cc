@@ -358,6 +358,55 @@ void LearningRateCauses(const StepFrame& frame, const RunFacts& facts, const Non
 
 }  // namespace
 
+namespace {
+
+// What the non-finite tensors of the first step say: non-finite inputs, labels out of the
+// classes' range, the producing module's own weights non-finite, a loss non-finite over finite
+// logits; each a cause with its evidence.
+void TensorCauses(const StepFrame& frame, const RunFacts& facts, const NonFiniteTensors& bad, const Producer& p,
+                  const double* loss_value, std::vector<Cause>* causes, json* evidence) {
+  const bool loss_nonfinite = loss_value && !std::isfinite(*loss_value);
+  if (!bad.inputs.empty()) {
+    RaiseCause(causes, "input_nonfinite", 0.9);
+    (*evidence)["nonfinite_inputs"] = bad.inputs;
+  }
+  double lo, hi;
+  if (LabelsOutOfRange(frame, facts, &lo, &hi)) {
+    RaiseCause(causes, "label_out_of_range", 0.85);
+    (*evidence)["label_min"] = Num(lo);
+    (*evidence)["label_max"] = Num(hi);
+  }
+  if (loss_nonfinite) (*evidence)["loss"] = Num(*loss_value);
+  if (!bad.acts.empty()) {
+    (*evidence)["nonfinite_activations"] = json(std::vector<std::string>(
+        bad.acts.begin(), bad.acts.begin() + std::min<size_t>(bad.acts.size(), 12)));
+  }
+  (*evidence)["nonfinite_gradients"] = bad.grads.size();
+  if (!bad.weights.empty()) (*evidence)["nonfinite_weights"] = bad.weights.size();
+  // The producing module's own weights are non-finite at this step: its output is NaN
+  // because they are (a NaN written into them, a checkpoint that carried one), not
+  // because of what it computes.
+  if (p.kind == "activation") {
+    std::vector<std::string> own;
+    for (const auto& w : bad.weights) {
+      if (RunFacts::ModuleOfParam(w) == p.module) own.push_back(w);
+    }
+    if (!own.empty()) {
+      RaiseCause(causes, "nonfinite_weights", 0.7);
+      (*evidence)["nonfinite_producer_weights"] = own;
+    }
+  }
+  // Loss non-finite while the last activation (the logits) is finite: the loss function
+  // itself did it — log of 0 or a division by 0 in a hand-written loss.
+  if (loss_nonfinite && !bad.all_acts.empty() && bad.acts.empty()) {
+    RaiseCause(causes, "log_of_zero", 0.5);
+    RaiseCause(causes, "division_by_zero", 0.3);
+    (*evidence)["logits_finite"] = true;
+  }
+}
+
+}  // namespace
+
 void NonFiniteDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   const RunFacts& facts = ctx.facts;
   const NonFiniteTensors bad = CollectNonFinite(frame);
@@ -394,43 +443,7 @@ void NonFiniteDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
   // ---- causes from the evidence ----
   std::vector<Cause> causes;
   json evidence = {{"phase", p.phase}, {"first_producer", p.location}, {"producer_kind", p.kind}};
-  if (!bad.inputs.empty()) {
-    RaiseCause(&causes, "input_nonfinite", 0.9);
-    evidence["nonfinite_inputs"] = bad.inputs;
-  }
-  double lo, hi;
-  if (LabelsOutOfRange(frame, facts, &lo, &hi)) {
-    RaiseCause(&causes, "label_out_of_range", 0.85);
-    evidence["label_min"] = Num(lo);
-    evidence["label_max"] = Num(hi);
-  }
-  if (loss_nonfinite) evidence["loss"] = Num(*loss_value);
-  if (!bad.acts.empty()) {
-    evidence["nonfinite_activations"] = json(std::vector<std::string>(
-        bad.acts.begin(), bad.acts.begin() + std::min<size_t>(bad.acts.size(), 12)));
-  }
-  evidence["nonfinite_gradients"] = bad.grads.size();
-  if (!bad.weights.empty()) evidence["nonfinite_weights"] = bad.weights.size();
-  // The producing module's own weights are non-finite at this step: its output is NaN
-  // because they are (a NaN written into them, a checkpoint that carried one), not
-  // because of what it computes.
-  if (p.kind == "activation") {
-    std::vector<std::string> own;
-    for (const auto& w : bad.weights) {
-      if (RunFacts::ModuleOfParam(w) == p.module) own.push_back(w);
-    }
-    if (!own.empty()) {
-      RaiseCause(&causes, "nonfinite_weights", 0.7);
-      evidence["nonfinite_producer_weights"] = own;
-    }
-  }
-  // Loss non-finite while the last activation (the logits) is finite: the loss function
-  // itself did it — log of 0 or a division by 0 in a hand-written loss.
-  if (loss_nonfinite && !bad.all_acts.empty() && bad.acts.empty()) {
-    RaiseCause(&causes, "log_of_zero", 0.5);
-    RaiseCause(&causes, "division_by_zero", 0.3);
-    evidence["logits_finite"] = true;
-  }
+  TensorCauses(frame, facts, bad, p, loss_value, &causes, &evidence);
   if (loss_nonfinite && bad.acts.empty() && bad.inputs.empty()) OutputCauses(ctx, &causes, &evidence);
   OperationNameCauses(p, facts, &causes, &evidence);
   // Finite forward, non-finite backward: an operation whose derivative is infinite where

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "core/tag.h"
 #include "doctor/doctor.h"
@@ -241,6 +242,30 @@ void MemoryLeakDetector::Check(const DetectorContext& ctx, bool final) {
   }
 }
 
+// The recent steps' time per input element over the baseline's, when the elements per step
+// varied (by work_varies); nullopt when they did not, or are not recorded.
+std::optional<double> ThroughputDetector::TimePerElementRatio() const {
+  if (!std::isfinite(elements_)) return std::nullopt;
+  std::vector<double> base_per, now_per;
+  double lo = kNaN, hi = kNaN;
+  for (size_t k = 0; k < base_.size(); ++k) {
+    const double e = base_elements_[k];
+    if (!(e > 0)) continue;
+    base_per.push_back(base_[k] / e);
+    lo = std::isnan(lo) ? e : std::min(lo, e);
+    hi = std::isnan(hi) ? e : std::max(hi, e);
+  }
+  for (size_t k = 0; k < recent_.size(); ++k) {
+    const double e = recent_elements_[k];
+    if (!(e > 0)) continue;
+    now_per.push_back(recent_[k].second / e);
+    lo = std::isnan(lo) ? e : std::min(lo, e);
+    hi = std::isnan(hi) ? e : std::max(hi, e);
+  }
+  if (base_per.empty() || now_per.empty() || !(hi >= options_.work_varies * lo)) return std::nullopt;
+  return Median(now_per) / Median(base_per);
+}
+
 void ThroughputDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   for (const char* tag : {tags::kMemCudaAllocated, tags::kMemRss, tags::kSysRss}) {
     if (const double* v = frame.Scalar(tag)) {
@@ -278,29 +303,8 @@ void ThroughputDetector::OnStep(const StepFrame& frame, const DetectorContext& c
   if (!(base > 0) || now < options_.ratio * base || now - base < options_.min_increase_seconds) return;
   // Per element of work, when the work per step varied: a longer step that did more is
   // not slower.
-  double work_ratio = kNaN;
-  if (std::isfinite(elements_)) {
-    std::vector<double> base_per, now_per;
-    double lo = kNaN, hi = kNaN;
-    for (size_t k = 0; k < base_.size(); ++k) {
-      const double e = base_elements_[k];
-      if (!(e > 0)) continue;
-      base_per.push_back(base_[k] / e);
-      lo = std::isnan(lo) ? e : std::min(lo, e);
-      hi = std::isnan(hi) ? e : std::max(hi, e);
-    }
-    for (size_t k = 0; k < recent_.size(); ++k) {
-      const double e = recent_elements_[k];
-      if (!(e > 0)) continue;
-      now_per.push_back(recent_[k].second / e);
-      lo = std::isnan(lo) ? e : std::min(lo, e);
-      hi = std::isnan(hi) ? e : std::max(hi, e);
-    }
-    if (!base_per.empty() && !now_per.empty() && hi >= options_.work_varies * lo) {
-      work_ratio = Median(now_per) / Median(base_per);
-      if (!(work_ratio >= options_.ratio)) return;
-    }
-  }
+  const std::optional<double> work_ratio = TimePerElementRatio();
+  if (work_ratio && !(*work_ratio >= options_.ratio)) return;
   Finding f;
   f.code = "THROUGHPUT_DROP";
   f.severity = now >= options_.warning_ratio * base && now - base >= options_.warning_increase_seconds
@@ -312,9 +316,9 @@ void ThroughputDetector::OnStep(const StepFrame& frame, const DetectorContext& c
   f.summary = "steps take " + FormatNumber(now / base, 3) + "x as long as early in the run (" + FormatNumber(1e3 * now, 3) + " ms against " +
               FormatNumber(1e3 * base, 3) + " ms)";
   json evidence = {{"step_ms", Num(1e3 * now)}, {"baseline_step_ms", Num(1e3 * base)}, {"ratio", Num(now / base)}};
-  if (std::isfinite(work_ratio)) {
-    evidence["time_per_element_ratio"] = Num(work_ratio);
-    f.summary += "; " + FormatNumber(work_ratio, 3) + "x as long per input element";
+  if (work_ratio && std::isfinite(*work_ratio)) {
+    evidence["time_per_element_ratio"] = Num(*work_ratio);
+    f.summary += "; " + FormatNumber(*work_ratio, 3) + "x as long per input element";
   }
   // Causes by the evidence the run has (options: memory_growth, data_share, busy_host_percent).
   double retained = 0.25, loader = 0.15, host = 0.35;

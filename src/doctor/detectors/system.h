@@ -6,6 +6,7 @@
 
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "doctor/detector.h"
@@ -193,6 +194,7 @@ class ThroughputDetector : public Detector {
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
  private:
+  std::optional<double> TimePerElementRatio() const;
   ThroughputOptions options_;
   std::vector<double> base_;
   size_t seen_ = 0;
