@@ -218,7 +218,8 @@ class BatchBuilder {
     const Table kTables[] = {
         {"tensor_stats",
          "SELECT t.rowid, s.tag, t.step, t.wall_time, t.numel, t.nan, t.inf, t.zeros, t.min, t.max, t.sum, "
-         "t.sum_squares, t.abs_max, " + MeasuredColumnsSelect(db, "t.") + ", t.histogram FROM tensor_stats t JOIN "
+         "t.sum_squares, t.abs_max, " + MeasuredColumnsSelect(TableColumns(db, "tensor_stats"), "t.") +
+         ", t.histogram FROM tensor_stats t JOIN "
          "series s ON s.id = t.series_id WHERE t.rowid > ?1 ORDER BY t.rowid LIMIT ?2"},
         {"vectors",
          "SELECT v.rowid, s.tag, v.step, v.wall_time, v.data FROM vector v JOIN series s ON s.id = v.series_id WHERE "

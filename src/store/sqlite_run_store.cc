@@ -363,14 +363,16 @@ Status SqliteRunStore::CheckSchema() {
   }
   // A store written before a measured statistic existed gains its column when opened for
   // writing (its earlier rows read NULL: not measured); a reader reads NULL in its place.
+  std::set<std::string, std::less<>> columns = TableColumns(db_, "tensor_stats");
   if (!read_only_) {
     for (const tensor_stats::MeasuredStat* stat : tensor_stats::kMeasured) {
-      if (TableHasColumn(db_, "tensor_stats", stat->name)) continue;
+      if (columns.count(std::string_view(stat->name))) continue;
       Status added = Exec(("ALTER TABLE tensor_stats ADD COLUMN " + std::string(stat->name) + " REAL").c_str());
       if (!added.ok()) return added;
+      columns.emplace(stat->name);
     }
   }
-  measured_columns_ = MeasuredColumnsSelect(db_, "");
+  measured_columns_ = MeasuredColumnsSelect(columns, "");
   // The tables are there (the schema is on page 1); damage inside them is met, reported
   // and skipped by the reads.
   Statement check;

@@ -5,6 +5,7 @@
 #include <sqlite3.h>
 
 #include <limits>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -87,27 +88,27 @@ inline std::string ColumnText(sqlite3_stmt* stmt, int column) {
   return text ? std::string(reinterpret_cast<const char*>(text), sqlite3_column_bytes(stmt, column)) : std::string();
 }
 
-// Whether the table has the column (false also when the schema cannot be read).
-inline bool TableHasColumn(sqlite3* db, const char* table, std::string_view column) {
-  Statement has;
-  if (sqlite3_prepare_v2(db, "SELECT count(*) FROM pragma_table_info(?1) WHERE name=?2", -1, has.out(), nullptr) !=
-      SQLITE_OK) {
-    return false;
+// The names of the table's columns (none when the schema cannot be read), in one query.
+inline std::set<std::string, std::less<>> TableColumns(sqlite3* db, const char* table) {
+  std::set<std::string, std::less<>> names;
+  Statement info;
+  if (sqlite3_prepare_v2(db, "SELECT name FROM pragma_table_info(?1)", -1, info.out(), nullptr) != SQLITE_OK) {
+    return names;
   }
-  sqlite3_bind_text(has.get(), 1, table, -1, SQLITE_STATIC);
-  sqlite3_bind_text64(has.get(), 2, column.data(), column.size(), SQLITE_STATIC, SQLITE_UTF8);
-  return sqlite3_step(has.get()) == SQLITE_ROW && sqlite3_column_int(has.get(), 0) > 0;
+  sqlite3_bind_text(info.get(), 1, table, -1, SQLITE_STATIC);
+  while (sqlite3_step(info.get()) == SQLITE_ROW) names.insert(ColumnText(info.get(), 0));
+  return names;
 }
 
 // The measured statistics' columns of tensor_stats (data/tensor_stats.json) as a SELECT
 // list, each name after `prefix` (a table alias and its dot, or nothing); a column the store
-// was written without (before its statistic existed) reads as NULL.
-inline std::string MeasuredColumnsSelect(sqlite3* db, std::string_view prefix) {
+// was written without (before its statistic existed, so not in `columns`) reads as NULL.
+inline std::string MeasuredColumnsSelect(const std::set<std::string, std::less<>>& columns, std::string_view prefix) {
   std::string list;
   for (const tensor_stats::MeasuredStat* stat : tensor_stats::kMeasured) {
     if (!list.empty()) list += ", ";
-    list += TableHasColumn(db, "tensor_stats", stat->name) ? std::string(prefix) + std::string(stat->name)
-                                                            : std::string("NULL");
+    list += columns.count(std::string_view(stat->name)) ? std::string(prefix) + std::string(stat->name)
+                                                        : std::string("NULL");
   }
   return list;
 }
