@@ -216,7 +216,8 @@ TEST(MeasuredStats, EachRowHasItsOwnNameAndFieldAndTheFirstSchemaComesFirst) {
     EXPECT_TRUE(std::isnan(s.*stat->field)) << stat->name << ": not measured until measured";
     s.*stat->field = 1.0;
     for (size_t j = 0; j < tensor_stats::kMeasuredCount; ++j) {
-      if (j != i) EXPECT_TRUE(std::isnan(s.*tensor_stats::kMeasured[j]->field)) << stat->name;
+      if (j == i) continue;
+      EXPECT_TRUE(std::isnan(s.*tensor_stats::kMeasured[j]->field)) << stat->name;
     }
   }
   EXPECT_EQ(tensor_stats::FindMeasured("l2_norm"), nullptr);
