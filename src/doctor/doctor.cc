@@ -5,6 +5,7 @@
 #include <cmath>
 #include <unordered_set>
 
+#include "core/finding_json.h"
 #include "core/tag.h"
 #include "doctor/facts.h"
 #include "doctor/knowledge.h"
@@ -425,17 +426,7 @@ Diagnosis Diagnose(const RunData& run, const DoctorOptions& options) {
 
 json DiagnosisToJson(const Diagnosis& d, const std::string& source, const std::string& format, int64_t steps) {
   json findings = json::array();
-  for (const Finding& f : d.findings) {
-    json evidence = json::parse(f.evidence_json, nullptr, false);
-    if (!evidence.is_object()) evidence = json::object();
-    json causes = json::array();
-    for (const Cause& c : f.causes) causes.push_back({{"id", c.id}, {"confidence", c.confidence}});
-    findings.push_back({{"code", f.code},         {"severity", SeverityName(f.severity)},
-                        {"step", f.step},         {"last_step", f.last_step},
-                        {"location", f.location}, {"summary", f.summary},
-                        {"evidence", evidence},   {"causes", causes},
-                        {"actions", f.actions}});
-  }
+  for (const Finding& f : d.findings) findings.push_back(FindingToJson(f));
   json not_checked = json::array();
   for (const NotChecked& n : d.not_checked) {
     not_checked.push_back({{"check", n.check}, {"codes", n.codes}, {"reason", n.reason}});

@@ -172,57 +172,14 @@ py::object LogDict(Recorder& recorder, py::handle data, int64_t step) {
   return py::reinterpret_steal<py::object>(rest);
 }
 
-// A finding from its DESIGN.md JSON form (what FindingToJson writes; "summary" may be
-// called "message"). Only "code" is required; a wrong type is the caller's error, named.
+// A finding from its DESIGN.md JSON form, as user code hands it in: only "code" is required
+// (FindingFields::kCodeOnly); a field of the wrong type is the caller's error, named.
 Finding FindingFromJsonText(const std::string& text) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) throw py::value_error("add_finding_json: expected a JSON object, got: " + text.substr(0, 200));
-  auto text_field = [&j](const char* key, std::string* out) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return false;
-    if (!it->is_string()) throw py::value_error(std::string("add_finding_json: '") + key + "' must be a string");
-    *out = it->get<std::string>();
-    return true;
-  };
-  auto step_field = [&j](const char* key, int64_t* out) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return false;
-    if (!it->is_number_integer()) throw py::value_error(std::string("add_finding_json: '") + key + "' must be an integer");
-    *out = it->get<int64_t>();
-    return true;
-  };
   Finding f;
-  if (!text_field("code", &f.code) || f.code.empty()) throw py::value_error("add_finding_json: 'code' is required");
-  std::string severity = "warning";
-  text_field("severity", &severity);
-  if (!ParseSeverity(severity, &f.severity)) {
-    throw py::value_error("add_finding_json: 'severity' must be info, warning or critical, got '" + severity + "'");
-  }
-  step_field("step", &f.step);
-  if (!step_field("last_step", &f.last_step) || f.last_step < f.step) f.last_step = f.step;
-  text_field("location", &f.location);
-  if (!text_field("summary", &f.summary)) text_field("message", &f.summary);
-  if (auto it = j.find("evidence"); it != j.end() && !it->is_null()) {
-    if (!it->is_object()) throw py::value_error("add_finding_json: 'evidence' must be an object");
-    f.evidence_json = it->dump();
-  }
-  if (auto it = j.find("causes"); it != j.end() && !it->is_null()) {
-    if (!it->is_array()) throw py::value_error("add_finding_json: 'causes' must be a list of {id, confidence}");
-    for (const auto& c : *it) {
-      if (!c.is_object() || !c.contains("id") || !c["id"].is_string()) {
-        throw py::value_error("add_finding_json: each cause must be an object with a string 'id'");
-      }
-      const auto confidence = c.find("confidence");
-      f.causes.push_back({c["id"].get<std::string>(),
-                          confidence != c.end() && confidence->is_number() ? confidence->get<double>() : 0.0});
-    }
-  }
-  if (auto it = j.find("actions"); it != j.end() && !it->is_null()) {
-    if (!it->is_array()) throw py::value_error("add_finding_json: 'actions' must be a list of strings");
-    for (const auto& a : *it) {
-      if (!a.is_string()) throw py::value_error("add_finding_json: 'actions' must be a list of strings");
-      f.actions.push_back(a.get<std::string>());
-    }
+  if (Status s = FindingFromJson(j, FindingFields::kCodeOnly, &f); !s.ok()) {
+    throw py::value_error("add_finding_json: " + s.message());
   }
   return f;
 }

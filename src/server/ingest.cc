@@ -77,10 +77,10 @@ class BatchReader {
     if (s.ok()) s = Rows("spans", held, after, [&](const json& r, int64_t) { return SpanRow(r, batch); });
     if (s.ok() && body_.contains("findings")) {
       if (!body_["findings"].is_array()) return Bad("\"findings\": expected an array");
-      for (const json& f : body_["findings"]) {
+      for (size_t i = 0; i < body_["findings"].size(); ++i) {
         Finding finding;
-        s = FindingFromJson(f, &finding);
-        if (!s.ok()) return Bad(s.message());
+        s = FindingFromJson(body_["findings"][i], FindingFields::kComplete, &finding);
+        if (!s.ok()) return Bad("\"findings\"[" + std::to_string(i) + "]: " + s.message());
         batch->findings.push_back(std::move(finding));
       }
     }

@@ -6,52 +6,6 @@ namespace trainscope {
 
 using json = nlohmann::json;
 
-json CausesToJson(const std::vector<Cause>& causes) {
-  json out = json::array();
-  for (const Cause& c : causes) out.push_back({{"id", c.id}, {"confidence", c.confidence}});
-  return out;
-}
-
-json FindingToJson(const Finding& f) {
-  json evidence = json::parse(f.evidence_json, nullptr, /*allow_exceptions=*/false);
-  if (!evidence.is_object()) evidence = json::object();
-  const json causes = CausesToJson(f.causes);
-  return {{"code", f.code},         {"severity", SeverityName(f.severity)},
-          {"step", f.step},         {"last_step", f.last_step},
-          {"location", f.location}, {"summary", f.summary},
-          {"evidence", evidence},   {"causes", causes},
-          {"actions", f.actions}};
-}
-
-Status FindingFromJson(const json& j, Finding* f) {
-  if (!j.is_object()) return Status::InvalidArgument("a finding: expected an object");
-  const char* const kText[] = {"code", "severity", "location", "summary"};
-  for (const char* key : kText) {
-    if (!j.contains(key) || !j[key].is_string()) {
-      return Status::InvalidArgument(std::string("a finding: expected \"") + key + "\" as a string");
-    }
-  }
-  for (const char* key : {"step", "last_step"}) {
-    if (!j.contains(key) || !j[key].is_number_integer()) {
-      return Status::InvalidArgument(std::string("a finding: expected \"") + key + "\" as an integer");
-    }
-  }
-  *f = Finding();
-  f->code = j["code"].get<std::string>();
-  if (!ParseSeverity(j["severity"].get<std::string>(), &f->severity)) {
-    return Status::InvalidArgument("a finding: severity '" + j["severity"].get<std::string>() +
-                                   "', expected info, warning or critical");
-  }
-  f->step = j["step"].get<int64_t>();
-  f->last_step = j["last_step"].get<int64_t>();
-  f->location = j["location"].get<std::string>();
-  f->summary = j["summary"].get<std::string>();
-  f->evidence_json = j.contains("evidence") && j["evidence"].is_object() ? j["evidence"].dump() : "{}";
-  if (j.contains("causes")) ReadStoredCauses(j["causes"].dump(), &f->causes);
-  if (j.contains("actions")) ReadStoredActions(j["actions"].dump(), &f->actions);
-  return Status::Ok();
-}
-
 json TensorStatsToJson(const TensorStats& s) {
   json out = {{"numel", s.numel},
               {"nan", s.nan},
@@ -91,22 +45,6 @@ json RunMetaToJson(const RunMeta& m, const std::string& effective_status) {
               {"backward_steps", m.backward_steps}};
   for (const auto& [key, value] : m.extra) out["extra"][key] = value;
   return out;
-}
-
-void ReadStoredCauses(const std::string& text, std::vector<Cause>* causes) {
-  const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!parsed.is_array()) return;
-  for (const auto& c : parsed) {
-    if (c.is_object()) causes->push_back({c.value("id", ""), c.value("confidence", 0.0)});
-  }
-}
-
-void ReadStoredActions(const std::string& text, std::vector<std::string>* actions) {
-  const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!parsed.is_array()) return;
-  for (const auto& a : parsed) {
-    if (a.is_string()) actions->push_back(a.get<std::string>());
-  }
 }
 
 }  // namespace trainscope
