@@ -9,6 +9,7 @@
 #include <limits>
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -172,29 +173,54 @@ struct RunFacts {
   int ParamDims(const std::string& param) const;
 };
 
-struct DoctorOptions;
+// Where a detector's findings go: the doctor (doctor.cc), which merges, dates and holds them.
+class FindingSink {
+ public:
+  virtual void Report(Finding finding) = 0;
+  virtual void Amend(Finding finding) = 0;
+  virtual void Hold(Finding finding) = 0;
+  virtual std::optional<Finding> TakeHeld(const std::string& code, const std::string& location) = 0;
+
+ protected:
+  ~FindingSink() = default;
+};
 
 class DetectorContext {
  public:
-  using ReportFn = void (*)(void* self, Finding finding, bool amend);
-  DetectorContext(const DoctorOptions& options, const RunFacts& facts, const FlightRecorder& flight, void* sink,
-                  ReportFn report)
-      : options(options), facts(facts), flight(flight), sink_(sink), report_(report) {}
+  DetectorContext(bool online, const RunFacts& facts, const FlightRecorder& flight, FindingSink* sink)
+      : facts(facts), flight(flight), online_(online), sink_(sink) {}
   // Emits a finding. The doctor merges it with an open finding of the same code and
   // location (extending last_step) and fills actions from the knowledge base.
-  void Report(Finding finding) const { report_(sink_, std::move(finding), false); }
+  void Report(Finding finding) const { sink_->Report(std::move(finding)); }
   // Replaces the summary, evidence and causes of the open finding with this code and
   // location (severity only goes up; `step` and `detected_at` stay): a detector that
   // alerted early and knows the whole story at the end. Opens it when none is open.
-  void Amend(Finding finding) const { report_(sink_, std::move(finding), true); }
+  void Amend(Finding finding) const { sink_->Amend(std::move(finding)); }
+  // A finding whose truth the end of the run may undo (a climb the loss comes back from).
+  // Online it is reported now: the user needs the warning while training. Offline the
+  // doctor holds it, dated (evidence "detected_at": the step being judged), until the
+  // detector's Finish takes it back (TakeHeld) with the whole run in view and reports it or
+  // lets it go; a later sighting extends the held one's range, a worse one its severity.
+  void ReportOrHold(Finding finding) const {
+    if (online_) {
+      sink_->Report(std::move(finding));
+    } else {
+      sink_->Hold(std::move(finding));
+    }
+  }
+  std::optional<Finding> TakeHeld(const std::string& code, const std::string& location) const {
+    return sink_->TakeHeld(code, location);
+  }
+  // Whether steps are judged as the run goes (online) or with the whole run known (offline,
+  // where Finish may judge a whole curve at once and date the finding by hindsight).
+  bool online() const { return online_; }
 
-  const DoctorOptions& options;
   const RunFacts& facts;
   const FlightRecorder& flight;
 
  private:
-  void* sink_;
-  ReportFn report_;
+  bool online_;
+  FindingSink* sink_;
 };
 
 class Detector {

@@ -115,7 +115,7 @@ void Doctor::Judge(const StepFrame& frame) {
   UpdateFacts(frame);
   flight_.Add(frame);
   if (!std::isnan(facts_.grad_norm)) flight_.AddGradNorm(frame.step, facts_.grad_norm);
-  DetectorContext ctx(options_, facts_, flight_, this, &Doctor::ReportThunk);
+  const DetectorContext ctx = Context();
   for (auto& d : detectors_) {
     if (d->judges_loss_progress() && LossIsNotProgress()) continue;
     d->OnStep(frame, ctx);
@@ -123,8 +123,35 @@ void Doctor::Judge(const StepFrame& frame) {
   ++facts_.steps_seen;
 }
 
-void Doctor::ReportThunk(void* self, Finding finding, bool amend) {
-  static_cast<Doctor*>(self)->Report(std::move(finding), amend);
+void Doctor::Hold(Finding finding) {
+  auto key = std::make_pair(finding.code, finding.location);
+  auto it = held_.find(key);
+  if (it == held_.end()) {
+    json evidence = json::parse(finding.evidence_json.empty() ? "{}" : finding.evidence_json, nullptr, false);
+    if (evidence.is_object()) {
+      evidence["detected_at"] = judging_step_;  // when it was seen, not the end of the run
+      finding.evidence_json = evidence.dump();
+    }
+    held_.emplace(std::move(key), std::move(finding));
+    return;
+  }
+  Finding& held = it->second;
+  held.last_step = std::max(held.last_step, finding.last_step);
+  if (finding.severity > held.severity) {
+    // Worse now: its severity and summary, the first sighting's evidence (and its date).
+    finding.evidence_json = held.evidence_json;
+    if (finding.summary.empty()) finding.summary = held.summary;
+    if (finding.causes.empty()) finding.causes = held.causes;
+    held = std::move(finding);
+  }
+}
+
+std::optional<Finding> Doctor::DetectorSink::TakeHeld(const std::string& code, const std::string& location) {
+  auto it = doctor_->held_.find(std::make_pair(code, location));
+  if (it == doctor_->held_.end()) return std::nullopt;
+  Finding finding = std::move(it->second);
+  doctor_->held_.erase(it);
+  return finding;
 }
 
 void Doctor::Report(Finding finding, bool amend) {
@@ -296,7 +323,7 @@ void Doctor::Finish() {
     open_.erase(open_.begin());
     Judge(frame);
   }
-  DetectorContext ctx(options_, facts_, flight_, this, &Doctor::ReportThunk);
+  const DetectorContext ctx = Context();
   for (auto& d : detectors_) {
     if (d->judges_loss_progress() && LossIsNotProgress()) continue;
     d->Finish(ctx);

@@ -139,7 +139,22 @@ class Doctor : public SampleSink {
   // own but listed in the root's evidence.consequences (docs/doctor.md).
   bool IsConsequence(const Finding& finding);
   void Report(Finding finding, bool amend = false);
-  static void ReportThunk(void* self, Finding finding, bool amend);
+  // Offline, a finding the end of the run decides on (DetectorContext::ReportOrHold).
+  void Hold(Finding finding);
+
+  // What the detectors report to (DetectorContext): the doctor's own Report and Hold.
+  class DetectorSink final : public FindingSink {
+   public:
+    explicit DetectorSink(Doctor* doctor) : doctor_(doctor) {}
+    void Report(Finding finding) override { doctor_->Report(std::move(finding)); }
+    void Amend(Finding finding) override { doctor_->Report(std::move(finding), /*amend=*/true); }
+    void Hold(Finding finding) override { doctor_->Hold(std::move(finding)); }
+    std::optional<Finding> TakeHeld(const std::string& code, const std::string& location) override;
+
+   private:
+    Doctor* doctor_;
+  };
+  DetectorContext Context() { return DetectorContext(options_.streaming, facts_, flight_, &detector_sink_); }
 
   DoctorOptions options_;
   RunFacts facts_;
@@ -157,6 +172,8 @@ class Doctor : public SampleSink {
   int64_t lag_ = 1;  // the open window now: lag_steps, widened by late samples
   std::vector<Finding> findings_;
   std::map<std::pair<std::string, std::string>, size_t> open_findings_;  // (code, location) -> index
+  DetectorSink detector_sink_{this};
+  std::map<std::pair<std::string, std::string>, Finding> held_;  // (code, location) -> held finding
   std::vector<Finding> recorded_;
   std::set<std::string, std::less<>> seen_scalars_, seen_weights_, seen_grads_, seen_acts_;
   std::vector<std::string> weight_order_, grad_order_;

@@ -9,7 +9,6 @@
 #include <cstring>
 
 #include "core/tag.h"
-#include "doctor/doctor.h"
 #include "doctor/facts.h"
 #include "doctor/knowledge.h"
 

@@ -163,10 +163,9 @@ class LossDivergenceDetector : public Detector {
  private:
   bool Record(int64_t step, double x);
   bool Climbing(int64_t step, double x, double initial, double cur);
-  void Deliver(Finding f, int64_t step, const DetectorContext& ctx);
   Finding DescribeClimb(int64_t step, double initial, double cur, bool critical, const DetectorContext& ctx) const;
   DivergenceOptions options_;
-  std::optional<Finding> deferred_;
+  std::string location_;  // the loss tag the climb was reported on
   std::deque<double> tail_;  // the last `window` finite points (end level)
   bool end_nonfinite_ = false;
   std::vector<double> first_;

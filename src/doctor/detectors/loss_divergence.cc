@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "doctor/doctor.h"
 #include "doctor/facts.h"
 
 namespace trainscope::doctor {
@@ -38,13 +37,15 @@ void LossDivergenceDetector::OnStep(const StepFrame& frame, const DetectorContex
     f.severity = critical_ ? Severity::kCritical : Severity::kWarning;
     f.step = climb_start_;
     f.last_step = frame.step;
-    Deliver(std::move(f), frame.step, ctx);
+    ctx.ReportOrHold(std::move(f));  // offline the end of the run decides (Finish)
     return;
   }
   reported_ = true;
   critical_ = critical;
   climb_start_ = std::min(streak_start_, near_best_step_);
-  Deliver(DescribeClimb(frame.step, initial, cur, critical, ctx), frame.step, ctx);
+  Finding f = DescribeClimb(frame.step, initial, cur, critical, ctx);
+  location_ = f.location;
+  ctx.ReportOrHold(std::move(f));
 }
 
 // Adds the point to the windows the climb is judged on; false until they are full.
@@ -117,28 +118,6 @@ bool LossDivergenceDetector::Climbing(int64_t step, double x, double initial, do
   return streak_ >= options_.sustain;
 }
 
-// Offline the report waits for the end of the run (Finish): only a climb that lasts is one.
-void LossDivergenceDetector::Deliver(Finding f, int64_t step, const DetectorContext& ctx) {
-  if (ctx.options.streaming) {
-    ctx.Report(std::move(f));
-  } else if (!deferred_) {
-    json ev = json::parse(f.evidence_json.empty() ? "{}" : f.evidence_json, nullptr, false);
-    if (ev.is_object()) {
-      ev["detected_at"] = step;  // when the climb was seen, not the end of the run
-      f.evidence_json = ev.dump();
-    }
-    deferred_ = std::move(f);
-  } else {
-    deferred_->last_step = std::max(deferred_->last_step, f.last_step);
-    if (f.severity > deferred_->severity) {
-    f.evidence_json = deferred_->evidence_json;
-    f.summary = f.summary.empty() ? deferred_->summary : f.summary;
-    f.causes = f.causes.empty() ? deferred_->causes : f.causes;
-    *deferred_ = std::move(f);
-  }
-  }
-}
-
 Finding LossDivergenceDetector::DescribeClimb(int64_t step, double initial, double cur, bool critical,
                                               const DetectorContext& ctx) const {
   Finding f;
@@ -191,9 +170,9 @@ Finding LossDivergenceDetector::DescribeClimb(int64_t step, double initial, doub
 }
 
 void LossDivergenceDetector::Finish(const DetectorContext& ctx) {
-  if (!deferred_) return;
-  Finding f = std::move(*deferred_);
-  deferred_.reset();
+  std::optional<Finding> held = ctx.TakeHeld("LOSS_DIVERGENCE", location_);
+  if (!held) return;  // online, or no climb seen
+  Finding f = std::move(*held);
   if (!end_nonfinite_ && !tail_.empty() && first_.size() >= options_.initial_points) {
     std::vector<double> t(tail_.begin(), tail_.end());
     const double end = Median(t), initial = Median(first_);

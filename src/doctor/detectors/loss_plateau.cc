@@ -8,7 +8,6 @@
 #include <span>
 
 #include "core/tag.h"
-#include "doctor/doctor.h"
 #include "doctor/knowledge.h"
 
 namespace trainscope::doctor {
@@ -155,7 +154,7 @@ void LossPlateauDetector::Check(const DetectorContext& ctx, bool final, double m
   if (reported_ || thin_.arrivals() < options_.min_points) return;
   PlateauLevel level;
   if (!JudgeLevel(ctx, final, min_improvement, &level)) return;
-  if (!final && !ctx.options.streaming) {
+  if (!final && !ctx.online()) {
     candidate_ = true;  // offline: the end of the run decides
     candidate_step_ = last_step_;
     return;

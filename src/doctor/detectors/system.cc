@@ -5,7 +5,6 @@
 #include <optional>
 
 #include "core/tag.h"
-#include "doctor/doctor.h"
 
 namespace trainscope::doctor {
 
@@ -189,7 +188,7 @@ void MemoryLeakDetector::Check(const DetectorContext& ctx, bool final) {
     const bool sustained = recent_fit.trend_z >= options_.recent_trend_z && recent_fit.slope > 0 &&
                            recent_fit.slope >= options_.recent_slope_fraction * fit.slope && climbs_throughout;
     if (!update && (fit.trend_z < options_.trend_z || !big(growth) || !big(measured) || !sustained)) continue;
-    if (!update && !final && !ctx.options.streaming) {
+    if (!update && !final && !ctx.online()) {
       candidate_at_.emplace(tag, Candidate{static_cast<int64_t>(xs.front()), static_cast<int64_t>(xs.back())});
       continue;
     }

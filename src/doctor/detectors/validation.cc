@@ -1,6 +1,5 @@
 #include "doctor/detectors/validation.h"
 
-#include "doctor/doctor.h"
 
 #include <algorithm>
 #include <cmath>
@@ -31,7 +30,7 @@ void OverfittingDetector::OnStep(const StepFrame& frame, const DetectorContext& 
   if (!val || !std::isfinite(*val) || train_recent_.empty()) return;
   val_tag_ = val_tag;
   evals_.push_back({frame.step, *val, TrainLevel(train_recent_)});
-  if (!ctx.options.streaming) return;  // offline: judged once, at Finish, on the whole curve
+  if (!ctx.online()) return;  // offline: judged once, at Finish, on the whole curve
   std::optional<Finding> f = Judge(ctx);
   if (!f) return;
   if (reported_) f->evidence_json.clear(), f->causes.clear();  // the first report keeps its evidence
@@ -40,7 +39,7 @@ void OverfittingDetector::OnStep(const StepFrame& frame, const DetectorContext& 
 }
 
 void OverfittingDetector::Finish(const DetectorContext& ctx) {
-  if (ctx.options.streaming) return;
+  if (ctx.online()) return;
   std::optional<Finding> f = Judge(ctx);
   if (!f) return;
   // When the data first showed it: the shortest prefix of the evaluations that already
