@@ -233,6 +233,33 @@ def test_layers_trained_one_after_the_other_by_direct_forward_calls_make_a_step_
     assert [s["step"] for s in view.tensor_stats("grad/layer1/weight")] == list(range(30, 60))
 
 
+def test_a_layer_watched_when_its_training_starts_makes_a_step_per_update(tmp_path):
+    """The forward-forward shape again, with each layer watched only when its training
+    starts (after the one before has stopped stepping for good): the new optimizer's
+    updates are steps of their own (was: all of them recorded at one step, and the doctor's
+    DUPLICATE_STEPS blamed the script)."""
+    torch.manual_seed(0)
+    layers = [nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)]
+    run = ts.init(tmp_path, "layerwise_late", doctor=False)
+    x = torch.randn(32, 8)
+    for i, layer in enumerate(layers):
+        layer.opt = torch.optim.Adam(layer.parameters(), lr=1e-2)
+        run.watch(layer, layer.opt, name=f"layer{i}")
+        for _ in range(20):
+            loss = layer.forward(x).pow(2).mean()
+            layer.opt.zero_grad()
+            loss.backward()
+            layer.opt.step()
+            run.log({"train/loss": loss.item()})
+        x = layer.forward(x).detach()
+    run.finish()
+    view = ts.open_run(tmp_path / "layerwise_late")
+    assert steps_of(view, "train/loss") == list(range(60))
+    for i in range(3):
+        assert [s["step"] for s in view.tensor_stats(f"grad/layer{i}/weight")] == list(range(20 * i, 20 * i + 20))
+    assert steps_of(view, "time/step") == list(range(60))
+
+
 def test_a_loop_that_calls_forward_itself_still_counts_its_steps(tmp_path):
     torch.manual_seed(0)
     model = nn.Linear(4, 1)

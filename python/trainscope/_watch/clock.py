@@ -57,6 +57,7 @@ class StepClock:
         # optimizers in the iteration last changed].
         self.optimizers = {}
         self.held = False              # an end waits for a watched optimizer's first step
+        self.latest_joined = None      # id of the optimizer that last joined the iteration
         self.hold_released = False     # one stepped twice first: never-stepped ones are not waited for
 
     # ---- several watched optimizers: one step per training iteration (docs/watch.md
@@ -69,14 +70,16 @@ class StepClock:
     def optimizer_step_begins(self, optimizer):
         """Before a watched optimizer's step: the step ends here if this optimizer steps
         again where the iteration's other optimizers did not step (an end held for one that
-        never stepped; or more steps since the last end than it ever made in one step: the
-        others stopped stepping)."""
+        never stepped; more steps since the last end than it ever made in one step; or the
+        latest to join steps again before any other did: the others stopped stepping, as
+        when layers are trained one after the other and the next one is watched when it
+        starts)."""
         state = self.optimizers.get(id(optimizer))
         if state is None or not state[1] or len(self.optimizers) < 2 or self.explicit:
             return
         if self.held:
             self.hold_released = True
-        elif state[2] and state[1] >= state[2]:
+        elif (state[2] and state[1] >= state[2]) or (not state[2] and id(optimizer) == self.latest_joined):
             for other in self.optimizers.values():
                 if not other[1]:
                     other[0] = False  # out of the iteration until it steps again
@@ -96,6 +99,7 @@ class StepClock:
         state[0] = True
         state[1] += 1
         if joined:
+            self.latest_joined = id(optimizer)
             self._reset_most()
             if self.hold_released:  # a late first step (or one back after a pause) ends its iteration
                 self._optimizers_done()
