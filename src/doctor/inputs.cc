@@ -80,6 +80,13 @@ const std::vector<InputInfo>& Inputs() {
              "no activation statistics recorded: a non-finite value can only be traced to a parameter, the "
              "input or the loss, not to the module that produced it");
        }},
+      {Input::kStationaryData, "activation drift",
+       [](const InputView& v) { return v.facts.has_act_stats && !v.facts.rl_tag.empty(); },
+       [](const InputView& v) {
+         return "a reinforcement-learning run (" + v.facts.rl_tag +
+                "): the states the model sees follow its policy, and a policy head's outputs sharpen as it "
+                "learns, so a layer moving away from its early distribution is not a fault";
+       }},
       {Input::kDeadSaturated, "dead and saturated units",
        [](const InputView& v) { return v.facts.has_act_stats && !v.facts.has_dead && !v.facts.has_saturated; },
        [](const InputView& v) {

@@ -25,6 +25,7 @@ enum class Input {
   kGradNorm,        // a gradient norm: per-parameter statistics or a global norm series
   kWeightUpdates,   // weight and update statistics (weight/, update/)
   kActivations,     // activation statistics (act/)
+  kStationaryData,  // data whose distribution does not follow the model: not a reinforcement-learning run's states
   kDeadSaturated,   // dead/saturated fractions in the activation statistics (given activations)
   kInputBatch,      // statistics of the input batch or its labels (input/)
   kGradZeroed,      // train/grad_zeroed

@@ -144,6 +144,9 @@ void SaturationDetector::OnStep(const StepFrame& frame, const DetectorContext& c
 }
 
 void ActivationDriftDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
+  // Drift from the early distribution means something only when the data holds still
+  // (Input::kStationaryData): a reinforcement-learning run's states follow its policy.
+  if (!ctx.facts.rl_tag.empty()) return;
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
     if (!tags::kAct.Holds(tag, &rest) || s.nan + s.inf || !s.finite()) continue;

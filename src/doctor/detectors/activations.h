@@ -108,7 +108,7 @@ class ActivationDriftDetector : public Detector {
   explicit ActivationDriftDetector(ActivationDriftOptions options = {}) : options_(options) {}
   const char* name() const override { return "activation_drift"; }
   DetectorSpec spec() const override {
-    return {{"ACTIVATION_DRIFT"}, {{Input::kActivations}}};
+    return {{"ACTIVATION_DRIFT"}, {{Input::kActivations}, {Input::kStationaryData}}};
   }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
 
