@@ -1,5 +1,8 @@
 #include "doctor/inputs.h"
 
+#include <algorithm>
+#include <set>
+
 #include "doctor/detector.h"
 
 namespace trainscope::doctor {
@@ -90,10 +93,18 @@ const std::vector<InputInfo>& Inputs() {
       {Input::kDeadSaturated, "dead and saturated units",
        [](const InputView& v) { return v.facts.has_act_stats && !v.facts.has_dead && !v.facts.has_saturated; },
        [](const InputView& v) {
+         // functional_ops holds every op of the first forward, a module's own among them
+         // (nn.LeakyReLU calls leaky_relu): only an op no module of that kind accounts for
+         // was applied as a function.
+         std::set<std::string> module_kinds;
+         for (const auto& [module, type] : v.facts.module_types) module_kinds.insert(Lower(type));
          std::string applied;
          for (const std::string& op : v.facts.functional_ops) {
-           for (const char* kind : {"relu", "sigmoid", "tanh", "leaky_relu", "elu", "gelu", "silu", "hardtanh"}) {
-             if (Lower(op) == kind) applied += (applied.empty() ? "" : ", ") + op;
+           std::string kind = Lower(op);
+           kind.erase(std::remove(kind.begin(), kind.end(), '_'), kind.end());
+           if (module_kinds.count(kind)) continue;
+           for (const char* name : {"relu", "sigmoid", "tanh", "leaky_relu", "elu", "gelu", "silu", "hardtanh"}) {
+             if (Lower(op) == name) applied += (applied.empty() ? "" : ", ") + op;
            }
          }
          if (!applied.empty()) {

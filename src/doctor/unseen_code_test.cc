@@ -457,6 +457,26 @@ TEST(UnseenCode, FunctionalActivationsAreSaidAsSuch) {
   EXPECT_NE(dead->reason.find("applied as functions (relu)"), std::string::npos) << dead->reason;
 }
 
+// functional_ops lists a module's own ops too: minDiffusion's nn.LeakyReLU blocks call
+// leaky_relu, which is not an activation applied as a function.
+TEST(UnseenCode, AnActivationModulesOwnOpIsNotSaidToBeAFunction) {
+  RunData run;
+  run.meta["functional_ops"] = R"(["conv2d", "leaky_relu", "sigmoid"])";
+  run.meta["module_types"] = R"({"conv.0": "Conv2d", "conv.1": "LeakyReLU"})";
+  TensorStats act = Normal(64, 0, 1, 1);
+  for (int64_t s = 0; s < 5; ++s) {
+    run.OnScalar("train/loss", s, 0, 1.0);
+    run.OnTensorStats("act/conv.0", s, 0, act);
+  }
+  const Diagnosis d = Diagnose(run);
+  const NotChecked* dead = nullptr;
+  for (const auto& n : d.not_checked) {
+    if (n.check == "dead and saturated units") dead = &n;
+  }
+  ASSERT_NE(dead, nullptr);
+  EXPECT_NE(dead->reason.find("applied as functions (sigmoid)"), std::string::npos) << dead->reason;
+}
+
 // zero_grad() between backward() and step() on an LSTM: every gradient row is 0, which the
 // per-unit norms would read as dead units of a ReLU there is not.
 TEST(UnseenCode, ClearedGradientsAreNotDeadUnits) {
