@@ -69,12 +69,14 @@ void GradExplosionDetector::OnStep(const StepFrame& frame, const DetectorContext
   const RunFacts& facts = ctx.facts;
   std::string worst;
   double worst_ratio = 0;
-  FindLayerJump(frame, &worst, &worst_ratio);
+  std::map<std::string, bool> model_shows_jump;
+  FindLayerJump(frame, facts, &worst, &worst_ratio, &model_shows_jump);
   // The global norm per model: with several models, each one's own (its global_norm
   // series, else the root of its parameters' squared gradient norms); else the run's.
   const std::map<std::string, double> norms = ModelGradNorms(frame, facts);
   double g = kNaN, global_med = kNaN;
   bool global_fired = false;
+
   std::string fired_model;
   for (const auto& [model, norm] : norms) {
     if (!std::isfinite(norm)) continue;
@@ -97,7 +99,16 @@ void GradExplosionDetector::OnStep(const StepFrame& frame, const DetectorContext
   // Under gradient clipping (the norm pinned at the script's max_norm, RunFacts::clip_norm)
   // no layer's gradient reaches the update larger than the clip: a layer's jump is what
   // the clip is there for, not an explosion. (A global norm cannot jump past the clip.)
-  const bool layer_fired = worst_ratio >= options_.layer_ratio && !(facts.clip_norm > 0);
+  bool layer_fired = worst_ratio >= options_.layer_ratio && !(facts.clip_norm > 0);
+  // A layer's jump is an explosion only when the model's gradient shows it too: above the
+  // model's early level and beyond its own recent noise, as the global check asks. Else the
+  // layer is a small part moving: a converged flow's bias 44x a tiny median while the
+  // model's norm sat 17x under its start; Adam's oscillation near the end moving a layer
+  // 20x with the model's norm within its noise (the loss flat to 0.1 %, both).
+  if (layer_fired) {
+    const auto model = model_shows_jump.find(facts.models.size() >= 2 ? facts.ModelOf(worst) : std::string());
+    if (model != model_shows_jump.end() && !model->second) layer_fired = false;
+  }
   if (global_fired || layer_fired) {
     Finding f;
     f.code = "GRAD_EXPLOSION";
@@ -129,16 +140,20 @@ void GradExplosionDetector::OnStep(const StepFrame& frame, const DetectorContext
 }
 
 // Per layer: the largest jump against the layer's own median, kept only when its robust z
-// is past the threshold too.
-void GradExplosionDetector::FindLayerJump(const StepFrame& frame, std::string* worst_layer, double* worst_layer_ratio) {
+// is past the threshold too. `model_shows_jump`: per model, whether the norm of all its
+// layers' gradients at this step is above its early level and beyond its recent noise.
+void GradExplosionDetector::FindLayerJump(const StepFrame& frame, const RunFacts& facts, std::string* worst_layer,
+                                          double* worst_layer_ratio, std::map<std::string, bool>* model_shows_jump) {
   std::string& worst = *worst_layer;
   double& worst_ratio = *worst_layer_ratio;
   double worst_z = 0;
+  std::map<std::string, double> squares;
   for (const auto& [tag, s] : frame.stats) {
     std::string_view rest;
     if (!tags::kGrad.Holds(tag, &rest)) continue;
     const double n = s.l2_norm();
     if (!std::isfinite(n) || s.nan + s.inf) continue;
+    squares[facts.models.size() >= 2 ? facts.ModelOf(rest) : std::string()] += n * n;
     auto [it, added] = layers_.try_emplace(std::string(rest), options_.window);
     RollingMedianMad& m = it->second;
     RollingMedianMad& logs = layers_log_.try_emplace(std::string(rest), options_.window).first->second;
@@ -159,6 +174,16 @@ void GradExplosionDetector::FindLayerJump(const StepFrame& frame, std::string* w
   if (!worst.empty() && !(worst_z > options_.z)) {
     worst.clear();
     worst_ratio = 0;
+  }
+  const std::string worst_model = facts.models.size() >= 2 ? facts.ModelOf(worst) : std::string();
+  for (const auto& [model, sq] : squares) {
+    const double norm = std::sqrt(sq);
+    NormSeries& series = layer_sums_.try_emplace(model, options_.window).first->second;
+    if (series.early.size() < options_.early) series.early.push_back(norm);
+    if (!worst.empty() && model == worst_model) {  // its medians are paid only for a candidate
+      (*model_shows_jump)[model] = norm > Median(series.early) && BeyondLogNoise(series.logs, norm);
+    }
+    if (norm > 0) series.logs.Add(std::log(norm));
   }
 }
 

@@ -47,7 +47,8 @@ class GradExplosionDetector : public Detector {
 
  private:
   bool BeyondLogNoise(const RollingMedianMad& logs, double norm) const;
-  void FindLayerJump(const StepFrame& frame, std::string* worst_layer, double* worst_layer_ratio);
+  void FindLayerJump(const StepFrame& frame, const RunFacts& facts, std::string* worst_layer, double* worst_layer_ratio,
+                     std::map<std::string, bool>* model_shows_jump);
   void CheckDepth(const StepFrame& frame, const DetectorContext& ctx);
   GradExplosionOptions options_;
   // The global norm's history, per model: one model's norm in a run of several (a GAN's
@@ -59,6 +60,9 @@ class GradExplosionDetector : public Detector {
     std::vector<double> early;
   };
   std::map<std::string, NormSeries> global_;
+  // The norm of each model's layers' gradients together (its logs and early level): a
+  // layer's jump counts when this shows it too.
+  std::map<std::string, NormSeries> layer_sums_;
   std::unordered_map<std::string, RollingMedianMad> layers_, layers_log_;
   std::unordered_map<std::string, std::vector<double>> layers_early_;
   std::deque<double> depth_;
