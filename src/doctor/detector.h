@@ -91,6 +91,13 @@ struct RunFacts {
   // A model's name for a reader: its name, else its class when several models are watched
   // (the first one keeps bare tags), else "model".
   std::string ModelLabel(const std::string& name) const;
+  // The optimizer class that steps a model ("" for the bare one), lower-cased: meta `models`,
+  // else meta/config `optimizer`; "" when unknown.
+  std::string OptimizerOf(const std::string& model) const;
+  // It scales each parameter's step by that parameter's own gradient history (Adam and its
+  // kin, RMSprop, Adagrad, Adadelta, Adafactor, Lion: the step is about the LR whatever the
+  // gradient's size), so a gradient that jumps moves the weights far less than under SGD.
+  bool AdaptiveStep(const std::string& model) const;
   // meta `param_dtypes` {param: "float32" | "bfloat16" | ...}; empty when not recorded.
   std::unordered_map<std::string, std::string> param_dtypes;
   // meta `unoptimized_params`: parameters no optimizer holds (requires_grad, not stepped).

@@ -120,6 +120,21 @@ bool RunFacts::IsModelOutput(const std::string& module) const {
   return modules >= 2 && OutputModule(model) == module;
 }
 
+std::string RunFacts::OptimizerOf(const std::string& model) const {
+  for (const Model& m : models) {
+    if (m.name == model && !m.optimizer.empty()) return Lower(m.optimizer);
+  }
+  return optimizer;
+}
+
+bool RunFacts::AdaptiveStep(const std::string& model) const {
+  const std::string name = OptimizerOf(model);
+  for (const char* kind : {"adam", "rmsprop", "adagrad", "adadelta", "adafactor", "lion", "lamb"}) {
+    if (name.find(kind) != std::string::npos) return true;
+  }
+  return false;
+}
+
 std::string RunFacts::ModelLabel(const std::string& name) const {
   if (!name.empty()) return name;
   if (models.size() >= 2) {

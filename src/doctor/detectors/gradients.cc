@@ -105,14 +105,19 @@ void GradExplosionDetector::OnStep(const StepFrame& frame, const DetectorContext
   // layer is a small part moving: a converged flow's bias 44x a tiny median while the
   // model's norm sat 17x under its start; Adam's oscillation near the end moving a layer
   // 20x with the model's norm within its noise (the loss flat to 0.1 %, both).
+  const std::string worst_model = facts.models.size() >= 2 ? facts.ModelOf(worst) : std::string();
   if (layer_fired) {
-    const auto model = model_shows_jump.find(facts.models.size() >= 2 ? facts.ModelOf(worst) : std::string());
+    const auto model = model_shows_jump.find(worst_model);
     if (model != model_shows_jump.end() && !model->second) layer_fired = false;
   }
+  // Only one layer jumped, under an optimizer that scales each parameter's step by its own
+  // gradient history: the update grew a few times at most (Adam's second moment catches up
+  // within the step), so it is said, not warned of.
+  const bool damped = !global_fired && layer_fired && facts.AdaptiveStep(worst_model);
   if (global_fired || layer_fired) {
     Finding f;
     f.code = "GRAD_EXPLOSION";
-    f.severity = Severity::kWarning;
+    f.severity = damped ? Severity::kInfo : Severity::kWarning;
     f.step = f.last_step = frame.step;
     std::string loc = !worst.empty()          ? worst
                       : !fired_model.empty()   ? tags::kGrad.Of(fired_model) + "/global_norm"
@@ -126,7 +131,10 @@ void GradExplosionDetector::OnStep(const StepFrame& frame, const DetectorContext
                   (worst.empty() ? "" : "; the largest jump in " + worst + " (" + FormatNumber(worst_ratio, 3) + "x)");
     } else {
       f.summary = "gradient of " + worst + " jumped " + FormatNumber(worst_ratio, 3) + "x its median at step " +
-                  std::to_string(frame.step);
+                  std::to_string(frame.step) +
+                  (damped ? " (under " + facts.OptimizerOf(worst_model) +
+                                ", which scales each parameter's step by its own gradient history, its update grew far less)"
+                          : "");
     }
     f.evidence_json = json{{"grad_norm", Num(g)}, {"grad_norm_median", Num(global_med)}, {"layer", worst},
                            {"layer_ratio", Num(worst_ratio)}, {"lr", Num(facts.lr)},
