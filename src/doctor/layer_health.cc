@@ -35,6 +35,7 @@ struct LayerHealthBuilder::Layer {
   double update_ratio_numel = 0;  // the parameter it was taken from (the largest)
   double grad_norm = kNaN;
   const Finding* finding = nullptr;  // the worst located here
+  bool frozen_model = false;  // of a watched model no optimizer steps (a teacher, a target network)
 };
 
 namespace {
@@ -63,7 +64,10 @@ LayerHealth LayerHealthBuilder::Score(const Layer& l, bool converged, double med
     }
   };
   part("finite", l.nonfinite ? 0 : 1, "non-finite values in " + l.nonfinite_what);
-  if (!std::isnan(l.update_ratio) && !(converged && l.update_ratio > 0 && l.update_ratio < 1e-5)) {
+  // A model no optimizer steps whose weights stay put is a frozen reference, not a layer that
+  // fails to learn (were it meant to learn, PARAM_NOT_UPDATED says so, below).
+  const bool frozen = l.frozen_model && l.update_ratio == 0;
+  if (!std::isnan(l.update_ratio) && !frozen && !(converged && l.update_ratio > 0 && l.update_ratio < 1e-5)) {
     const double share = l.update_ratio > 0 ? Decades(l.update_ratio, 1e-5, 1e-1) : 0;
     part("learning", share,
          l.update_ratio > 0 ? "update/weight ratio " + FormatNumber(l.update_ratio, 2) + " (healthy ~1e-3)"
@@ -110,6 +114,36 @@ void LayerHealthBuilder::EndStep() {
   }
   updates_now_.clear();
   weight_norm_now_.clear();
+}
+
+// meta `models` ([{"name", "optimizer", ...}]): the layers of a model watched with no
+// optimizer ("optimizer": ""); the first model keeps bare names, the others "<name>/...".
+void LayerHealthBuilder::MarkFrozenModels(const std::map<std::string, std::string>& meta,
+                                          std::map<std::string, Layer>* layers) {
+  auto m = meta.find("models");
+  if (m == meta.end()) return;
+  const nlohmann::json models = nlohmann::json::parse(m->second, nullptr, false);
+  if (!models.is_array()) return;
+  std::vector<std::string> named, frozen;
+  bool bare_frozen = false;
+  for (const auto& model : models) {
+    if (!model.is_object()) continue;
+    const std::string name = model.value("name", "");
+    const bool stepped = model.contains("optimizer") && model["optimizer"].is_string() &&
+                         !model["optimizer"].get<std::string>().empty();
+    if (!name.empty()) named.push_back(name + "/");
+    if (stepped) continue;
+    if (name.empty()) {
+      bare_frozen = true;
+    } else {
+      frozen.push_back(name + "/");
+    }
+  }
+  for (auto& [layer_name, layer] : *layers) {
+    auto under = [&](const std::string& prefix) { return layer_name.rfind(prefix, 0) == 0; };
+    const bool in_named = std::any_of(named.begin(), named.end(), under);
+    layer.frozen_model = in_named ? std::any_of(frozen.begin(), frozen.end(), under) : bare_frozen;
+  }
 }
 
 std::vector<LayerHealth> LayerHealthBuilder::Finish(const std::vector<std::string>& series_order,
@@ -195,6 +229,7 @@ std::vector<LayerHealth> LayerHealthBuilder::Finish(const std::vector<std::strin
     if (std::find(order.begin(), order.end(), name) == order.end()) order.push_back(name);
   }
 
+  MarkFrozenModels(meta, &layers);
   std::vector<LayerHealth> out;
   for (const std::string& name : order) out.push_back(Score(layers.at(name), converged, median_norm, norms.size()));
   return out;

@@ -55,6 +55,7 @@ class LayerHealthBuilder : public SampleSink {
  private:
   struct Layer;
   static LayerHealth Score(const Layer& layer, bool converged, double median_norm, size_t layers_with_norm);
+  static void MarkFrozenModels(const std::map<std::string, std::string>& meta, std::map<std::string, Layer>* layers);
   struct Series {
     bool seen = false;
     bool nonfinite = false;  // of the latest record

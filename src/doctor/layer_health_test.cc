@@ -56,6 +56,30 @@ TEST(LayerHealth, TheLowestPartSetsTheScoreAndSaysWhy) {
   EXPECT_NE(Find(health, "fc3").worst.find("update/weight ratio"), std::string::npos);
 }
 
+// A knowledge-distillation run: the student learns, the teacher (watched with no optimizer)
+// stays put by design. The student's layer whose weights do not move scores 0; the
+// teacher's are not scored on learning.
+TEST(LayerHealth, AModelNoOptimizerStepsIsNotScoredOnLearning) {
+  RunData run;
+  run.OnMeta("models", R"([{"name": "", "optimizer": "Adam"}, {"name": "teacher", "optimizer": ""}])");
+  TensorStats still;
+  still.numel = 400;
+  still.zeros = 400;
+  still.min = still.max = 0;
+  for (int64_t s = 0; s < 10; ++s) {
+    for (const char* p : {"fc.weight", "head.weight", "teacher/fc.weight"}) {
+      const bool moves = std::string(p) == "fc.weight";
+      run.OnTensorStats(std::string("weight/") + p, s, 0, Normal(400, 0, 1, s + 2));
+      run.OnTensorStats(std::string("update/") + p, s, 0, moves ? Normal(400, 0, 1e-3, s + 3) : still);
+    }
+  }
+  const auto health = LayerHealthOf(run, {});
+  EXPECT_EQ(Find(health, "fc").score, 100);
+  EXPECT_EQ(Find(health, "head").score, 0);
+  EXPECT_EQ(Find(health, "head").worst, "its weights do not move");
+  EXPECT_EQ(Find(health, "teacher/fc").score, 100);
+}
+
 TEST(LayerHealth, NonFiniteGradientsAreZero) {
   RunData run;
   for (int64_t s = 0; s < 3; ++s) {

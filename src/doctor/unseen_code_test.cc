@@ -161,7 +161,7 @@ bool AnyActionMentions(const Finding& f, const std::string& lower_phrase) {
 
 // A float32 layer no optimizer holds: its update is exactly 0 while its gradient is not.
 // Not bfloat16's lost updates; a parameter that never changes, because of the optimizer.
-std::vector<Finding> FrozenLayerRun(bool with_meta, double lr_at_end = 1e-3) {
+std::vector<Finding> FrozenLayerRun(bool with_meta, double lr_at_end = 1e-3, bool stale_fc2_grad = false) {
   Feed feed({"precision_fit"});
   if (with_meta) {
     feed.Meta("param_dtypes", R"({"fc1.weight": "float32", "fc2.weight": "float32"})");
@@ -172,7 +172,8 @@ std::vector<Finding> FrozenLayerRun(bool with_meta, double lr_at_end = 1e-3) {
     for (const char* p : {"fc1.weight", "fc2.weight"}) {
       const bool frozen = std::string(p) == "fc2.weight" || lr_at_end < 1e-12;
       feed.Stats(std::string("weight/") + p, s, Normal(256, 0, 0.1, 3));
-      feed.Stats(std::string("grad/") + p, s, Normal(256, 0, 0.01, static_cast<uint32_t>(s + 5)));
+      const bool stale = stale_fc2_grad && std::string(p) == "fc2.weight";
+      feed.Stats(std::string("grad/") + p, s, Normal(256, 0, 0.01, static_cast<uint32_t>(stale ? 5 : s + 5)));
       feed.Stats(std::string("update/") + p, s, frozen ? Zeros(256) : Normal(256, 0, 1e-4, static_cast<uint32_t>(s + 9)));
     }
   }
@@ -190,6 +191,15 @@ TEST(UnseenCode, AFloat32LayerLeftOutOfTheOptimizerIsNotBf16) {
     EXPECT_EQ(n->causes.at(0).id, "param_not_in_optimizer");
     EXPECT_FALSE(AnyActionMentions(*n, "master weights"));
   }
+}
+
+// The same layer with a .grad that never changes (a frozen teacher watched beside its
+// student, its .grad left from its own training): no backward writes it, so a weight that
+// stays put has lost nothing.
+TEST(UnseenCode, AGradientNoBackwardWritesIsNotAnUpdateLost) {
+  const auto f = FrozenLayerRun(true, 1e-3, /*stale_fc2_grad=*/true);
+  EXPECT_EQ(FindCode(f, "PARAM_NOT_UPDATED"), nullptr);
+  EXPECT_EQ(FindCode(f, "BF16_STALE_UPDATE"), nullptr);
 }
 
 TEST(UnseenCode, AnLrDecayedToZeroIsNotBf16EitherAndOnlyInformation) {

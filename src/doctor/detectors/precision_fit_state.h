@@ -25,6 +25,12 @@ struct PrecisionFitStale {
   int64_t first_step = -1, last_step = 0, first_bad = -1;
   uint64_t numel = 0;
   double weight_abs_max = 0, update_abs_max = 0, update_rms = 0;
+  // The gradient as first recorded (sum, sum of squares, min, max), and whether it ever
+  // differed from that: one that never does was written by no backward in the run (a
+  // frozen teacher's .grad left from its own training), so a weight that does not move
+  // beside it has lost no update.
+  double grad_sum = 0, grad_sum_squares = 0, grad_min = 0, grad_max = 0;
+  bool grad_changes = false;
 };
 
 // A parameter whose updates are lost, with the share lost and how it was judged.

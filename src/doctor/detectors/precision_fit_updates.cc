@@ -66,7 +66,13 @@ void PrecisionFitDetector::State::TrackUpdate(const std::string& tag, const Tens
       ++x.points;
       x.observed_sum += observed;
       x.observed_max = std::max(x.observed_max, observed);
-      if (x.first_step < 0) x.first_step = frame.step;
+      if (x.first_step < 0) {
+        x.first_step = frame.step;
+        x.grad_sum = g->sum, x.grad_sum_squares = g->sum_squares, x.grad_min = g->min, x.grad_max = g->max;
+      } else if (g->sum != x.grad_sum || g->sum_squares != x.grad_sum_squares || g->min != x.grad_min ||
+                 g->max != x.grad_max) {
+        x.grad_changes = true;
+      }
       x.last_step = frame.step;
       if (observed >= options.stale_fraction && x.first_bad < 0) x.first_bad = frame.step;
       x.numel = s.numel;
@@ -119,7 +125,8 @@ void PrecisionFitDetector::ReportUpdates(const DetectorContext& ctx) const {
     const double observed = x.points ? x.observed_sum / static_cast<double>(x.points) : 0;
     const double estimated = x.est_points ? x.est_sum / static_cast<double>(x.est_points) : 0;
     if (x.points >= options_.stale_min_points && observed < 0.5) ++moving;
-    const bool observed_lost = x.points >= options_.stale_min_points && observed >= options_.stale_fraction;
+    const bool observed_lost =
+        x.points >= options_.stale_min_points && observed >= options_.stale_fraction && x.grad_changes;
     const bool is16 = sixteen_bit(p, observed);
     if (observed_lost && !is16) {
       if (observed >= options_.not_updated_fraction &&

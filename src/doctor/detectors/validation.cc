@@ -348,10 +348,18 @@ void MetricStallDetector::OnStep(const StepFrame& frame, const DetectorContext& 
     if (train_recent_.size() > 20) train_recent_.pop_front();
   }
   std::string tag = ctx.facts.roles.Get(Role::kValAcc);
-  if (tag.empty()) tag = ctx.facts.roles.Get(Role::kAcc);
+  const bool per_batch = tag.empty();
+  if (per_batch) tag = ctx.facts.roles.Get(Role::kAcc);
   const double* m = tag.empty() ? nullptr : frame.Scalar(tag);
   if (!m || !std::isfinite(*m)) return;
-  now_ = {frame.step, *m, train_recent_.empty() ? kNaN : TrainLevel(train_recent_)};
+  double metric = *m;
+  if (per_batch) {
+    batch_metric_.push_back(metric);
+    if (batch_metric_.size() > options_.per_batch_window) batch_metric_.pop_front();
+    if (batch_metric_.size() < options_.per_batch_window) return;
+    metric = Median(std::vector<double>(batch_metric_.begin(), batch_metric_.end()));
+  }
+  now_ = {frame.step, metric, train_recent_.empty() ? kNaN : TrainLevel(train_recent_)};
   if (evaluations_ == 0 || now_.metric > best_.metric + options_.min_delta) {
     best_ = now_;
     best_index_ = evaluations_;
@@ -366,6 +374,7 @@ void MetricStallDetector::Finish(const DetectorContext& ctx) {
   const Point& b = best_;
   const Point& now = now_;
   if (!(std::isfinite(b.train) && std::isfinite(now.train) && now.train < (1 - options_.train_drop) * b.train)) return;
+  if ((b.metric > 1 ? b.metric / 100 : b.metric) >= 0.99) return;  // at its ceiling (percent or fraction): nothing to gain
   std::string tag = ctx.facts.roles.Get(Role::kValAcc);
   if (tag.empty()) tag = ctx.facts.roles.Get(Role::kAcc);
   Finding f;

@@ -141,6 +141,10 @@ struct MetricStallOptions {
   size_t evals = 10;
   double min_delta = 0.005;
   double train_drop = 0.2;
+  // A training accuracy is one batch's: its best point is the luckiest batch (a 64-sample
+  // batch all right, once), which the model's level may never reach again. It is judged by
+  // its median over this many points; the validation metric, over the whole set, as it is.
+  size_t per_batch_window = 9;
 };
 
 class MetricStallDetector : public Detector {
@@ -164,6 +168,7 @@ class MetricStallDetector : public Detector {
   Point best_{}, now_{};
   size_t best_index_ = 0, evaluations_ = 0;
   std::deque<double> train_recent_;
+  std::deque<double> batch_metric_;  // the training accuracy's last per_batch_window points
 };
 
 struct MetricImbalanceOptions {

@@ -172,6 +172,37 @@ TEST(MetricStall, InfoWhenAccuracyStopsFollowingTheLoss) {
   EXPECT_EQ(f[0].severity, Severity::kInfo);
 }
 
+// A per-batch training accuracy (64 samples) of a model that keeps learning: its level
+// climbs 0.80 -> 0.88 while single batches read anywhere in +-0.06, and one early lucky
+// batch reads 1.0. Judged by its median over 9 batches, not by that batch: no stall. The
+// same accuracy flat at its level while the loss keeps falling is one.
+TEST(MetricStall, APerBatchAccuracyIsJudgedByItsLevelNotItsLuckiestBatch) {
+  auto run = [](bool learning) {
+    Feed feed({"metric_stall"});
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<double> noise(-0.06, 0.06);
+    for (int64_t s = 0; s < 1000; ++s) {
+      feed.Scalar("train/loss", s, 2.0 * std::exp(-static_cast<double>(s) / 200.0));
+      const double level = learning ? 0.80 + 0.08 * static_cast<double>(s) / 1000.0 : 0.80;
+      feed.Scalar("train/acc", s, s == 40 ? 1.0 : level + noise(rng));
+    }
+    return feed.Finish();
+  };
+  EXPECT_TRUE(run(true).empty());
+  const auto flat = run(false);
+  ASSERT_EQ(flat.size(), 1u);
+  EXPECT_EQ(flat[0].code, "METRIC_STALL");
+}
+
+TEST(MetricStall, AnAccuracyAtItsCeilingHasNothingToGain) {
+  Feed feed({"metric_stall"});
+  for (int64_t s = 0; s < 1000; ++s) {
+    feed.Scalar("train/loss", s, 2.0 * std::exp(-static_cast<double>(s) / 200.0));
+    if (s % 20 == 19) feed.Scalar("val/acc", s, s < 300 ? 0.5 + s / 600.0 : 100.0 / 100.0);
+  }
+  EXPECT_TRUE(feed.Finish().empty());
+}
+
 TEST(MetricImbalance, EdgeOfTheGap) {
   auto run = [](double acc, double f1) {
     Feed feed({"metric_imbalance"});
