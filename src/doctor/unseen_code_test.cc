@@ -447,6 +447,13 @@ TEST(UnseenCode, LrAdviceCarriesTheRunsNumbers) {
   EXPECT_NE(f.actions[0].find("from 0.01 to about 0.0033"), std::string::npos) << f.actions[0];
 }
 
+const NotChecked* NotCheckedEntry(const Diagnosis& d, const std::string& check) {
+  for (const auto& n : d.not_checked) {
+    if (n.check == check) return &n;
+  }
+  return nullptr;
+}
+
 // A model whose activations are functions (F.relu in forward): say what is true, not "no
 // ReLU modules seen".
 TEST(UnseenCode, FunctionalActivationsAreSaidAsSuch) {
@@ -458,10 +465,7 @@ TEST(UnseenCode, FunctionalActivationsAreSaidAsSuch) {
     run.OnTensorStats("act/fc1", s, 0, act);
   }
   const Diagnosis d = Diagnose(run);
-  const NotChecked* dead = nullptr;
-  for (const auto& n : d.not_checked) {
-    if (n.check == "dead and saturated units") dead = &n;
-  }
+  const NotChecked* dead = NotCheckedEntry(d, "dead and saturated units");
   ASSERT_NE(dead, nullptr);
   EXPECT_EQ(dead->reason.find("no ReLU/sigmoid/tanh modules seen"), std::string::npos) << dead->reason;
   EXPECT_NE(dead->reason.find("applied as functions (relu)"), std::string::npos) << dead->reason;
@@ -479,10 +483,7 @@ TEST(UnseenCode, AnActivationModulesOwnOpIsNotSaidToBeAFunction) {
     run.OnTensorStats("act/conv.0", s, 0, act);
   }
   const Diagnosis d = Diagnose(run);
-  const NotChecked* dead = nullptr;
-  for (const auto& n : d.not_checked) {
-    if (n.check == "dead and saturated units") dead = &n;
-  }
+  const NotChecked* dead = NotCheckedEntry(d, "dead and saturated units");
   ASSERT_NE(dead, nullptr);
   EXPECT_NE(dead->reason.find("applied as functions (sigmoid)"), std::string::npos) << dead->reason;
 }
