@@ -384,15 +384,57 @@ std::vector<Finding> Doctor::findings() const {
     FitActionsToFacts(&f, facts_);
     NoteClipping(&f, facts_.clip_norm);
   }
+  const std::set<std::string> judged = CodesJudgedOnTheWholeRun();
+  std::set<std::string> found;
+  for (const Finding& f : out) found.insert(f.code);
   for (const Finding& r : recorded_) {
     const bool dup = std::any_of(out.begin(), out.end(), [&](const Finding& f) {
       return f.code == r.code && f.location == r.location;
     });
-    if (!dup) out.push_back(r);
+    if (dup) continue;
+    out.push_back(r);
+    // The online doctor's (it dates every finding: detected_at; the client's checks do not),
+    // raised while the run went on (an early warning: a plateau the loss later left), and the
+    // whole run, judged again by the same detector, has no finding of that code: the rest of
+    // the run did not confirm it. Kept, as information, so the report says it was raised;
+    // never a warning the finished run contradicts.
+    if (r.severity <= Severity::kInfo || !judged.count(r.code) || found.count(r.code)) continue;
+    json ev = json::parse(r.evidence_json, nullptr, false);
+    if (!ev.is_object() || !ev.contains("detected_at")) continue;
+    Finding& f = out.back();
+    f.severity = Severity::kInfo;
+    f.summary += " (raised during the run; the whole run does not confirm it)";
+    ev["not_confirmed_by_whole_run"] = true;
+    f.evidence_json = ev.dump();
   }
   GroupFindings(&out);
   SortFindings(&out);
   return out;
+}
+
+std::set<std::string> Doctor::CodesJudgedOnTheWholeRun() const {
+  std::set<std::string> codes;
+  if (options_.streaming || !finished_) return codes;  // online, the rest of the run is still to come
+  const InputView view{facts_, seen_scalars_};
+  std::set<Input> missing;
+  for (const InputInfo& input : Inputs()) {
+    if (input.missing(view)) missing.insert(input.input);
+  }
+  // A detector judged a code when every input the code needs was there (a need with no
+  // codes is every code's).
+  for (const auto& d : detectors_) {
+    if (d->judges_loss_progress() && !facts_.rl_tag.empty()) continue;  // not run on an RL run
+    const DetectorSpec spec = d->spec();
+    for (const std::string& code : spec.codes) {
+      const bool has_all = std::none_of(spec.needs.begin(), spec.needs.end(), [&](const Need& need) {
+        const bool for_code = need.codes.empty() ||
+                              std::find(need.codes.begin(), need.codes.end(), code) != need.codes.end();
+        return for_code && missing.count(need.input);
+      });
+      if (has_all) codes.insert(code);
+    }
+  }
+  return codes;
 }
 
 std::vector<NotChecked> Doctor::not_checked() const {

@@ -106,7 +106,8 @@ class Doctor : public SampleSink {
   void JudgeThrough(int64_t step);
 
   // Findings so far: the doctor's, then recorded ones not already found (same code and
-  // location), worst first, then by step.
+  // location), worst first, then by step. Offline, once finished, a recorded warning of a
+  // code the whole run was judged for and did not produce becomes info (not confirmed).
   std::vector<Finding> findings() const;
   // What could not be checked with the data seen, and why.
   std::vector<NotChecked> not_checked() const;
@@ -117,6 +118,9 @@ class Doctor : public SampleSink {
   std::vector<std::string> detector_names() const;
 
  private:
+  // Offline and finished: the codes of the detectors that judged this run with the inputs
+  // they need (none online).
+  std::set<std::string> CodesJudgedOnTheWholeRun() const;
   StepFrame& FrameFor(int64_t step, double wall_time, bool* accepted);
   // The tag as a view into tag_names_, which StepFrame::scalars point into.
   std::string_view Intern(std::string_view tag);

@@ -349,6 +349,50 @@ TEST(Doctor, RecordedFindingsMergeByCodeAndLocation) {
   EXPECT_EQ(d.findings.front().severity, Severity::kCritical);  // worst first
 }
 
+// An early warning the rest of the run disproved (pytorch/examples word_language_model at
+// lr 20: the LSTM's loss sat near its start for two epochs, the online doctor raised
+// LOSS_PLATEAU at step 99, then the loss halved): the finished run's diagnosis keeps it as
+// info. The client's findings (no detected_at) and codes the run could not be judged for
+// keep their severity, and a finding the whole run confirms stays what it was.
+TEST(Doctor, RecordedWarningTheWholeRunDoesNotConfirmBecomesInfo) {
+  auto run_with = [](double end_loss) {
+    RunData run;
+    for (int64_t s = 0; s < 500; ++s) {
+      const double loss = s < 200 ? 5.9 + 0.01 * std::sin(s) : 5.9 + (end_loss - 5.9) * (s - 200) / 300.0;
+      run.OnScalar("train/loss", s, 0, loss);
+    }
+    Finding plateau;
+    plateau.code = "LOSS_PLATEAU";
+    plateau.location = "train/loss";
+    plateau.step = 0;
+    plateau.evidence_json = R"({"detected_at": 99})";
+    run.OnFinding(plateau);
+    Finding client;  // a check of the client at watch(): no detected_at
+    client.code = "ARCHITECTURE_WARNING";
+    client.location = "dropout1";
+    client.evidence_json = R"({"check": "dropout_above_half"})";
+    run.OnFinding(client);
+    Finding unjudged;  // needs an accuracy this run does not log
+    unjudged.code = "METRIC_STALL";
+    unjudged.location = "train/acc";
+    unjudged.evidence_json = R"({"detected_at": 300})";
+    run.OnFinding(unjudged);
+    return Diagnose(run).findings;
+  };
+  const auto recovered = run_with(2.9);
+  const Finding* plateau = FindCode(recovered, "LOSS_PLATEAU");
+  ASSERT_NE(plateau, nullptr);
+  EXPECT_EQ(plateau->severity, Severity::kInfo);
+  EXPECT_NE(plateau->evidence_json.find("\"not_confirmed_by_whole_run\":true"), std::string::npos);
+  EXPECT_NE(plateau->evidence_json.find("\"detected_at\":99"), std::string::npos);
+  EXPECT_EQ(FindCode(recovered, "ARCHITECTURE_WARNING")->severity, Severity::kWarning);
+  EXPECT_EQ(FindCode(recovered, "METRIC_STALL")->severity, Severity::kWarning);
+  // Stuck to the end: the whole run finds the plateau itself, a warning.
+  const auto stuck = run_with(5.9);
+  ASSERT_NE(FindCode(stuck, "LOSS_PLATEAU"), nullptr);
+  EXPECT_EQ(FindCode(stuck, "LOSS_PLATEAU")->severity, Severity::kWarning);
+}
+
 TEST(Doctor, RepeatedFindingExtendsInsteadOfDuplicating) {
   Feed feed({"nonfinite"});
   for (int64_t s = 0; s < 20; ++s) feed.Scalar("train/loss", s, s >= 10 ? NAN : 1.0);
