@@ -27,6 +27,48 @@ std::string LossReason(const InputView& v) {
          (seen.empty() ? std::string() : "; the scalar series are: " + seen);
 }
 
+std::string ProgressLossReason(const InputView& v) {
+  if (v.facts.rl_tag.empty()) {
+    std::string names;
+    for (const auto& m : v.facts.models) {
+      if (m.optimizer.empty()) continue;
+      names += (names.empty() ? "" : ", ") + (m.name.empty() ? std::string("the first model") : m.name) +
+               (m.cls.empty() ? "" : " (" + m.cls + ", " + m.optimizer + ")");
+    }
+    return "several models, each with its own optimizer (" + names +
+           "): an adversarial or multi-objective run (a GAN, an actor and a critic), whose losses "
+           "pull against each other; one rising while the other falls is the game, not a fault. "
+           "Non-finite values and each model's gradients and layers are still checked";
+  }
+  return "a reinforcement-learning run (" + v.facts.rl_tag + "): its loss (" + v.facts.roles.Get(Role::kLoss) +
+         ") is a TD or policy-gradient loss that follows moving targets and each batch's advantages, "
+         "so its spikes, climbs, plateaus and sign are not faults; judge the return instead";
+}
+
+std::string DeadSaturatedReason(const InputView& v) {
+  // functional_ops holds every op of the first forward, a module's own among them
+  // (nn.LeakyReLU calls leaky_relu): only an op no module of that kind accounts for
+  // was applied as a function.
+  std::set<std::string> module_kinds;
+  for (const auto& [module, type] : v.facts.module_types) module_kinds.insert(Lower(type));
+  std::string applied;
+  for (const std::string& op : v.facts.functional_ops) {
+    std::string kind = Lower(op);
+    kind.erase(std::remove(kind.begin(), kind.end(), '_'), kind.end());
+    if (module_kinds.count(kind)) continue;
+    for (const char* name : {"relu", "sigmoid", "tanh", "leaky_relu", "elu", "gelu", "silu", "hardtanh"}) {
+      if (Lower(op) == name) applied += (applied.empty() ? "" : ", ") + op;
+    }
+  }
+  if (!applied.empty()) {
+    return "activations applied as functions (" + applied +
+           ") are not modules: the per-module statistics carry no dead/saturated fractions for them "
+           "(dead units are still found from zero gradient rows, grad_units/)";
+  }
+  return std::string(
+      "activation statistics carry no dead/saturated fractions (no ReLU/sigmoid/tanh modules seen)");
+}
+
 }  // namespace
 
 const std::vector<InputInfo>& Inputs() {
@@ -36,23 +78,7 @@ const std::vector<InputInfo>& Inputs() {
        [](const InputView& v) {
          return v.facts.roles.Has(Role::kLoss) && (!v.facts.rl_tag.empty() || v.facts.MultiObjective());
        },
-       [](const InputView& v) {
-         if (v.facts.rl_tag.empty()) {
-           std::string names;
-           for (const auto& m : v.facts.models) {
-             if (m.optimizer.empty()) continue;
-             names += (names.empty() ? "" : ", ") + (m.name.empty() ? std::string("the first model") : m.name) +
-                      (m.cls.empty() ? "" : " (" + m.cls + ", " + m.optimizer + ")");
-           }
-           return "several models, each with its own optimizer (" + names +
-                  "): an adversarial or multi-objective run (a GAN, an actor and a critic), whose losses "
-                  "pull against each other; one rising while the other falls is the game, not a fault. "
-                  "Non-finite values and each model's gradients and layers are still checked";
-         }
-         return "a reinforcement-learning run (" + v.facts.rl_tag + "): its loss (" + v.facts.roles.Get(Role::kLoss) +
-                ") is a TD or policy-gradient loss that follows moving targets and each batch's advantages, "
-                "so its spikes, climbs, plateaus and sign are not faults; judge the return instead";
-       }},
+       ProgressLossReason},
       {Input::kValLoss, "over-fitting", [](const InputView& v) { return !v.facts.roles.Has(Role::kValLoss); },
        [](const InputView&) { return std::string("no validation loss recorded (log val/loss every few hundred steps)"); }},
       {Input::kMetric, "metric stall",
@@ -92,29 +118,7 @@ const std::vector<InputInfo>& Inputs() {
        }},
       {Input::kDeadSaturated, "dead and saturated units",
        [](const InputView& v) { return v.facts.has_act_stats && !v.facts.has_dead && !v.facts.has_saturated; },
-       [](const InputView& v) {
-         // functional_ops holds every op of the first forward, a module's own among them
-         // (nn.LeakyReLU calls leaky_relu): only an op no module of that kind accounts for
-         // was applied as a function.
-         std::set<std::string> module_kinds;
-         for (const auto& [module, type] : v.facts.module_types) module_kinds.insert(Lower(type));
-         std::string applied;
-         for (const std::string& op : v.facts.functional_ops) {
-           std::string kind = Lower(op);
-           kind.erase(std::remove(kind.begin(), kind.end(), '_'), kind.end());
-           if (module_kinds.count(kind)) continue;
-           for (const char* name : {"relu", "sigmoid", "tanh", "leaky_relu", "elu", "gelu", "silu", "hardtanh"}) {
-             if (Lower(op) == name) applied += (applied.empty() ? "" : ", ") + op;
-           }
-         }
-         if (!applied.empty()) {
-           return "activations applied as functions (" + applied +
-                  ") are not modules: the per-module statistics carry no dead/saturated fractions for them "
-                  "(dead units are still found from zero gradient rows, grad_units/)";
-         }
-         return std::string(
-             "activation statistics carry no dead/saturated fractions (no ReLU/sigmoid/tanh modules seen)");
-       }},
+       DeadSaturatedReason},
       {Input::kInputBatch, "input batch",
        [](const InputView& v) { return !v.facts.has_input_stats && !v.facts.has_labels; },
        [](const InputView&) {
