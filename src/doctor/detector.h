@@ -150,6 +150,8 @@ struct RunFacts {
   double loss_first = kNaN;                 // the first finite loss
   bool loss_varies = false;                 // a finite loss different from the first seen
   int64_t loss_points = 0;                  // steps with a finite loss
+  int64_t grad_zeroed_points = 0;           // train/grad_zeroed (any model's) values seen
+  int64_t grad_not_zeroed_points = 0;       // of which 0: the gradients were not zeroed
   double acc_latest = kNaN;                 // the training accuracy (role acc), latest value
 
   // What kinds of data the run has had so far (for "not checked and why").

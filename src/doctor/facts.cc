@@ -72,6 +72,12 @@ const std::vector<FactInfo>& Facts() {
        [](const RunFacts& f, const Finding&) { return Of(!std::isnan(f.loss_first), f.loss_varies && !f.loss_nonfinite); }},
       {"activations_finite", "every recorded activation was finite",
        [](const RunFacts& f, const Finding&) { return Of(f.has_act_stats, !f.activations_nonfinite_seen); }},
+      {"grads_not_zeroed",
+       "train/grad_zeroed was 0 at >= half of >= 10 recorded optimizer steps: each update is the sum of the "
+       "gradients so far (what GRAD_NOT_ZEROED reports)",
+       [](const RunFacts& f, const Finding&) {
+         return Of(f.grad_zeroed_points >= 10, 2 * f.grad_not_zeroed_points >= f.grad_zeroed_points);
+       }},
       {"label_noise_evidence",
        "the training accuracy rose above chance but plateaus below 1 while the training loss floors well above 0 "
        "(what a share of random labels does: the model learns the clean share and no more)",
@@ -101,7 +107,8 @@ void ApplyDifferential(Finding* finding, const RunFacts& facts, const KnowledgeB
   struct Ranked {
     Cause cause;
     bool requirements_hold;
-    std::vector<std::string> held;  // the required facts that hold
+    bool confirmed = false;
+    std::vector<std::string> held;  // the required and confirming facts that hold
   };
   std::vector<Ranked> kept;
   for (const Cause& c : finding->causes) {
@@ -130,12 +137,21 @@ void ApplyDifferential(Finding* finding, const RunFacts& facts, const KnowledgeB
           r.requirements_hold = false;
         }
       }
+      for (const std::string& id : info->confirmed_by) {
+        const FactInfo* fact = FindFact(id);
+        if (fact && fact->eval(facts, *finding) == FactState::kTrue) {
+          r.held.push_back(id);
+          r.confirmed = true;
+        }
+      }
     }
+    if (r.confirmed) r.cause.confidence = std::max(r.cause.confidence, 0.8);
     if (!r.requirements_hold) r.cause.confidence = std::min(r.cause.confidence, 0.3);
     kept.push_back(std::move(r));
   }
   std::stable_sort(kept.begin(), kept.end(), [](const Ranked& a, const Ranked& b) {
     if (a.requirements_hold != b.requirements_hold) return a.requirements_hold;
+    if (a.confirmed != b.confirmed) return a.confirmed;
     return a.cause.confidence > b.cause.confidence;
   });
   finding->causes.clear();
@@ -178,6 +194,8 @@ const std::vector<Contradiction>& Contradictions() {
       {"grad_clipping_seen", {"clip"}},
       {"lr_collapsed", {"raise the learning rate", "higher learning rate", "lr range test", "learning-rate range test"}},
       {"steps_large", {"raise the learning rate", "higher learning rate"}},
+      // Each step applies every gradient so far: a larger lr multiplies a sum that only grows.
+      {"grads_not_zeroed", {"raise the learning rate", "higher learning rate", "lr range test"}},
       {"param_dtype_not_16bit", {"master weights", "kahan", "stochastic rounding"}},
   };
   return table;

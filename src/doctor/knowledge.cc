@@ -55,8 +55,9 @@ Status KnowledgeBase::Parse(std::string_view text, std::string_view origin, Know
     if (s.ok()) s = StringList(c, "actions", where, &info.actions);
     if (s.ok()) s = StringList(c, "excluded_by", where, &info.excluded_by);
     if (s.ok()) s = StringList(c, "requires", where, &info.required);
+    if (s.ok()) s = StringList(c, "confirmed_by", where, &info.confirmed_by);
     if (!s.ok()) return s;
-    for (const auto* list : {&info.excluded_by, &info.required}) {
+    for (const auto* list : {&info.excluded_by, &info.required, &info.confirmed_by}) {
       for (const std::string& fact : *list) {
         if (!FindFact(fact)) {
           return Status::InvalidArgument(where + ": unknown fact id '" + fact + "' (facts.cc lists the facts the doctor can check)");

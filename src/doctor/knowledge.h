@@ -21,9 +21,11 @@ struct CauseInfo {
   std::vector<std::string> lowered_by;  // evidence against it
   std::vector<std::string> actions;     // concrete things to do, most useful first
   // Fact ids (facts.h): a fact that holds rules the cause out; a required fact that does
-  // not hold keeps it at most at 0.3 and never first.
+  // not hold keeps it at most at 0.3 and never first; a confirming fact that holds puts it
+  // first, at 0.8 or more (the run's own series show it).
   std::vector<std::string> excluded_by;
   std::vector<std::string> required;  // "requires" in the file
+  std::vector<std::string> confirmed_by;
 };
 
 struct CodeInfo {

@@ -16,6 +16,9 @@ namespace {
 
 using json = nlohmann::json;
 
+// train/grad_zeroed, or train/<model>/grad_zeroed.
+bool IsGradZeroedTag(std::string_view tag) { return HasPrefix(tag, "train/") && tag.ends_with("grad_zeroed"); }
+
 // An integer from a JSON object under any of `keys` (numbers or numeric strings).
 int IntFrom(const json& obj, std::initializer_list<const char*> keys) {
   if (!obj.is_object()) return 0;
@@ -259,9 +262,7 @@ void Doctor::NoteTags(const StepFrame& frame) {
     seen_scalars_.emplace(tag);
     f.roles.See(tag);
     if (f.rl_tag.empty() && IsReinforcementLearningTag(tag)) f.rl_tag = tag;
-    if (HasPrefix(tag, "train/") && tag.size() >= 11 && tag.compare(tag.size() - 11, 11, "grad_zeroed") == 0) {
-      f.has_grad_zeroed = true;  // train/grad_zeroed, or train/<model>/grad_zeroed
-    }
+    if (IsGradZeroedTag(tag)) f.has_grad_zeroed = true;
     if (tags::kTime.Holds(tag)) f.has_time = true;
     if (tags::kMem.Holds(tag)) f.has_memory = true;
     if (tags::kCensus.Holds(tag)) f.has_census = true;
@@ -390,6 +391,13 @@ void Doctor::UpdateDifferentialEvidence(const StepFrame& frame) {
     ++f.loss_points;
     if (std::isnan(f.loss_first)) f.loss_first = *loss;
     else if (*loss != f.loss_first) f.loss_varies = true;
+  }
+  if (f.has_grad_zeroed) {
+    for (const auto& [tag, value] : frame.scalars) {
+      if (!IsGradZeroedTag(tag) || frame.Scalar(tag) != &value) continue;  // a step's last value decides
+      ++f.grad_zeroed_points;
+      f.grad_not_zeroed_points += value == 0;
+    }
   }
   const std::string& acc_tag = f.roles.Get(Role::kAcc);
   if (const double* acc = acc_tag.empty() ? nullptr : frame.Scalar(acc_tag)) f.acc_latest = *acc;

@@ -502,6 +502,86 @@ TEST(UnseenCode, ClearedGradientsAreNotDeadUnits) {
   EXPECT_EQ(FindCode(feed.Finish(), "DEAD_UNITS"), nullptr);
 }
 
+// yunjey/pytorch-tutorial's bidirectional LSTM reads out[:, -1, :]: the top layer's reverse
+// direction is read at its first step, whose hidden state is the zero initial one, so
+// lstm.weight_hh_l1_reverse gets exactly zero gradient while the rest of the LSTM learns.
+// That parameter does not learn (GRAD_VANISHING, true) because of its zero input, not a
+// ReLU that died (there is none): no DEAD_UNITS from its zero rows, and the cause says so.
+TEST(UnseenCode, AParameterWithZeroInputIsNotADeadLayer) {
+  Feed feed({"dead_units", "grad_vanishing"});
+  for (int64_t s = 0; s < 40; ++s) {
+    feed.Scalar("train/loss", s, 2.3 - 0.02 * s);
+    feed.Stats("grad/lstm.weight_hh_l1_reverse", s, Zeros(256));
+    feed.Vector("grad_units/lstm.weight_hh_l1_reverse", s, std::vector<float>(64, 0.0f));
+    feed.Stats("grad/lstm.weight_ih_l1_reverse", s, WithRms(256, 0.01, s + 1));
+    feed.Stats("grad/lstm.bias_hh_l1_reverse", s, WithRms(64, 0.01, s + 2));
+    feed.Stats("grad/fc.weight", s, WithRms(64, 0.05, s + 3));
+  }
+  const auto f = feed.Finish();
+  EXPECT_EQ(FindCode(f, "DEAD_UNITS"), nullptr);
+  const Finding* v = FindCode(f, "GRAD_VANISHING");
+  ASSERT_NE(v, nullptr);
+  EXPECT_EQ(v->location, "lstm.weight_hh_l1_reverse");
+  ASSERT_FALSE(v->causes.empty());
+  EXPECT_EQ(v->causes[0].id, "zero_input_or_unused_output");
+  for (const Cause& c : v->causes) EXPECT_NE(c.id, "dying_relu");
+}
+
+// The control: a Linear whose weight and bias both get no gradient is still a dead layer's
+// trace (its units output zero), and the exact-zero weight keeps a dead ReLU among its causes.
+TEST(UnseenCode, ALinearWithoutAnyGradientIsStillJudgedDead) {
+  Feed feed({"dead_units", "grad_vanishing"});
+  for (int64_t s = 0; s < 40; ++s) {
+    feed.Scalar("train/loss", s, 2.3 - 0.02 * s);
+    feed.Stats("grad/fc1.weight", s, Zeros(256));
+    feed.Stats("grad/fc1.bias", s, Zeros(64));
+    feed.Vector("grad_units/fc1.weight", s, std::vector<float>(64, 0.0f));
+    feed.Stats("grad/fc2.weight", s, WithRms(64, 0.05, s + 3));
+  }
+  const auto f = feed.Finish();
+  EXPECT_NE(FindCode(f, "DEAD_UNITS"), nullptr);
+  const Finding* v = FindCode(f, "GRAD_VANISHING");
+  ASSERT_NE(v, nullptr);
+  bool dying = false;
+  for (const Cause& c : v->causes) dying |= c.id == "dying_relu";
+  EXPECT_TRUE(dying);
+}
+
+// pytorch/examples' word-language model without its zero_grad (a hand-made SGD update,
+// lr 20 decayed to 5, clip 0.25): the loss stays at chance, ln(401). The plateau's first
+// cause is the one its own series show (train/grad_zeroed 0 at every step), not a learning
+// rate too low, and no action asks for a larger one. With the gradients zeroed, the same
+// curve keeps the learning rate first.
+TEST(UnseenCode, APlateauWithGradientsNeverZeroedIsBlamedOnThem) {
+  auto run = [](double zeroed) {
+    Feed feed({"loss_plateau"});
+    std::mt19937 rng(6);
+    std::normal_distribution<double> n(0, 0.01);
+    for (int64_t s = 0; s < 360; ++s) {
+      feed.Scalar("train/loss", s, 5.99 - 0.00005 * s + n(rng));
+      feed.Scalar("train/grad_zeroed", s, zeroed);
+      feed.Scalar("opt/lr", s, 5.0);
+      feed.Scalar("input/label_min", s, 0);
+      feed.Scalar("input/label_max", s, 400);
+    }
+    return feed.Finish();
+  };
+  const auto never = run(0);
+  const Finding* p = FindCode(never, "LOSS_PLATEAU");
+  ASSERT_NE(p, nullptr);
+  ASSERT_FALSE(p->causes.empty());
+  EXPECT_EQ(p->causes[0].id, "missing_zero_grad");
+  EXPECT_GE(p->causes[0].confidence, 0.8);
+  ASSERT_FALSE(p->actions.empty());
+  EXPECT_NE(p->actions[0].find("zero_grad"), std::string::npos) << p->actions[0];
+  for (const std::string& a : p->actions) EXPECT_EQ(Lower(a).find("raise the learning rate"), std::string::npos) << a;
+  const auto zeroed = run(1);
+  const Finding* q = FindCode(zeroed, "LOSS_PLATEAU");
+  ASSERT_NE(q, nullptr);
+  ASSERT_FALSE(q->causes.empty());
+  EXPECT_NE(q->causes[0].id, "missing_zero_grad");
+}
+
 // Stuck at chance, accuracy at chance: the model learns nothing, which says nothing about
 // the labels.
 TEST(UnseenCode, AccuracyAtChanceIsNoEvidenceOfLabelNoise) {

@@ -70,6 +70,10 @@ void DeadUnitsDetector::OnStep(const StepFrame& frame, const DetectorContext& ct
     if (!tags::kGradUnits.Holds(tag, &rest) || norms.size() < options_.min_units) continue;
     const std::string param(rest);
     if (ClassifyParam(param, ctx.facts) != ParamRole::kWeight) continue;  // embedding rows of unseen tokens are 0
+    // The rows of a Linear's or a conv's `weight` are its output units. An LSTM's
+    // `weight_hh_l0` rows are gates fed by the hidden state: zero whenever that state is
+    // (a reverse direction read at its first step), which says nothing of dead units.
+    if (param != "weight" && !param.ends_with(".weight")) continue;
     size_t zero = 0, finite = 0;
     for (float v : norms) {
       if (!std::isfinite(v)) continue;

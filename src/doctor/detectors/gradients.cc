@@ -67,6 +67,7 @@ bool GradExplosionDetector::BeyondLogNoise(const RollingMedianMad& logs, double 
 
 void GradExplosionDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   const RunFacts& facts = ctx.facts;
+  JudgeByLoss(frame, ctx);
   std::string worst;
   double worst_ratio = 0;
   std::map<std::string, bool> model_shows_jump;
@@ -142,9 +143,57 @@ void GradExplosionDetector::OnStep(const StepFrame& frame, const DetectorContext
                                                                                   : std::vector<std::string>{tags::kGrad.Of(worst)})}}
                           .dump();
     f.causes = {{"gradient_explosion", 0.7}, {"lr_too_high", 0.4}, {"bad_batch", 0.2}};
-    ctx.Report(std::move(f));
+    if (pending_) {
+      pending_->finding.last_step = frame.step;  // the same jump, still waiting for the loss
+    } else if (recent_losses_.size() >= options_.loss_baseline) {
+      pending_ = Pending{std::move(f), Median(recent_losses_),
+                         *std::max_element(recent_losses_.begin(), recent_losses_.end()), {}};
+    } else {
+      ctx.Report(std::move(f));  // no loss to judge it by
+    }
   }
   CheckDepth(frame, ctx);
+}
+
+void GradExplosionDetector::JudgeByLoss(const StepFrame& frame, const DetectorContext& ctx) {
+  const std::string& loss_tag = ctx.facts.roles.Get(Role::kLoss);
+  const double* loss = loss_tag.empty() ? nullptr : frame.Scalar(loss_tag);
+  if (!loss) return;
+  if (pending_ && pending_->finding.step < frame.step) {
+    Pending& p = *pending_;
+    p.after.push_back(*loss);
+    if (p.after.size() >= options_.loss_response_steps || !std::isfinite(*loss)) {
+      const bool finite = std::all_of(p.after.begin(), p.after.end(), [](double v) { return std::isfinite(v); });
+      const double after_median = finite ? Median(p.after) : kNaN;
+      // A loss below zero is no sign of learning: a flipped sign (a VAE's KL term) falls forever.
+      const bool learned = finite && *std::min_element(p.after.begin(), p.after.end()) >= 0 &&
+                           *std::max_element(p.after.begin(), p.after.end()) <= p.before_max &&
+                           after_median <= p.before_median - options_.loss_fall * std::fabs(p.before_median);
+      Finding f = std::move(p.finding);
+      json ev = json::parse(f.evidence_json, nullptr, false);
+      if (!ev.is_object()) ev = json::object();
+      ev["loss_median_before"] = Num(p.before_median);
+      ev["loss_median_after"] = Num(after_median);
+      if (learned) {
+        f.severity = Severity::kInfo;
+        f.summary += "; the loss fell through it (median " + FormatNumber(p.before_median, 4) + " before, " +
+                     FormatNumber(after_median, 4) + " over the next " + std::to_string(p.after.size()) +
+                     " steps): the model learning, not an explosion";
+        ev["learned_through"] = true;
+      }
+      f.evidence_json = ev.dump();
+      pending_.reset();
+      ctx.Report(std::move(f));
+    }
+  }
+  if (!std::isfinite(*loss)) return;
+  recent_losses_.push_back(*loss);
+  if (recent_losses_.size() > options_.loss_baseline) recent_losses_.pop_front();
+}
+
+void GradExplosionDetector::Finish(const DetectorContext& ctx) {
+  if (pending_) ctx.Report(std::move(pending_->finding));  // the run ended before the loss could tell
+  pending_.reset();
 }
 
 // Per layer: the largest jump against the layer's own median, kept only when its robust z
@@ -259,8 +308,33 @@ void GradVanishingDetector::OnStep(const StepFrame& frame, const DetectorContext
     // does not depend on the output (cross_entropy over one column, a detached output);
     // the knowledge base requires that fact (facts.cc).
     if (facts.grads_zero_from_start) RaiseCause(&causes, "loss_constant", 0.9);
-    RaiseCause(&causes, "constant_init", 0.4);
-    RaiseCause(&causes, "dying_relu", 0.4);
+    // Another parameter of its module gets a gradient: the module's units are alive, so
+    // this parameter's own path carries nothing (its input always zero: a recurrent weight
+    // that only sees the zero initial state; or its output masked before the loss).
+    const std::string module = RunFacts::ModuleOfParam(p);
+    bool sibling_learns = false;
+    for (const auto& [other_tag, o] : frame.stats) {
+      std::string_view other;
+      if (tags::kGrad.Holds(other_tag, &other) && other != p && o.numel > 0 && o.zeros < o.numel &&
+          RunFacts::ModuleOfParam(std::string(other)) == module) {
+        sibling_learns = true;
+        break;
+      }
+    }
+    if (sibling_learns) {
+      RaiseCause(&causes, "zero_input_or_unused_output", 0.7);
+      // Where the zero input comes from, when the run shows it: weights initialised
+      // constant (all zero) upstream, whose units then output zero; else dead units.
+      if (facts.weights_constant_at_start) {
+        RaiseCause(&causes, "constant_init", 0.85);
+      } else if (facts.dead_fraction_max >= 0.5) {
+        RaiseCause(&causes, "dying_relu", 0.85);
+      }
+      f.evidence_json = json{{"zero_steps", len}, {"numel", s.numel}, {"module_gets_gradient", true}}.dump();
+    } else {
+      RaiseCause(&causes, "constant_init", 0.4);
+      RaiseCause(&causes, "dying_relu", 0.4);
+    }
     f.causes = causes;
     ctx.Report(std::move(f));
   }

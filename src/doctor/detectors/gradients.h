@@ -5,6 +5,7 @@
 #pragma once
 
 #include <deque>
+#include <optional>
 #include <set>
 
 #include "doctor/detector.h"
@@ -34,6 +35,15 @@ struct GradExplosionOptions {
   // heavy-tailed (one hard sample in four sets it): 10x its median is its noise there; a
   // norm that sits within 2x of its median and then jumps 10x is not.
   double noise_z = 4;
+  // An explosion hurts: a jump is judged by the loss of the next loss_response_steps steps.
+  // When each stays under the highest of the last loss_baseline losses before the jump and
+  // their median is >= loss_fall below those losses' median, the model learned through it
+  // (an LSTM's gradient grows tenfold as it leaves its flat start): info, not a warning. An
+  // RNN's true explosion shows in the loss right after the update it wrecks; a loss that
+  // falls below zero (a sign error) is never taken for learning.
+  size_t loss_response_steps = 5;
+  size_t loss_baseline = 10;
+  double loss_fall = 0.05;
 };
 
 class GradExplosionDetector : public Detector {
@@ -44,8 +54,10 @@ class GradExplosionDetector : public Detector {
     return {{"GRAD_EXPLOSION"}, {{Input::kGradNorm}}};
   }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+  void Finish(const DetectorContext& ctx) override;
 
  private:
+  void JudgeByLoss(const StepFrame& frame, const DetectorContext& ctx);
   bool BeyondLogNoise(const RollingMedianMad& logs, double norm) const;
   void FindLayerJump(const StepFrame& frame, const RunFacts& facts, std::string* worst_layer, double* worst_layer_ratio,
                      std::map<std::string, bool>* model_shows_jump);
@@ -67,6 +79,15 @@ class GradExplosionDetector : public Detector {
   std::unordered_map<std::string, std::vector<double>> layers_early_;
   std::deque<double> depth_;
   std::string location_;  // the first finding's location: later ones extend it
+  std::deque<double> recent_losses_;  // the last loss_baseline losses
+  // A jump waiting for the loss's response (JudgeByLoss); reported as it was if the run
+  // ends first.
+  struct Pending {
+    Finding finding;
+    double before_median, before_max;
+    std::vector<double> after;
+  };
+  std::optional<Pending> pending_;
 };
 
 struct GradVanishingOptions {

@@ -23,6 +23,36 @@ TEST(GradExplosion, GlobalJumpEdge) {
   EXPECT_EQ(f[0].step, 80);
 }
 
+// The same tenfold jump of the gradient norm, judged by the loss of the steps after it: a
+// model leaving its flat start (the loss falls through the jump, as a bidirectional LSTM's
+// did from 2.3 to 1.5 while its gradient norm rose from 0.15 to 6) is told as info; a jump
+// whose update wrecks the loss stays a warning; a run that ends before the loss can tell
+// keeps it a warning.
+TEST(GradExplosion, AJumpIsJudgedByTheLossAfterIt) {
+  auto run = [](double loss_after, int64_t steps) {
+    Feed feed({"grad_explosion"});
+    std::mt19937 rng(3);
+    std::lognormal_distribution<double> noise(0, 0.2);
+    for (int64_t s = 0; s < steps; ++s) {
+      feed.Scalar("train/loss", s, s <= 30 ? 2.3 + 0.01 * (s % 3) : loss_after + 0.01 * (s % 2));
+      feed.Scalar("grad/global_norm", s, s == 30 ? 15.0 : noise(rng));
+    }
+    return feed.Finish();
+  };
+  const auto learned = run(1.6, 60);
+  ASSERT_EQ(learned.size(), 1u);
+  EXPECT_EQ(learned[0].step, 30);
+  EXPECT_EQ(learned[0].severity, Severity::kInfo);
+  EXPECT_NE(learned[0].summary.find("the loss fell through it"), std::string::npos) << learned[0].summary;
+  const auto wrecked = run(4.0, 60);
+  ASSERT_EQ(wrecked.size(), 1u);
+  EXPECT_EQ(wrecked[0].step, 30);
+  EXPECT_EQ(wrecked[0].severity, Severity::kWarning);
+  const auto ended = run(1.6, 33);
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0].severity, Severity::kWarning);
+}
+
 TEST(GradExplosion, NoisyGradientNormIsSilent) {
   Feed feed({"grad_explosion"});
   std::mt19937 rng(2);
