@@ -374,6 +374,37 @@ void ResolveContradictions(std::vector<Finding>* findings) {
   *findings = std::move(out);
 }
 
+// A crash about a number that overflowed or went NaN (RUN_CRASHED's evidence.numeric) after
+// the loss or the gradients blew up is what the blow-up left: the finding that blew up
+// ended the run (critical, so it comes first) and the crash says what it follows. A
+// perplexity's math.exp of a diverged loss, sampling from NaN probabilities after training.
+void LinkCrashToBlowUp(std::vector<Finding>* findings) {
+  static const char* const kBlowUps[] = {"NONFINITE_LOSS", "NONFINITE_GRAD", "LOSS_DIVERGENCE", "GRAD_EXPLOSION"};
+  for (Finding& crash : *findings) {
+    if (crash.code != "RUN_CRASHED") continue;
+    json ev = json::parse(crash.evidence_json, nullptr, false);
+    if (!ev.is_object() || !ev.value("numeric", false)) continue;
+    Finding* root = nullptr;
+    for (const char* code : kBlowUps) {
+      for (Finding& f : *findings) {
+        if (f.code == code && f.severity >= Severity::kWarning && f.step <= crash.step && (!root || f.step < root->step)) {
+          root = &f;
+        }
+      }
+      if (root) break;
+    }
+    if (!root) continue;
+    ev["follows"] = {{"code", root->code}, {"step", root->step}, {"location", root->location}};
+    crash.evidence_json = ev.dump();
+    crash.summary += " (after the " + root->code + " at step " + std::to_string(root->step) + ": the numbers it left)";
+    json root_ev = json::parse(root->evidence_json, nullptr, false);
+    if (!root_ev.is_object()) root_ev = json::object();
+    root_ev["ended_the_run"] = crash.step;
+    root->evidence_json = root_ev.dump();
+    root->severity = Severity::kCritical;
+  }
+}
+
 }  // namespace
 
 std::vector<Finding> Doctor::findings() const {
@@ -407,6 +438,7 @@ std::vector<Finding> Doctor::findings() const {
     ev["not_confirmed_by_whole_run"] = true;
     f.evidence_json = ev.dump();
   }
+  LinkCrashToBlowUp(&out);
   GroupFindings(&out);
   SortFindings(&out);
   return out;

@@ -582,6 +582,47 @@ TEST(UnseenCode, APlateauWithGradientsNeverZeroedIsBlamedOnThem) {
   EXPECT_NE(q->causes[0].id, "missing_zero_grad");
 }
 
+// pytorch/examples' word-language model at AdamW lr 1: the loss climbs, then the epoch's
+// `math.exp(val_loss)` raises OverflowError (yunjey's LSTM at lr x100: sampling from NaN
+// probabilities). The climb ended the run: it comes first, critical, and the crash says
+// what it follows. A crash about something else (a KeyError) leaves both as they were.
+TEST(UnseenCode, ACrashAboutAnOverflowFollowsTheBlowUpBeforeIt) {
+  auto run = [](const std::string& exception) {
+    Feed feed({"loss_divergence", "run_exit"});
+    std::mt19937 rng(7);
+    std::normal_distribution<double> n(0, 0.02);
+    for (int64_t s = 0; s < 200; ++s) {
+      const double level = s < 100 ? 2.3 - 0.008 * s : 1.5 * std::exp(0.01 * static_cast<double>(s - 100));
+      feed.Scalar("train/loss", s, level + n(rng));
+    }
+    if (!exception.empty()) feed.Meta("exception", exception);
+    return feed.Finish();
+  };
+  const auto alone = run("");
+  ASSERT_EQ(alone.size(), 1u);
+  ASSERT_EQ(alone[0].code, "LOSS_DIVERGENCE");
+  ASSERT_EQ(alone[0].severity, Severity::kWarning);  // the climb alone: 1.5 -> 4, a warning
+
+  const auto overflow = run(R"({"type": "OverflowError", "message": "math range error"})");
+  ASSERT_EQ(overflow.size(), 2u);
+  EXPECT_EQ(overflow[0].code, "LOSS_DIVERGENCE");
+  EXPECT_EQ(overflow[0].severity, Severity::kCritical);
+  EXPECT_EQ(overflow[1].code, "RUN_CRASHED");
+  EXPECT_EQ(overflow[1].causes.at(0).id, "numbers_blew_up");
+  EXPECT_NE(overflow[1].evidence_json.find(R"("follows":{"code":"LOSS_DIVERGENCE")"), std::string::npos)
+      << overflow[1].evidence_json;
+
+  for (const char* exception : {R"({"type": "KeyError", "message": "'val_loss'"})",
+                                R"({"type": "RuntimeError", "message": "the store waited indefinitely"})"}) {
+    const auto other = run(exception);
+    ASSERT_EQ(other.size(), 2u);
+    EXPECT_EQ(other[0].code, "RUN_CRASHED") << exception;
+    EXPECT_EQ(other[0].causes.at(0).id, "exception");
+    EXPECT_EQ(other[1].code, "LOSS_DIVERGENCE");
+    EXPECT_EQ(other[1].severity, Severity::kWarning);
+  }
+}
+
 // Stuck at chance, accuracy at chance: the model learns nothing, which says nothing about
 // the labels.
 TEST(UnseenCode, AccuracyAtChanceIsNoEvidenceOfLabelNoise) {

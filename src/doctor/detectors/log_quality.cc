@@ -2,10 +2,12 @@
 // logs a running mean every batch with the epoch as its step; a resumed run writes steps
 // 90..99 again), and the doctor judges one value per series and step: the last one logged.
 // It says so (DUPLICATE_STEPS, info) rather than judging silently what it dropped.
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -68,6 +70,27 @@ class RunExitDetector : public Detector {
  private:
   int64_t last_step_ = 0;
 };
+
+// An exception about a number that overflowed or is not finite: OverflowError ("math range
+// error": math.exp of a diverged loss for a perplexity), FloatingPointError, "probability
+// tensor contains either `inf`, `nan` or element < 0" (sampling from NaN weights).
+bool IsNumericException(const std::string& lower) {
+  if (lower.find("math range error") != std::string::npos) return true;
+  // Whole words: "finite" of "non-finite", never of "indefinitely".
+  static const std::set<std::string> kWords = {"nan",      "inf",          "infinity",          "infinite", "finite",
+                                               "nonfinite", "overflow", "overflowerror", "floatingpointerror"};
+  std::string word;
+  for (size_t i = 0; i <= lower.size(); ++i) {
+    const char c = i < lower.size() ? lower[i] : ' ';
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      word += c;
+    } else if (!word.empty()) {
+      if (kWords.count(word)) return true;
+      word.clear();
+    }
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -171,6 +194,7 @@ void RunExitDetector::Finish(const DetectorContext& ctx) {
     f.location = text.substr(0, text.find(':'));
     f.summary = "the run crashed after step " + std::to_string(last_step_) + ": " + text.substr(0, 300);
     if (oom) f.causes = {{"out_of_memory", 0.9}};
+    else if (IsNumericException(lower)) f.causes = {{"numbers_blew_up", 0.8}, {"exception", 0.3}};
     else f.causes = {{"exception", 0.8}};
   } else {
     f.severity = Severity::kWarning;
@@ -179,6 +203,7 @@ void RunExitDetector::Finish(const DetectorContext& ctx) {
   }
   nlohmann::json ev = nlohmann::json::object();
   if (!text.empty()) ev["exception"] = text.substr(0, 500);
+  if (!text.empty() && IsNumericException(lower)) ev["numeric"] = true;
   if (exit_code != meta.end()) ev["exit_code"] = code;
   ev["last_step"] = last_step_;
   f.evidence_json = ev.dump();
