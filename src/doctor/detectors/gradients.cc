@@ -416,24 +416,40 @@ void GradNotZeroedDetector::OnStep(const StepFrame& frame, const DetectorContext
       streak.length = 0;
       continue;
     }
+    ++streak.not_zeroed;
     if (streak.length == 0) streak.start = frame.step;
     if (++streak.length < options_.sustain) continue;
-    Finding f;
-    f.code = "GRAD_NOT_ZEROED";
-    f.severity = Severity::kCritical;
-    f.step = streak.start;
-    f.last_step = frame.step;
-    f.location = ctx.facts.ModelLabel(model);
-    f.summary = "gradients " + (f.location == "model" ? std::string() : "of model " + f.location + " ") +
-                "were not zeroed between optimizer steps (" + std::to_string(streak.length) +
-                " steps in a row): each step applies the sum of all gradients so far";
-    json ev = {{"steps_not_zeroed", streak.length}, {"declared_accumulation_steps", ctx.facts.accumulation_steps},
-               {"series", tag}};
-    if (model.empty() && std::isfinite(ctx.facts.grad_norm)) ev["grad_norm"] = Num(ctx.facts.grad_norm);
-    f.evidence_json = ev.dump();
-    f.causes = {{"missing_zero_grad", 0.9}};
-    ctx.Report(std::move(f));
+    streak.tag = std::string(tag);
+    streak.longest = std::max(streak.longest, streak.length);
+    ctx.Report(Describe(model, streak, frame.step, ctx));  // a later sighting extends it
   }
+}
+
+void GradNotZeroedDetector::Finish(const DetectorContext& ctx) {
+  // The finding opened at its second step; its summary and evidence say how long it lasted.
+  for (const auto& [model, streak] : streaks_) {
+    if (streak.longest > 0) ctx.Amend(Describe(model, streak, streak.start, ctx));
+  }
+}
+
+Finding GradNotZeroedDetector::Describe(const std::string& model, const Streak& streak, int64_t last_step,
+                                        const DetectorContext& ctx) const {
+  Finding f;
+  f.code = "GRAD_NOT_ZEROED";
+  f.severity = Severity::kCritical;
+  f.step = streak.start;
+  f.last_step = last_step;
+  f.location = ctx.facts.ModelLabel(model);
+  f.summary = "gradients " + (f.location == "model" ? std::string() : "of model " + f.location + " ") +
+              "were not zeroed between optimizer steps (" + std::to_string(streak.longest) + " steps in a row" +
+              (streak.not_zeroed > streak.longest ? ", " + std::to_string(streak.not_zeroed) + " in all" : std::string()) +
+              "): each step applies the sum of all gradients so far";
+  json ev = {{"steps_not_zeroed", streak.longest}, {"steps_not_zeroed_in_all", streak.not_zeroed},
+             {"declared_accumulation_steps", ctx.facts.accumulation_steps}, {"series", streak.tag}};
+  if (model.empty() && std::isfinite(ctx.facts.grad_norm)) ev["grad_norm"] = Num(ctx.facts.grad_norm);
+  f.evidence_json = ev.dump();
+  f.causes = {{"missing_zero_grad", 0.9}};
+  return f;
 }
 
 }  // namespace trainscope::doctor

@@ -135,6 +135,7 @@ class GradNotZeroedDetector : public Detector {
     return {{"GRAD_NOT_ZEROED"}, {{Input::kGradStats}, {Input::kGradZeroed}}};
   }
   void OnStep(const StepFrame& frame, const DetectorContext& ctx) override;
+  void Finish(const DetectorContext& ctx) override;
 
  private:
   GradNotZeroedOptions options_;
@@ -143,7 +144,11 @@ class GradNotZeroedDetector : public Detector {
   struct Streak {
     size_t length = 0;
     int64_t start = 0;
+    size_t longest = 0;      // the longest streak reported, and the steps not zeroed in all
+    size_t not_zeroed = 0;
+    std::string tag;
   };
+  Finding Describe(const std::string& model, const Streak& streak, int64_t last_step, const DetectorContext& ctx) const;
   std::map<std::string, Streak> streaks_;
 };
 

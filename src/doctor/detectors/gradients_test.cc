@@ -176,6 +176,14 @@ TEST(GradNotZeroed, TwoOptimizerStepsInARow) {
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].step, 2);
   EXPECT_EQ(f[0].severity, Severity::kCritical);
+  // Reported at its second step, told at the end as long as it lasted (was "2 steps in a
+  // row" for a whole run without zero_grad).
+  EXPECT_NE(f[0].summary.find("(3 steps in a row)"), std::string::npos) << f[0].summary;
+  const auto g = run({1, 0, 0, 0, 0, 1, 0, 0, 1});
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].step, 1);
+  EXPECT_EQ(g[0].last_step, 7);
+  EXPECT_NE(g[0].summary.find("(4 steps in a row, 6 in all)"), std::string::npos) << g[0].summary;
 }
 
 std::vector<Finding> UpdateRun(double ratio, double lr = 0.1, double lr_max = 0.1) {
