@@ -275,6 +275,53 @@ void GradExplosionDetector::CheckDepth(const StepFrame& frame, const DetectorCon
 
 // ---- vanishing ----
 
+namespace {
+
+// Why a weight's gradient is exactly zero. `module_learns`: another parameter of its module
+// gets a gradient.
+std::vector<Cause> ZeroGradientCauses(const std::string& p, const StepFrame& frame, const RunFacts& facts,
+                                      bool* module_learns) {
+  std::vector<Cause> causes;
+  // Every gradient exactly 0 from the first step, with a loss that moves: the gradients
+  // were there and were cleared (zero_grad between backward and step), or the graph was
+  // cut; the knowledge base requires those facts (facts.cc).
+  if (facts.grads_zero_from_start) RaiseCause(&causes, "gradients_cleared_before_step", 0.8);
+  // Every gradient 0 and the loss one number at every step, whatever the batch: the loss
+  // does not depend on the output (cross_entropy over one column, a detached output);
+  // the knowledge base requires that fact (facts.cc).
+  if (facts.grads_zero_from_start) RaiseCause(&causes, "loss_constant", 0.9);
+  // Another parameter of its module gets a gradient: the module's units are alive, so this
+  // parameter's own path carries nothing (its input always zero: a recurrent weight that
+  // only sees the zero initial state; or its output masked before the loss).
+  const std::string module = RunFacts::ModuleOfParam(p);
+  *module_learns = false;
+  for (const auto& [other_tag, o] : frame.stats) {
+    std::string_view other;
+    if (tags::kGrad.Holds(other_tag, &other) && other != p && o.numel > 0 && o.zeros < o.numel &&
+        RunFacts::ModuleOfParam(std::string(other)) == module) {
+      *module_learns = true;
+      break;
+    }
+  }
+  if (!*module_learns) {
+    RaiseCause(&causes, "constant_init", 0.4);
+    RaiseCause(&causes, "dying_relu", 0.4);
+    return causes;
+  }
+  RaiseCause(&causes, "zero_input_or_unused_output", 0.7);
+  // Where the zero input comes from, when the run shows it: weights initialised constant
+  // (all zero) upstream, whose units then output zero; else dead units.
+  if (facts.weights_constant_at_start) {
+    RaiseCause(&causes, "constant_init", 0.85);
+  } else if (facts.dead_fraction_max >= 0.5) {
+    RaiseCause(&causes, "dying_relu", 0.85);
+  }
+  return causes;
+}
+
+}  // namespace
+
+
 void GradVanishingDetector::OnStep(const StepFrame& frame, const DetectorContext& ctx) {
   const RunFacts& facts = ctx.facts;
   // Weights whose gradient is exactly zero everywhere.
@@ -298,44 +345,11 @@ void GradVanishingDetector::OnStep(const StepFrame& frame, const DetectorContext
     f.location = p;
     f.summary = "the gradient of " + p + " has been exactly zero for " + std::to_string(len) +
                 " steps: this layer does not learn";
-    f.evidence_json = json{{"zero_steps", len}, {"numel", s.numel}}.dump();
-    std::vector<Cause> causes;
-    // Every gradient exactly 0 from the first step, with a loss that moves: the gradients
-    // were there and were cleared (zero_grad between backward and step), or the graph was
-    // cut; the knowledge base requires those facts (facts.cc).
-    if (facts.grads_zero_from_start) RaiseCause(&causes, "gradients_cleared_before_step", 0.8);
-    // Every gradient 0 and the loss one number at every step, whatever the batch: the loss
-    // does not depend on the output (cross_entropy over one column, a detached output);
-    // the knowledge base requires that fact (facts.cc).
-    if (facts.grads_zero_from_start) RaiseCause(&causes, "loss_constant", 0.9);
-    // Another parameter of its module gets a gradient: the module's units are alive, so
-    // this parameter's own path carries nothing (its input always zero: a recurrent weight
-    // that only sees the zero initial state; or its output masked before the loss).
-    const std::string module = RunFacts::ModuleOfParam(p);
-    bool sibling_learns = false;
-    for (const auto& [other_tag, o] : frame.stats) {
-      std::string_view other;
-      if (tags::kGrad.Holds(other_tag, &other) && other != p && o.numel > 0 && o.zeros < o.numel &&
-          RunFacts::ModuleOfParam(std::string(other)) == module) {
-        sibling_learns = true;
-        break;
-      }
-    }
-    if (sibling_learns) {
-      RaiseCause(&causes, "zero_input_or_unused_output", 0.7);
-      // Where the zero input comes from, when the run shows it: weights initialised
-      // constant (all zero) upstream, whose units then output zero; else dead units.
-      if (facts.weights_constant_at_start) {
-        RaiseCause(&causes, "constant_init", 0.85);
-      } else if (facts.dead_fraction_max >= 0.5) {
-        RaiseCause(&causes, "dying_relu", 0.85);
-      }
-      f.evidence_json = json{{"zero_steps", len}, {"numel", s.numel}, {"module_gets_gradient", true}}.dump();
-    } else {
-      RaiseCause(&causes, "constant_init", 0.4);
-      RaiseCause(&causes, "dying_relu", 0.4);
-    }
-    f.causes = causes;
+    bool module_learns = false;
+    f.causes = ZeroGradientCauses(p, frame, facts, &module_learns);
+    json ev = {{"zero_steps", len}, {"numel", s.numel}};
+    if (module_learns) ev["module_gets_gradient"] = true;
+    f.evidence_json = ev.dump();
     ctx.Report(std::move(f));
   }
   // By depth.
