@@ -429,6 +429,12 @@ Status Recorder::Close(const std::string& status, const std::string& exit_reason
       if (!gaps_.empty()) end_meta.emplace_back("gaps", GapsJsonLocked());
     }
     s = store_->Close(status, exit_reason, end_meta);
+    // A disk that filled again at the very end: the space held back is for this (the end's
+    // few WAL frames), released before anything else is tried.
+    if (!s.ok() && !reserve_path_.empty()) {
+      ReleaseReserve();
+      s = store_->Close(status, exit_reason, end_meta);
+    }
     // A WAL at a file size limit: folded into the file, it is written again from its start.
     if (!s.ok() && store_->Checkpoint().ok()) s = store_->Close(status, exit_reason, end_meta);
     if (!s.ok()) {

@@ -54,6 +54,14 @@ CHILD = textwrap.dedent("""
         if step < 5:
             run.flush()  # the first steps are stored whatever the machine's speed: the fault comes after them
         print("STEP", step, flush=True)
+    if action.startswith("fill:"):  # the disk fills after the last step, before finish()
+        run.flush()
+        try:
+            with open(action[5:], "wb", buffering=0) as filler:
+                while True:
+                    filler.write(bytes(4096))
+        except OSError:
+            pass
     summary = run.finish()
     summary.pop("findings")
     print("SUMMARY", json.dumps(summary), flush=True)
@@ -206,6 +214,21 @@ def test_space_freed_mid_run_resumes_recording_and_the_gap_is_exact(small_disk, 
     meta = ts.open_run(disk / "logs" / "victim").meta
     assert meta["status"] == "finished"
     assert json.loads(meta["extra"]["gaps"]) == summary["gaps"]
+
+
+def test_a_disk_full_at_the_end_still_marks_the_run_finished(small_disk):
+    # The space held back beside the store is what the run's end is written with: the
+    # disk filled right before finish(), the run is still marked finished (was "crashed":
+    # the reserve was let go only after the end failed to be written).
+    disk, _ = small_disk(3)
+    if not small_disk.is_tmpfs():
+        pytest.skip("filling the disk after the last step needs a tmpfs this test can mount (root)")
+    proc, steps_done, summary, _ = run_child(disk / "logs", False, 50, 10, action=f"fill:{disk / 'filler'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert steps_done == list(range(50))
+    assert "could not mark the run" not in proc.stderr, proc.stderr[-3000:]
+    assert list(stored_echo(disk / "logs" / "victim")["step"]) == list(range(50))
+    assert ts.open_run(disk / "logs" / "victim").meta["status"] == "finished"
 
 
 def test_the_store_directory_deleted_mid_run(tmp_path):
