@@ -7,12 +7,6 @@
 
 namespace trainscope {
 
-// Head must hold every field of a TensorStats but the histogram; a new field there has to
-// be added to Head, push_back and operator[] too. The measured statistics
-// (data/tensor_stats.json) are Head's MeasuredTensorStats, whatever the table holds.
-static_assert(sizeof(TensorStats) == 9 * 8 + sizeof(MeasuredTensorStats) + 8 + TensorStats::kExponentBins * 8,
-              "TensorStats changed: update TensorStatsColumn::Head");
-
 namespace {
 
 // push_back, except that a vector past 1 MiB grows 4x at a time rather than 2x. Loading a
@@ -33,25 +27,14 @@ void Append(std::vector<T>& v, U&& x) {
 TensorStats TensorStatsColumn::operator[](size_t i) const {
   const Head& h = heads_[i];
   TensorStats s;
-  s.numel = h.numel;
-  s.nan = h.nan;
-  s.inf = h.inf;
-  s.zeros = h.zeros;
-  s.min = h.min;
-  s.max = h.max;
-  s.sum = h.sum;
-  s.sum_squares = h.sum_squares;
-  s.abs_max = h.abs_max;
-  static_cast<MeasuredTensorStats&>(s) = h.measured;
-  s.has_histogram = h.has_histogram;
+  static_cast<TensorStatsSummary&>(s) = h.summary;
   const size_t end = i + 1 < heads_.size() ? heads_[i + 1].bins_begin : bin_index_.size();
   for (size_t b = h.bins_begin; b < end; ++b) s.exponent_counts[bin_index_[b]] = bin_count_[b];
   return s;
 }
 
 void TensorStatsColumn::push_back(const TensorStats& s) {
-  Append(heads_, Head{s.numel, s.nan, s.inf, s.zeros, s.min, s.max, s.sum, s.sum_squares, s.abs_max,
-                      static_cast<const MeasuredTensorStats&>(s), bin_index_.size(), s.has_histogram});
+  Append(heads_, Head{s, bin_index_.size()});
   for (int b = 0; b < TensorStats::kExponentBins; ++b) {
     if (s.exponent_counts[b]) {
       Append(bin_index_, static_cast<uint8_t>(b));

@@ -88,13 +88,9 @@ class TensorStatsColumn {
   void clear();
 
  private:
-  // Everything of a TensorStats but its exponent histogram.
   struct Head {
-    uint64_t numel, nan, inf, zeros;
-    double min, max, sum, sum_squares, abs_max;
-    MeasuredTensorStats measured;
+    TensorStatsSummary summary;
     uint64_t bins_begin;  // this point's non-zero bins: [bins_begin, next point's bins_begin)
-    bool has_histogram;
   };
   std::vector<Head> heads_;
   std::vector<uint8_t> bin_index_;   // exponent bin, 0 .. TensorStats::kExponentBins - 1

@@ -12,7 +12,7 @@
 
 namespace trainscope {
 
-double TensorStats::stddev() const {
+double TensorStatsSummary::stddev() const {
   const uint64_t n = finite();
   if (n == 0) return std::numeric_limits<double>::quiet_NaN();
   const double m = sum / static_cast<double>(n);

@@ -214,14 +214,32 @@ void Recorder::LogTensorStats(uint32_t id, int64_t step, const TensorStats& stat
     queue_full_drops_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  queue_.tensor_stats.push_back({id, step, now, stats});
+  queued_stats_.Add(id, step, now, stats);
   ++queued_;
-  // A TensorStats is ~1.1 KB: past kEarlyWriteStats queued, write now instead of at the
-  // interval, so the queue and the buffers recycled after it stay a few MB at any rate.
-  if (queue_.tensor_stats.size() == kEarlyWriteStats) {
+  // A TensorStats is ~1.1 KB in the writer's batch: past kEarlyWriteStats queued, write now
+  // instead of at the interval, so the queue and the buffers recycled after it stay a few MB
+  // at any rate.
+  if (queued_stats_.points.size() == kEarlyWriteStats) {
     urgent_ = true;
     wake_writer_.notify_one();
   }
+}
+
+void Recorder::QueuedStats::Add(uint32_t id, int64_t step, double wall_time, const TensorStats& stats) {
+  uint32_t histogram = 0;
+  if (stats.has_histogram) {
+    histograms.push_back(stats.exponent_counts);
+    histogram = static_cast<uint32_t>(histograms.size());
+  }
+  points.push_back({id, histogram, step, wall_time, stats});
+}
+
+WriteBatch::StatsPoint Recorder::QueuedStats::Expand(size_t i) const {
+  const Point& p = points[i];
+  WriteBatch::StatsPoint out{p.series_id, p.step, p.wall_time, {}};
+  static_cast<TensorStatsSummary&>(out.stats) = p.summary;
+  if (p.histogram) out.stats.exponent_counts = histograms[p.histogram - 1];
+  return out;
 }
 
 void Recorder::LogVector(uint32_t id, int64_t step, std::vector<float> values) {

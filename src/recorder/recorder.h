@@ -177,7 +177,30 @@ class Recorder {
   mutable std::mutex mu_;
   std::condition_variable wake_writer_;
   std::condition_variable flushed_cv_;
-  WriteBatch queue_;  // series ids are recorder ids until the writer maps them
+  WriteBatch queue_;  // series ids are recorder ids until the writer maps them; its tensor_stats stay empty
+  // Tensor statistics as the training thread queues them (LogTensorStats): each point's
+  // summary, and its histogram (1 KB of a TensorStats' 1.1) only when it has one. The queue's
+  // memory was last read on the writer's core, and every cache line written there has to
+  // come back: whole points cost the training thread ~1 us each (5.7 of the tiny MLP's 8.5 us
+  // gradient statistics a step, docs/watch.md). The writer expands them into its batch.
+  struct QueuedStats {
+    struct Point {
+      uint32_t series_id;
+      uint32_t histogram;  // 1 + its index in histograms; 0: none
+      int64_t step;
+      double wall_time;
+      TensorStatsSummary summary;
+    };
+    std::vector<Point> points;
+    std::vector<TensorStats::Histogram> histograms;
+    void Add(uint32_t id, int64_t step, double wall_time, const TensorStats& stats);
+    WriteBatch::StatsPoint Expand(size_t i) const;
+    void clear() {
+      points.clear();
+      histograms.clear();
+    }
+  };
+  QueuedStats queued_stats_;  // under mu_
   std::vector<std::pair<std::string, std::string>> pending_meta_;  // SetMeta, in call order
   size_t queued_ = 0;
   std::unordered_map<std::string, uint32_t, TagHash, std::equal_to<>> ids_;
@@ -242,8 +265,11 @@ class Recorder {
   void SyncWriterTagsLocked();
   void Tick();  // writer thread, between commits
   // Hands each ticked observer its watched points of batch past the seen counts.
-  void TickBatch(const WriteBatch& batch, size_t seen_scalars, size_t seen_stats, std::vector<Finding>* findings);
-  void CollectWatched(const WriteBatch& from, size_t seen_scalars, size_t seen_stats);  // into ticked_
+  void TickBatch(const WriteBatch& batch, const QueuedStats& stats, size_t seen_scalars, size_t seen_stats,
+                 std::vector<Finding>* findings);
+  // Into ticked_: the watched points of scalars and stats past the seen counts.
+  void CollectWatched(const std::vector<WriteBatch::ScalarPoint>& scalars, size_t seen_scalars,
+                      const QueuedStats& stats, size_t seen_stats);
   void HandOverWatched(std::vector<Finding>* findings);  // ticked_'s points to their observers
   // Batches given back by observers that took them over, emptied with their capacity.
   std::mutex spare_mu_;
@@ -258,6 +284,7 @@ class Recorder {
   std::vector<SeriesKind> writer_kinds_;  // recorder id -> kind (extended under mu_)
   std::vector<int64_t> store_ids_;  // recorder id -> store series id, 0 until the store made it
   WriteBatch recycled_;
+  QueuedStats taken_stats_;  // the queued statistics of the batch being written
   double last_commit_ = 0;
   std::thread writer_;
 };

@@ -89,6 +89,8 @@ void Recorder::WriteOnce(bool last) {
   {
     std::lock_guard lock(mu_);
     std::swap(batch, queue_);
+    taken_stats_.clear();
+    std::swap(taken_stats_, queued_stats_);
     std::swap(meta, pending_meta_);
     queued_ = 0;
     SyncWriterTagsLocked();
@@ -96,12 +98,13 @@ void Recorder::WriteOnce(bool last) {
     tick_seen_stats = tick_seen_stats_;
     tick_seen_scalars_ = tick_seen_stats_ = 0;
   }
+  for (size_t i = 0; i < taken_stats_.points.size(); ++i) batch.tensor_stats.push_back(taken_stats_.Expand(i));
   store_ids_.resize(writer_tags_.size(), 0);
   const bool new_tags = store_ids_.size() > first_new_tag;
   if (observed && !ticked_.empty()) {
     // What the ticks have not handed over yet; the findings go into this commit.
     const size_t before = batch.findings.size();
-    TickBatch(batch, tick_seen_scalars, tick_seen_stats, &batch.findings);
+    TickBatch(batch, taken_stats_, tick_seen_scalars, tick_seen_stats, &batch.findings);
     if (batch.findings.size() > before) {
       std::lock_guard lock(mu_);
       live_findings_.insert(live_findings_.end(), batch.findings.begin() + static_cast<std::ptrdiff_t>(before),
@@ -324,9 +327,9 @@ void Recorder::Tick() {
   {
     std::lock_guard lock(mu_);
     SyncWriterTagsLocked();
-    CollectWatched(queue_, tick_seen_scalars_, tick_seen_stats_);
+    CollectWatched(queue_.scalars, tick_seen_scalars_, queued_stats_, tick_seen_stats_);
     tick_seen_scalars_ = queue_.scalars.size();
-    tick_seen_stats_ = queue_.tensor_stats.size();
+    tick_seen_stats_ = queued_stats_.points.size();
   }
   std::vector<Finding> findings;
   HandOverWatched(&findings);
@@ -339,22 +342,23 @@ void Recorder::Tick() {
   }
 }
 
-void Recorder::TickBatch(const WriteBatch& batch, size_t seen_scalars, size_t seen_stats,
+void Recorder::TickBatch(const WriteBatch& batch, const QueuedStats& stats, size_t seen_scalars, size_t seen_stats,
                          std::vector<Finding>* findings) {
-  CollectWatched(batch, seen_scalars, seen_stats);
+  CollectWatched(batch.scalars, seen_scalars, stats, seen_stats);
   HandOverWatched(findings);
 }
 
 // Each ticked observer's points of `from` past the ones already seen, of the series it watches.
-void Recorder::CollectWatched(const WriteBatch& from, size_t seen_scalars, size_t seen_stats) {
+void Recorder::CollectWatched(const std::vector<WriteBatch::ScalarPoint>& scalars, size_t seen_scalars,
+                              const QueuedStats& stats, size_t seen_stats) {
   for (Ticked& t : ticked_) {
     t.scalars.clear();
     t.stats.clear();
-    for (size_t i = seen_scalars; i < from.scalars.size(); ++i) {
-      if (t.watched[from.scalars[i].series_id]) t.scalars.push_back(from.scalars[i]);
+    for (size_t i = seen_scalars; i < scalars.size(); ++i) {
+      if (t.watched[scalars[i].series_id]) t.scalars.push_back(scalars[i]);
     }
-    for (size_t i = seen_stats; i < from.tensor_stats.size(); ++i) {
-      if (t.watched[from.tensor_stats[i].series_id]) t.stats.push_back(from.tensor_stats[i]);
+    for (size_t i = seen_stats; i < stats.points.size(); ++i) {
+      if (t.watched[stats.points[i].series_id]) t.stats.push_back(stats.Expand(i));
     }
   }
 }
