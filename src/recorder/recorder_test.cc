@@ -331,6 +331,64 @@ TEST_F(RecorderTest, ObserversSeeTicksCommitsAndClose) {
   EXPECT_EQ(rec->live_findings()[0].last_step, 9);
 }
 
+// Tensor statistics queue as a summary and their non-empty histogram only (recorder.h,
+// QueuedStats): a tick, a commit and the store see each point whole, histogram or not.
+class StatsObserver : public RecorderObserver {
+ public:
+  Status OnOpen(const RunStart&, ObserverHost&) override { return Status::Ok(); }
+  bool ticks() const override { return true; }
+  bool Watches(std::string_view tag, SeriesKind kind) override { return kind == SeriesKind::kTensorStats; }
+  void OnTick(const TickPoints& points, std::vector<Finding>*) override {
+    std::lock_guard lock(mu);
+    for (const auto& p : points.tensor_stats) ticked.push_back(p.stats);
+  }
+  void OnCommit(Commit& commit) override {
+    std::lock_guard lock(mu);
+    for (const auto& p : commit.batch.tensor_stats) committed.push_back(p.stats);
+  }
+  void OnClose(std::vector<Finding>*) override {}
+  std::mutex mu;
+  std::vector<TensorStats> ticked, committed;
+};
+
+TEST_F(RecorderTest, TensorStatsReachTicksCommitsAndTheStoreWhole) {
+  auto observer = std::make_shared<StatsObserver>();
+  auto options = Options("stats");
+  options.observers = {observer};
+  std::unique_ptr<Recorder> rec;
+  ASSERT_TRUE(Recorder::Open(options, &rec).ok());
+  uint32_t id = 0;
+  ASSERT_TRUE(rec->Series("grad/w", SeriesKind::kTensorStats, &id).ok());
+  std::vector<TensorStats> logged;
+  for (int step = 0; step < 6; ++step) {
+    const std::vector<float> values = {0.5f * static_cast<float>(step + 1), -3.0f, 0.0f, 1e-3f, 7.0f};
+    TensorStats s = ComputeTensorStats(values.data(), values.size(), /*histogram=*/step % 2 == 1);
+    s.dead_fraction = 0.25 * step;
+    logged.push_back(s);
+    rec->LogTensorStats(id, step, s);
+  }
+  ASSERT_TRUE(rec->Close().ok());
+  const auto same = [](const TensorStats& a, const TensorStats& b) {
+    return a.numel == b.numel && a.nan == b.nan && a.inf == b.inf && a.zeros == b.zeros && a.min == b.min &&
+           a.max == b.max && a.sum == b.sum && a.sum_squares == b.sum_squares && a.abs_max == b.abs_max &&
+           a.dead_fraction == b.dead_fraction && a.has_histogram == b.has_histogram &&
+           a.exponent_counts == b.exponent_counts;
+  };
+  ASSERT_EQ(observer->ticked.size(), logged.size());
+  ASSERT_EQ(observer->committed.size(), logged.size());
+  for (size_t i = 0; i < logged.size(); ++i) {
+    EXPECT_TRUE(same(observer->ticked[i], logged[i])) << "tick, point " << i;
+    EXPECT_TRUE(same(observer->committed[i], logged[i])) << "commit, point " << i;
+  }
+  EXPECT_EQ(logged[1].exponent_counts[TensorStats::ExponentBin(7.0)], 1u);  // the case is not vacuous
+  std::unique_ptr<RunStore> store;
+  ASSERT_TRUE(RunStore::OpenReadOnly((logdir_ / "stats").string(), &store).ok());
+  std::vector<TensorStatsPoint> points;
+  ASSERT_TRUE(store->ReadTensorStats("grad/w", INT64_MIN, INT64_MAX, &points).ok());
+  ASSERT_EQ(points.size(), logged.size());
+  for (size_t i = 0; i < logged.size(); ++i) EXPECT_TRUE(same(points[i].stats, logged[i])) << "stored, point " << i;
+}
+
 TEST_F(RecorderTest, ExistingRunNameIsRefusedUnlessResumed) {
   std::unique_ptr<Recorder> rec;
   ASSERT_TRUE(Recorder::Open(Options("same"), &rec).ok());

@@ -89,6 +89,9 @@ void Recorder::WriteOnce(bool last) {
   {
     std::lock_guard lock(mu_);
     std::swap(batch, queue_);
+    // The statistics queue in queued_stats_: the queue's tensor_stats stays empty, and this
+    // batch keeps the room of the one it came from for their expansion below.
+    std::swap(batch.tensor_stats, queue_.tensor_stats);
     taken_stats_.clear();
     std::swap(taken_stats_, queued_stats_);
     std::swap(meta, pending_meta_);
