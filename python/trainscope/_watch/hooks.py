@@ -111,11 +111,15 @@ class BoundWrapper:
     original object into the copy (a deep copy's zero_grad() zeroed the original's
     gradients)."""
 
-    def __init__(self, func, obj, name, original):
+    def __init__(self, func, obj, name, original, watcher, wrapper):
         self.__func__ = func
         self.__self__ = obj
         self.__wrapped__ = original
         self.__name__ = name
+        # Called as obj.method(...): what func does (wrapper(original, ...) while the watcher
+        # is open), without func's frame.
+        self._watcher = watcher
+        self._wrapper = wrapper
         # Keep the marks other wrappers left (_with_counter: torch 1.13 schedulers;
         # _wrapped_by_lr_sched: torch 2.x), which they read on the method.
         for mark in ("_with_counter", "_wrapped_by_lr_sched"):
@@ -123,7 +127,9 @@ class BoundWrapper:
                 setattr(self, mark, True)
 
     def __call__(self, *args, **kwargs):
-        return self.__func__(self.__self__, *args, **kwargs)
+        if self._watcher.closed:  # finished runs record nothing more
+            return self.__wrapped__(*args, **kwargs)
+        return self._wrapper(self.__wrapped__, *args, **kwargs)
 
     def __reduce__(self):
         return getattr, (self.__self__, self.__name__)

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 # dtype codes of src/watch/tensor_passes.h
@@ -103,18 +105,16 @@ class Schedule:
         self._dense = {name: (1 if name in dense else getattr(self, name)) for name in self.CADENCES}
         if not histograms_every:
             self._dense["histograms_every"] = 0
-        self._last = None
+        # at(step): asked ~5 times a step by the hooks; a cache hit is C code, without a
+        # Python frame.
+        self.at = functools.lru_cache(maxsize=4)(self._due)
 
-    def at(self, step):
-        due = self._last
-        if due is None or due.step != step:
-            c = self._dense if step < self.dense_steps else self.__dict__
-            grads = step % c["every"] == 0
-            hist = c["histograms_every"]
-            due = Due(step, grads, bool(hist) and step % hist == 0, step % c["units_every"] == 0,
-                      step % c["weights_every"] == 0, step % c["activations_every"] == 0, grads)
-            self._last = due
-        return due
+    def _due(self, step):
+        c = self._dense if step < self.dense_steps else self.__dict__
+        grads = step % c["every"] == 0
+        hist = c["histograms_every"]
+        return Due(step, grads, bool(hist) and step % hist == 0, step % c["units_every"] == 0,
+                   step % c["weights_every"] == 0, step % c["activations_every"] == 0, grads)
 
     def weights_at(self, step):
         """Without building a Due: whether step measures weights (a snapshot is due before it)."""

@@ -147,10 +147,10 @@ class StepPasses:
                 self._hot_versions[slot] = param.grad._version
         return Hook(hook)
 
-    def _hot_totals(self, step):
-        """Logs the in-backward statistics if they are param.grad's; returns totals or None."""
-        if self._hot is None or self._hot_bad or self._force_device_path or self._scaler_stepping \
-                or not self._grads_were_zeroed():
+    def _hot_totals(self, step, zeroed):
+        """Logs the in-backward statistics if they are param.grad's (zeroed: the gradients
+        were zeroed before this step's backward); returns totals or None."""
+        if self._hot is None or self._hot_bad or self._force_device_path or self._scaler_stepping or not zeroed:
             return None
         versions = self._hot_versions
         for slot, (count, (_, p)) in enumerate(zip(self._hot.seen(), self.params)):
@@ -239,7 +239,10 @@ class StepPasses:
         if clock.pending or clock.step_started is None:
             clock.begin()
         self.timer.stop("backward")
-        self._amp_scale, self._amp_skip = fused_amp_state(self.optimizer)
+        if getattr(self.optimizer, "found_inf", None) is None:  # no GradScaler steps it fused: no frame
+            self._amp_scale, self._amp_skip = None, False
+        else:
+            self._amp_scale, self._amp_skip = fused_amp_state(self.optimizer)
         if self._act_batch or self._captured or self._forward:
             self._call_guarded("activations", self._flush_forward)
         skip = False
@@ -252,8 +255,10 @@ class StepPasses:
             except Exception as error:
                 self.failures.report("gradients", error)
                 skip = False
-        if self._weight_jobs_due(self.run._step):  # no training forward came since the last step
-            self._call_guarded("weights", self._weights_beside, self.run._step)
+        step = self.run._step
+        if self._weights_due is not None or (self.schedule.weights_at(step) and self._snapshot_step != step - 1):
+            # no training forward came since the last step: the jobs _weights_beside starts
+            self._call_guarded("weights", self._weights_beside, step)
         if not skip:
             self._wait_weights()  # the pass and the snapshots read the weights from before this update
             self.timer.start("optimizer")
@@ -286,7 +291,7 @@ class StepPasses:
         try:
             if self.guard:
                 self.rec.log_scalar(self.tag("guard", "skipped_step"), 0.0, self.run._step)
-            if "weights" not in self.failures.off:
+            if "weights" not in self.failures.off and self.schedule.at(self.run._step).weights:
                 self._after_update()
         except Exception as error:
             self.failures.report("weights", error)
@@ -298,7 +303,13 @@ class StepPasses:
                 self._hot.reset()
                 self._hot_versions.clear()
                 self._hot_bad = False
-            self._mark_grads()
+            # One gradient object remembered: a new object at the next step means zeroed.
+            self._zeroed = False
+            self._sentinel = None
+            for _, p in self.params:
+                if p.grad is not None:
+                    self._sentinel = (p, p.grad)
+                    break
             if optimizer_search._global_hook and optimizer_search.pending_removal():
                 optimizer_search.settle()
             self.clock.optimizer_stepped(self.optimizer)  # the step's end, once every optimizer stepped
@@ -354,15 +365,19 @@ class StepPasses:
         step = self.run._step
         due = self.schedule.at(step)
         ids, values = [], []  # this step's scalars, logged in one call (by the helper, with its pass)
+        # Zeroed since the last optimizer step: zero_grad() ran, or the gradient object held
+        # at its end is gone (set to None, a new one made).
+        sentinel = self._sentinel
+        zeroed = self._zeroed or sentinel is None or sentinel[0].grad is not sentinel[1]
         if due.grads:
             ids.append(self._series("train", "grad_zeroed"))
-            values.append(1.0 if self._grads_were_zeroed() else 0.0)
+            values.append(1.0 if zeroed else 0.0)
             self._queue_lr(step)
         nonfinite = False
         if self._amp_skip:
             pass  # a fused step its GradScaler skips: no update's gradients, as when optimizer.step is not called
         elif (due.grads or self.guard) and self.plan is not None:
-            totals = self._hot_totals(step) if due.grads and self._amp_scale is None and self._hot is not None \
+            totals = self._hot_totals(step, zeroed) if due.grads and self._amp_scale is None and self._hot is not None \
                 else None
             if totals is not None:
                 ids.append(self.plan.norm_id)
@@ -459,21 +474,6 @@ class StepPasses:
         if self._grad_checks >= 3 and (self._grad_checks == 3 or self.without_grad != before):
             self._models.write_params_without_grad()
 
-    def _mark_grads(self):
-        """Remembers one gradient object: a new object at the next step means zeroed (set to None)."""
-        self._zeroed = False
-        for _, p in self.params:
-            if p.grad is not None:
-                self._sentinel = (p, p.grad)
-                return
-        self._sentinel = None
-
-    def _grads_were_zeroed(self):
-        if self._zeroed or self._sentinel is None:
-            return True
-        p, grad = self._sentinel
-        return p.grad is not grad
-
     def _queue_lr(self, step):
         groups = self.optimizer.param_groups
         lrs = []
@@ -543,10 +543,6 @@ class StepPasses:
         ticket, executor = self._submit(lambda ex, plan: ex.weights(step, plan, histogram))
         self._snapshot_step = step
         self._keep_weight_ticket(ticket, executor, wait)
-
-    def _weight_jobs_due(self, step):
-        """Whether _weights_beside(step) has a job to start."""
-        return self._weights_due is not None or (self.schedule.weights_at(step) and self._snapshot_step != step - 1)
 
     def _weights_beside(self, step):
         """The last sampled step's weight pass, and the snapshot of the weights that step's

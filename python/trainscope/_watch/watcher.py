@@ -276,7 +276,7 @@ class Watcher(ForwardCapture, StepPasses):
 
         call.__name__ = call.__qualname__ = method
         call.__wrapped__ = original
-        setattr(obj, method, BoundWrapper(call, obj, method, original))
+        setattr(obj, method, BoundWrapper(call, obj, method, original, self, wrapper))
         self._restore.append((obj, method, original, own))
 
     def close(self):
