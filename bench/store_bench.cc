@@ -87,6 +87,39 @@ void BM_RecorderLogAndStore(benchmark::State& state) {
 }
 BENCHMARK(BM_RecorderLogAndStore)->Arg(1)->Arg(100)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// The training thread's side of logging tensor statistics (Recorder::LogTensorStats): 10,000
+// calls, 40 series of gradient statistics, without and with their exponent histogram; the
+// writer stores them meanwhile, its commits not timed.
+void BM_RecorderLogTensorStats(benchmark::State& state) {
+  const bool histogram = state.range(0) != 0;
+  constexpr int kSeries = 40, kSteps = 250;
+  std::vector<float> values(4096);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = std::sin(static_cast<float>(i)) * 1e-3f;
+  const TensorStats stats = ComputeTensorStats(values.data(), values.size(), histogram);
+  int run = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    Recorder::Options options;
+    options.logdir = FreshDir("recorder_stats").string();
+    options.name = "s" + std::to_string(run++);
+    std::unique_ptr<Recorder> rec;
+    if (!Recorder::Open(options, &rec).ok()) state.SkipWithError("open failed");
+    std::vector<uint32_t> ids(kSeries);
+    for (int s = 0; s < kSeries; ++s) rec->Series("grad/layer" + std::to_string(s), SeriesKind::kTensorStats, &ids[s]);
+    state.ResumeTiming();
+    for (int step = 0; step < kSteps; ++step) {
+      for (int s = 0; s < kSeries; ++s) rec->LogTensorStats(ids[s], step, stats);
+    }
+    state.PauseTiming();
+    rec->Close();
+    rec.reset();
+    fs::remove_all(options.logdir);
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(state.iterations() * kSeries * kSteps);
+}
+BENCHMARK(BM_RecorderLogTensorStats)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+
 // Reader: a 1,000,000-point series decimated to 1,000 buckets (min, max, last each).
 void BM_ReadDecimated(benchmark::State& state) {
   const fs::path dir = FreshDir("decimate");
