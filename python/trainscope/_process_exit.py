@@ -59,6 +59,17 @@ def install_exit_handlers():
 
 
 def _on_sigterm(signum, frame):
+    # A run whose finish() the signal interrupted (an exception's exit, the script's own
+    # finish(); the handler runs on that thread, between two of its lines) is not finished by
+    # _finish_all, and the kill below would cut it short before its store is written (a rank
+    # that torchrun terminates while it closes after a peer's death lost every point): its
+    # store is closed here, at once (the recorder's close is idempotent).
+    for run in list(live_runs):
+        if run._finished:
+            try:
+                run._recorder.close("crashed", "SIGTERM")
+            except Exception as error:
+                print(f"trainscope: could not close run {run.name}: {error}", file=sys.stderr)
     _finish_all("crashed", "SIGTERM")
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)

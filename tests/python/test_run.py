@@ -169,6 +169,37 @@ def test_sigterm_closes_the_run_and_still_kills_the_process(logdir):
     assert len(steps) >= 1000 and steps == list(range(len(steps)))
 
 
+def test_sigterm_during_finish_still_writes_the_run(logdir):
+    # SIGTERM while finish() runs (a torchrun rank terminated as it closes after its peer
+    # died): the handler used to find the run "finished" already and kill the process before
+    # its store was written. Its watch's close is slowed here so that the signal comes then.
+    import signal
+    proc = child("""
+        import time, torch, trainscope as ts
+        run = ts.init(logdir={logdir!r}, name="term_in_finish", flush_interval=60)
+        model = torch.nn.Linear(4, 2)
+        run.watch(model)
+        for step in range(5):
+            model(torch.randn(3, 4)).sum().backward()
+            run.log({{"train/loss": float(step)}})
+        close_watch = run._close_watch
+        def slow_close_watch():
+            print("closing", flush=True)
+            time.sleep(30)  # the test's SIGTERM comes meanwhile
+            close_watch()
+        run._close_watch = slow_close_watch
+        run.finish()
+        """, logdir)
+    assert proc.stdout.readline().strip() == "closing"
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGTERM
+    meta = ts.open_run(logdir / "term_in_finish").meta
+    assert meta["status"] == "crashed" and meta["exit_reason"] == "SIGTERM"
+    steps, values = read(logdir / "term_in_finish", "train/loss")
+    assert steps == [0, 1, 2, 3, 4] and values == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
 def test_not_a_store_and_empty_logdir_give_clear_messages(tmp_path):
     (tmp_path / "fake").mkdir()
     (tmp_path / "fake" / "trainscope.db").write_text("just text, not SQLite" * 100)
