@@ -2,6 +2,7 @@
 
 import json
 import math
+import signal
 import subprocess
 import sys
 import textwrap
@@ -147,8 +148,18 @@ def test_normal_exit_without_finish_is_finished(logdir):
     assert ts.open_run(logdir / "noclose").meta["status"] == "finished"
 
 
+def terminate_and_read(proc, run_dir, tag):
+    """SIGTERM to proc; checks that it died of it and closed its run as crashed by SIGTERM;
+    returns the run's (steps, values) of tag."""
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGTERM
+    meta = ts.open_run(run_dir).meta
+    assert meta["status"] == "crashed" and meta["exit_reason"] == "SIGTERM"
+    return read(run_dir, tag)
+
+
 def test_sigterm_closes_the_run_and_still_kills_the_process(logdir):
-    import signal
     proc = child("""
         import sys, trainscope as ts
         run = ts.init(logdir={logdir!r}, name="term")
@@ -160,12 +171,7 @@ def test_sigterm_closes_the_run_and_still_kills_the_process(logdir):
                 print("ready", flush=True)
         """, logdir)
     assert proc.stdout.readline().strip() == "ready"
-    proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=60)
-    assert proc.returncode == -signal.SIGTERM
-    meta = ts.open_run(logdir / "term").meta
-    assert meta["status"] == "crashed" and meta["exit_reason"] == "SIGTERM"
-    steps, values = read(logdir / "term", "a")
+    steps, values = terminate_and_read(proc, logdir / "term", "a")
     assert len(steps) >= 1000 and steps == list(range(len(steps)))
 
 
@@ -173,7 +179,6 @@ def test_sigterm_during_finish_still_writes_the_run(logdir):
     # SIGTERM while finish() runs (a torchrun rank terminated as it closes after its peer
     # died): the handler used to find the run "finished" already and kill the process before
     # its store was written. Its watch's close is slowed here so that the signal comes then.
-    import signal
     proc = child("""
         import time, torch, trainscope as ts
         run = ts.init(logdir={logdir!r}, name="term_in_finish", flush_interval=60)
@@ -191,12 +196,7 @@ def test_sigterm_during_finish_still_writes_the_run(logdir):
         run.finish()
         """, logdir)
     assert proc.stdout.readline().strip() == "closing"
-    proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=60)
-    assert proc.returncode == -signal.SIGTERM
-    meta = ts.open_run(logdir / "term_in_finish").meta
-    assert meta["status"] == "crashed" and meta["exit_reason"] == "SIGTERM"
-    steps, values = read(logdir / "term_in_finish", "train/loss")
+    steps, values = terminate_and_read(proc, logdir / "term_in_finish", "train/loss")
     assert steps == [0, 1, 2, 3, 4] and values == [0.0, 1.0, 2.0, 3.0, 4.0]
 
 

@@ -365,11 +365,12 @@ class StepPasses:
         step = self.run._step
         due = self.schedule.at(step)
         ids, values = [], []  # this step's scalars, logged in one call (by the helper, with its pass)
-        # Zeroed since the last optimizer step: zero_grad() ran, or the gradient object held
-        # at its end is gone (set to None, a new one made).
-        sentinel = self._sentinel
-        zeroed = self._zeroed or sentinel is None or sentinel[0].grad is not sentinel[1]
+        zeroed = True  # read only where due.grads
         if due.grads:
+            # Zeroed since the last optimizer step: zero_grad() ran, or the gradient object
+            # held at its end is gone (set to None, a new one made).
+            sentinel = self._sentinel
+            zeroed = self._zeroed or sentinel is None or sentinel[0].grad is not sentinel[1]
             ids.append(self._series("train", "grad_zeroed"))
             values.append(1.0 if zeroed else 0.0)
             self._queue_lr(step)
