@@ -38,4 +38,3 @@ from trainscope._watch.plan import SIGMOID as _SIGMOID  # noqa: F401
 from trainscope._watch.plan import TANH as _TANH  # noqa: F401
 from trainscope._watch.plan import first_tensor as _first_tensor  # noqa: F401
 from trainscope._watch.watcher import Watcher  # noqa: F401
-from trainscope._watch.plan import unit_layout as _unit_layout  # noqa: F401

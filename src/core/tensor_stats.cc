@@ -146,6 +146,19 @@ __attribute__((target("avx2"))) inline void AddToDouble(__m256 f, __m256d* lo, _
   *hi = _mm256_add_pd(*hi, _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1)));
 }
 
+// The exponent histogram's counter tables: used in turn, so that a run of values with the
+// same exponent does not wait on its own counter's last store.
+constexpr size_t kExponentTables = 8;
+constexpr size_t kManyTablesFrom = 4096;  // values; below, two tables
+template <size_t kTables>
+inline void CountExponentFields(const uint32_t* bits, size_t begin, size_t end, uint32_t (*table)[256]) {
+  size_t k = begin;
+  for (; k + kTables <= end; k += kTables) {
+    for (size_t t = 0; t < kTables; ++t) ++table[t][(bits[k + t] >> 23) & 0xff];
+  }
+  for (; k < end; ++k) ++table[0][(bits[k] >> 23) & 0xff];
+}
+
 __attribute__((target("avx2,fma"))) TensorStats ComputeFloat32Avx2(const uint32_t* bits, size_t n, bool histogram) {
   TensorStats s;
   s.numel = n;
@@ -162,19 +175,27 @@ __attribute__((target("avx2,fma"))) TensorStats ComputeFloat32Avx2(const uint32_
   __m256d sum_lo = _mm256_setzero_pd(), sum_hi = _mm256_setzero_pd();
   __m256d sq_lo = _mm256_setzero_pd(), sq_hi = _mm256_setzero_pd();
   uint64_t zeros = 0, nan = 0, inf = 0;
-  constexpr size_t kTables = 8;
   constexpr size_t kFoldEvery = size_t{1} << 31;  // before a uint32 counter can overflow
-  alignas(32) uint32_t table[kTables][256];
-  if (histogram) std::memset(table, 0, sizeof(table));
-  uint64_t raw[256] = {};
+  // A small tensor's histogram costs more in clearing and folding its tables than in
+  // counting: it counts into two (store_bench BM_TensorStats).
+  const size_t tables = n >= kManyTablesFrom ? kExponentTables : 2;
+  alignas(32) uint32_t table[kExponentTables][256];
+  if (histogram) std::memset(table, 0, tables * sizeof(table[0]));
+  uint64_t field_zero = 0;  // exponent field 0: the zeros and the subnormals, told apart at the end
   size_t since_fold = 0;
   auto fold = [&] {
-    for (int e = 0; e < 256; ++e) {
-      uint64_t total = 0;
-      for (size_t t = 0; t < kTables; ++t) total += table[t][e];
-      raw[e] += total;
+    alignas(32) uint32_t field[256];  // since_fold < 2^31: the tables' sum fits
+    for (int e = 0; e < 256; ++e) field[e] = table[0][e] + table[1][e];
+    for (size_t t = 2; t < tables; ++t) {
+      for (int e = 0; e < 256; ++e) field[e] += table[t][e];
     }
-    std::memset(table, 0, sizeof(table));
+    // bin = field - 127 - kMinExponent, clamped to the bins; field 255 (non-finite) is counted apart.
+    constexpr int kOffset = 127 + TensorStats::kMinExponent, kLast = TensorStats::kExponentBins - 1;
+    field_zero += field[0];
+    for (int e = 1; e <= kOffset; ++e) s.exponent_counts[0] += field[e];
+    for (int e = kOffset + 1; e < kOffset + kLast; ++e) s.exponent_counts[e - kOffset] += field[e];
+    for (int e = kOffset + kLast; e < 255; ++e) s.exponent_counts[kLast] += field[e];
+    std::memset(table, 0, tables * sizeof(table[0]));
     since_fold = 0;
   };
   constexpr size_t kBlock = 2048;
@@ -271,11 +292,11 @@ __attribute__((target("avx2,fma"))) TensorStats ComputeFloat32Avx2(const uint32_
       sq_lo = _mm256_fmadd_pd(d, d, sq_lo);
     }
     if (histogram) {
-      size_t k = i;
-      for (; k + kTables <= end; k += kTables) {
-        for (size_t t = 0; t < kTables; ++t) ++table[t][(bits[k + t] >> 23) & 0xff];
+      if (tables == kExponentTables) {
+        CountExponentFields<kExponentTables>(bits, i, end, table);
+      } else {
+        CountExponentFields<2>(bits, i, end, table);
       }
-      for (; k < end; ++k) ++table[0][(bits[k] >> 23) & 0xff];
       since_fold += end - i;
       if (since_fold >= kFoldEvery - kBlock) fold();
     }
@@ -301,16 +322,9 @@ __attribute__((target("avx2,fma"))) TensorStats ComputeFloat32Avx2(const uint32_
   s.sum = sum;
   s.sum_squares = sum_squares;
   s.abs_max = s.finite() > 0 ? std::max(std::fabs(min), std::fabs(max)) : 0.0;
-  if (histogram) fold();
   if (histogram) {
-    // Exponent field 0 holds the zeros and the subnormals (< 2^-126: the lowest bin);
-    // 255 holds the non-finite values, counted apart.
-    s.exponent_counts[0] += raw[0] - zeros;
-    for (int e = 1; e < 255; ++e) {
-      if (!raw[e]) continue;
-      const int bin = std::clamp(e - 127 - TensorStats::kMinExponent, 0, TensorStats::kExponentBins - 1);
-      s.exponent_counts[bin] += raw[e];
-    }
+    fold();
+    s.exponent_counts[0] += field_zero - zeros;  // the subnormals (< 2^-126): the lowest bin
   }
   return s;
 }

@@ -99,6 +99,25 @@ TEST(TensorStats, MergeEqualsWhole) {
   EXPECT_EQ(a.exponent_counts, whole.exponent_counts);
 }
 
+// Every exponent field, in a small tensor (the kernel's two counter tables) and a large one
+// (eight): the same bins as the portable kernel, the clamped ends included.
+TEST(TensorStats, Float32HistogramOfEveryExponentAgreesWithPortableKernel) {
+  for (size_t copies : {size_t{1}, size_t{20}}) {
+    std::vector<float> v;
+    for (size_t c = 0; c < copies; ++c) {
+      for (uint32_t field = 0; field < 256; ++field) {
+        const uint32_t mantissa = field == 255 ? 0 : static_cast<uint32_t>(c);  // 255: Inf, not NaN
+        v.push_back(std::bit_cast<float>((field << 23) | (c & 1 ? 0x80000000u : 0u) | mantissa));
+      }
+    }
+    const TensorStats a = ComputeTensorStats(v.data(), v.size(), true);
+    const TensorStats b = ComputeTensorStatsScalar(v.data(), v.size(), true);
+    SCOPED_TRACE(v.size());
+    EXPECT_EQ(a.inf, copies);
+    for (int i = 0; i < TensorStats::kExponentBins; ++i) EXPECT_EQ(a.exponent_counts[i], b.exponent_counts[i]) << i;
+  }
+}
+
 // The dispatched float32 kernel (AVX2 where the CPU has it) must agree with the portable
 // one on every count and bin, for every length (block tails, vector tails) and for values
 // that need care: signed zeros, subnormals, NaN/Inf inside a vector, huge and tiny values.
@@ -116,6 +135,7 @@ TEST(TensorStats, Float32KernelAgreesWithPortableKernel) {
       else if (k == 2) x = -0.0f;
       else if (k == 3) x = 1e-40f;  // subnormal
       else if (k == 4) x = 3e38f;
+      else if (k == 5) x = -1e-30f;  // normal, below the lowest bin's 2^-64: clamped into it
       else if (k < 20) x = 0.0f;
       else x = normal(rng) * std::ldexp(1.0f, pick(rng) - 50);
     }

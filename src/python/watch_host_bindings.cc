@@ -272,6 +272,46 @@ void MeasureActivations(const std::vector<ActivationJob>& jobs, std::vector<unsi
   }
 }
 
+// (outer, units, inner) of an activation of these sizes: channels of NCHW/NCDHW, else the last
+// dimension (the device path's twin is plan.unit_layout, which its torch reductions use).
+std::tuple<uint64_t, uint64_t, uint64_t> UnitLayout(const std::vector<uint64_t>& sizes) {
+  if (sizes.empty()) return {1, 1, 1};
+  if (sizes.size() >= 4) {
+    uint64_t inner = 1;
+    for (size_t d = 2; d < sizes.size(); ++d) inner *= sizes[d];
+    return {sizes[0], sizes[1], inner};
+  }
+  uint64_t outer = 1;
+  for (size_t d = 0; d + 1 < sizes.size(); ++d) outer *= sizes[d];
+  return {outer, sizes.back(), 1};
+}
+
+// HostExecutor.capture in one call: (record, tensor) of a host tensor (the record as
+// ActivationJobs reads it), or None when it is not a strided host tensor. code: the tensor's
+// dtype code (the caller's table); flat: one unit of all its values (a model input).
+py::object CaptureRecord(uint32_t series_id, py::handle tensor, int code, int kind, bool histogram, bool flat,
+                         py::handle strided) {
+  static const py::handle layout = PyUnicode_InternFromString("layout"), is_cpu = PyUnicode_InternFromString("is_cpu"),
+                          shape = PyUnicode_InternFromString("shape"),
+                          is_contiguous = PyUnicode_InternFromString("is_contiguous"),
+                          stride = PyUnicode_InternFromString("stride"),
+                          data_ptr = PyUnicode_InternFromString("data_ptr");
+  if (tensor.attr(layout).ptr() != strided.ptr() || !tensor.attr(is_cpu).cast<bool>()) return py::none();
+  py::tuple sizes_object = tensor.attr(shape);  // torch.Size, a tuple
+  std::vector<uint64_t> sizes;
+  sizes.reserve(sizes_object.size());
+  uint64_t numel = 1;
+  for (const py::handle size : sizes_object) {
+    sizes.push_back(size.cast<uint64_t>());
+    numel *= sizes.back();
+  }
+  py::object strides = tensor.attr(is_contiguous)().cast<bool>() ? py::tuple() : py::object(tensor.attr(stride)());
+  const auto [outer, units, inner] = flat ? std::make_tuple(uint64_t{1}, numel, uint64_t{1}) : UnitLayout(sizes);
+  py::tuple record = py::make_tuple(series_id, tensor.attr(data_ptr)(), outer * units * inner, code, outer, units,
+                                    inner, kind, histogram, sizes_object, strides);
+  return py::make_tuple(std::move(record), tensor);
+}
+
 // The host executor's C++ half: every pass a job on the helper thread, every submit a Ticket.
 class HostWorker {
  public:
@@ -464,6 +504,9 @@ void RegisterHostExecutor(py::module_& m) {
       .def("wait", &Ticket::Wait, "Waits for the job, lets its tensors go; (sum of squares, nan, inf) of a stats job.")
       .def("log_activations", &Ticket::LogActivations, py::arg("keep"))
       .def_property_readonly("kept", &Ticket::Kept);
+  m.def("capture_record", &CaptureRecord, py::arg("series_id"), py::arg("tensor"), py::arg("code"), py::arg("kind"),
+        py::arg("histogram"), py::arg("flat"), py::arg("strided"),
+        "(record, tensor) of a strided host tensor as the host worker's activation jobs read it, or None.");
   py::class_<HostWorker>(m, "HostWorker")
       .def(py::init<Recorder&>(), py::arg("recorder"), py::keep_alive<1, 2>())
       .def(

@@ -93,10 +93,15 @@ def test_odd_module_outputs_are_watched(tmp_path, plain_weights):
 
 
 def test_a_failing_hook_is_reported_once_and_training_goes_on(tmp_path, plain_weights, monkeypatch, capfd):
-    def broken(shape):
-        raise RuntimeError("injected activation failure")
+    from trainscope import _core
+    capture_record = _core.capture_record
 
-    monkeypatch.setattr(ts_watch, "_unit_layout", broken)
+    def broken(series_id, tensor, code, kind, histogram, flat, strided):
+        if not flat:  # a module output (a model input is flat: that part is "inputs")
+            raise RuntimeError("injected activation failure")
+        return capture_record(series_id, tensor, code, kind, histogram, flat, strided)
+
+    monkeypatch.setattr(_core, "capture_record", broken)
     run = ts.init(tmp_path, "hook")
     with pytest.warns(RuntimeWarning, match="activations failed"):
         weights = train(run)

@@ -95,6 +95,9 @@ class StepClock:
         since the last end; until each watched one has stepped once, an end waits for them
         (the first iteration)."""
         state = self.optimizers.setdefault(id(optimizer), [False, 0, 0])
+        if state[2] and len(self.optimizers) == 1 and not self.held:
+            self.end()  # one optimizer after its first step: each of its steps ends one (state stays [True, 0, 1])
+            return
         joined = not state[0]
         state[0] = True
         state[1] += 1

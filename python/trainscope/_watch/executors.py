@@ -28,7 +28,6 @@ import torch
 
 from trainscope._watch.device import (NAN, INF, SUMSQ, activation_row_width, device_activation, pack_device_stats,
                                       unpack_device_stats)
-import trainscope.watch as facade  # unit_layout is looked up there per call: tests patch it
 from trainscope._watch.plan import DTYPE_CODES
 
 
@@ -60,6 +59,7 @@ class HostExecutor:
     def __init__(self, recorder):
         from trainscope import _core
         self.worker = _core.HostWorker(recorder)
+        self._capture_record = _core.capture_record
 
     def stats(self, step, plan, tensors, histogram, units, norm_id=0, scalar_ids=(), scalar_values=(), rss_id=0,
               inputs=()):
@@ -108,15 +108,11 @@ class HostExecutor:
         return self.worker.submit_copies(dst, src, nbytes, (kept, list(plan.snapshots)))
 
     def capture(self, series_id, tensor, kind, histogram, flat=False):
+        """(record, tensor) of a floating host tensor, read in one C++ call (its layout, device,
+        sizes, strides if not contiguous, address; units as plan.unit_layout), or None."""
         code = DTYPE_CODES.get(tensor.dtype)  # floating dtypes only
-        if code is None or tensor.layout is not torch.strided or not tensor.is_cpu:
-            return None
-        shape = tuple(tensor.shape)
-        # A strided output (an attention output is a transpose) is gathered by the helper.
-        strides = () if tensor.is_contiguous() else tensor.stride()
-        outer, units, inner = (1, tensor.numel(), 1) if flat else facade._unit_layout(shape)
-        return ((series_id, tensor.data_ptr(), outer * units * inner, code, outer, units, inner, kind, histogram,
-                 shape, strides), tensor)
+        return None if code is None else self._capture_record(series_id, tensor, code, kind, histogram, flat,
+                                                              torch.strided)
 
     def activations(self, step, captured):
         records = [record for record, _ in captured]

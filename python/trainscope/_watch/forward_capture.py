@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-import trainscope.watch as facade  # first_tensor and unit_layout are looked up there per call: tests patch them
+import trainscope.watch as facade  # first_tensor is looked up there per call: tests patch it
 from trainscope._watch.ops import OpsRecorder
 from trainscope._watch.plan import INT_CODES, PLAIN, activation_kind
 

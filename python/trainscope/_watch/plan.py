@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
@@ -70,18 +71,21 @@ def activation_kind(module):
 
 
 class Due:
-    """What one step measures."""
+    """What one step measures (shared by every step of the same pattern: read, never changed)."""
 
-    __slots__ = ("step", "grads", "histogram", "units", "weights", "activations", "inputs")
+    __slots__ = ("grads", "histogram", "units", "weights", "activations", "inputs")
 
-    def __init__(self, step, grads, histogram, units, weights, activations, inputs):
-        self.step = step
+    def __init__(self, grads, histogram, units, weights, activations, inputs):
         self.grads = grads
         self.histogram = histogram
         self.units = units
         self.weights = weights
         self.activations = activations
         self.inputs = inputs
+
+
+# The longest cycle of cadences whose Dues are laid out in advance (10,000 small objects at most).
+LONGEST_CYCLE = 10000
 
 
 class Schedule:
@@ -105,15 +109,27 @@ class Schedule:
         self._dense = {name: (1 if name in dense else getattr(self, name)) for name in self.CADENCES}
         if not histograms_every:
             self._dense["histograms_every"] = 0
-        # at(step): asked ~5 times a step by the hooks; a cache hit is C code, without a
-        # Python frame.
-        self.at = functools.lru_cache(maxsize=4)(self._due)
+        # After the dense steps the cadences repeat every lcm of them steps: a step's Due is
+        # looked up, not built. at(step) is asked ~5 times a step by the hooks: a cache hit is C
+        # code, without a Python frame.
+        cycle = 1
+        for name in self.CADENCES:
+            cycle = math.lcm(cycle, getattr(self, name) or 1)
+        self._cycle = cycle if cycle <= LONGEST_CYCLE else 0
+        after_dense = (self.dense_steps // cycle + 1) * cycle  # a step past the dense ones, a multiple of cycle
+        self._dues = [self._due(after_dense + r) for r in range(self._cycle)]
+        self.at = functools.lru_cache(maxsize=4)(self._looked_up)
+
+    def _looked_up(self, step):
+        if step >= self.dense_steps and self._cycle:
+            return self._dues[step % self._cycle]
+        return self._due(step)
 
     def _due(self, step):
         c = self._dense if step < self.dense_steps else self.__dict__
         grads = step % c["every"] == 0
         hist = c["histograms_every"]
-        return Due(step, grads, bool(hist) and step % hist == 0, step % c["units_every"] == 0,
+        return Due(grads, bool(hist) and step % hist == 0, step % c["units_every"] == 0,
                    step % c["weights_every"] == 0, step % c["activations_every"] == 0, grads)
 
     def weights_at(self, step):

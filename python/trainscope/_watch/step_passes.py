@@ -14,6 +14,7 @@ A part of the Watcher's class for the reason forward_capture.py gives: no frame 
 
 from __future__ import annotations
 
+import operator
 import sys
 
 import torch
@@ -38,8 +39,8 @@ class StepPasses:
         self._sentinel = None       # (param, grad object) after the last optimizer step
         self._backward_weight = None  # no optimizer: one value of the last parameter when the last backward began
         self._norm_level = None     # the gradient norm's recent level (exponential average)
-        self._lr_pending = None     # (step, [(tag, lr)]) until the step closes
-        self._lr_tags = []          # opt/lr tag of each param group
+        self._lr_pending = None     # (step, lr slots, [lr of each group]) until the step closes
+        self._lr_slots = []         # (opt/lr tag, series id) of each param group
         self._grads_after_step = False  # optimizer.step(closure): the gradients exist after it
         self.without_grad = None    # meta params_without_grad of this model: none at every step looked at
         self._grad_checks = 0
@@ -477,36 +478,33 @@ class StepPasses:
 
     def _queue_lr(self, step):
         groups = self.optimizer.param_groups
-        lrs = []
         if self._lr_pending is not None and self._lr_pending[0] != step:
             self._flush_lr()  # else this step's lr replaces the one its earlier optimizer step took
-        tags = self._lr_tags
-        if len(tags) != len(groups):  # the groups' opt/lr tags, made again when a group is added
-            tags = self._lr_tags = [self.tag("opt", "lr" if len(groups) == 1 else f"lr/{i}") for i in range(len(groups))]
-        for tag, group in zip(tags, groups):
-            lr = group.get("lr")
-            if lr is None:
-                continue
-            if tag not in self.run._lr_tags:
-                self.run._lr_tags += (tag,)
-            lrs.append((tag, lr))
-        # Logged when the step closes, and only where the training script does not log
-        # that tag itself (README's run.log({"opt/lr": ...}) after optimizer.step()).
-        self._lr_pending = (step, lrs)
+        if len(self._lr_slots) != len(groups):  # made again when a group is added
+            self._name_lr_groups(len(groups))
+        # Logged when the step closes (a scheduler may change lr before), and only where the
+        # training script does not log that tag itself (README's run.log({"opt/lr": ...})
+        # after optimizer.step()).
+        self._lr_pending = (step, self._lr_slots, list(map(_LR_OF, groups)))
+
+    def _name_lr_groups(self, count):
+        tags = [self.tag("opt", "lr" if count == 1 else f"lr/{i}") for i in range(count)]
+        self._lr_slots = [(tag, self._id(tag, "scalar")) for tag in tags]
+        self.run._lr_tags += tuple(tag for tag in tags if tag not in self.run._lr_tags)
 
     def _flush_lr(self):
         """Logs the lr of the last optimizer step, less the tags the user logs."""
         pending, self._lr_pending = self._lr_pending, None
         if pending is None:
             return
-        step, lrs = pending
+        step, slots, lrs = pending
         user = self.run._user_lr_tags
         ids, values = [], []
-        for tag, lr in lrs:
-            if tag in user:
+        for (tag, series), lr in zip(slots, lrs):
+            if lr is None or tag in user:
                 continue
             if type(lr) is float or type(lr) is int:
-                ids.append(self._id(tag, "scalar"))
+                ids.append(series)
                 values.append(lr)
             else:  # a tensor LR (capturable optimizers): run.log's deferred copy
                 self.run.log({tag: lr}, step=step)
@@ -577,6 +575,9 @@ class StepPasses:
         tickets, self._weight_tickets = self._weight_tickets, []
         for ticket in reversed(tickets):  # the last done means all done: they run in order
             ticket.wait()
+
+
+_LR_OF = operator.methodcaller("get", "lr")  # a param group's lr (None without one), read without a Python frame
 
 
 def _closure_of(optimizer, args, kwargs):
