@@ -109,8 +109,7 @@ class Run:
                 self._step = step + 1
         elif self._auto_step and step >= self._step:
             self._step = step + 1
-        # watch() logs the opt/lr tags unless the script does (docs/watch.md)
-        if self._lr_tags and isinstance(data, dict) and not data.keys().isdisjoint(self._lr_tags):
+        if self._lr_tags:  # watch() logs these unless the script does (docs/watch.md)
             for tag in self._lr_tags:
                 if tag in data and tag not in self._user_lr_tags:
                     self._user_lr_tags.add(tag)

@@ -8,6 +8,7 @@
 #include "doctor/online_doctor.h"
 #include "doctor/rule_observer.h"
 #include "python/bindings.h"
+#include "python/direct_calls.h"
 #include "recorder/recorder.h"
 #ifdef TRAINSCOPE_WITH_FORWARD
 #include "forward/forwarder.h"
@@ -184,10 +185,27 @@ Finding FindingFromJsonText(const std::string& text) {
   return f;
 }
 
+// run.log's call, once a step or more: a direct call (python/direct_calls.h).
+PyObject* LogDictCall(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  Recorder* recorder = ValueOf<Recorder>(self);
+  if (recorder == nullptr) return nullptr;
+  FastArgs a("Recorder.log_dict(data, step)", args, nargs, 2, 2);
+  int64_t step = 0;
+  if (!a.ok() || !a.Int(1, &step)) return nullptr;
+  return Guard([&] { return LogDict(*recorder, a.Object(0), step).release().ptr(); });
+}
+
+PyMethodDef kRecorderMethods[] = {
+    {"log_dict", AsMethod(LogDictCall), METH_FASTCALL,
+     "log_dict(data, step): the numbers of {tag: value} logged here; the rest (tensors of several values, "
+     "objects to convert) returned as [(tag, value)], or None."},
+    {nullptr, nullptr, 0, nullptr}};
+
 }  // namespace
 
 void RegisterRecorder(py::module_& m) {
-  py::class_<Recorder>(m, "Recorder")
+  py::class_<Recorder> recorder(m, "Recorder");
+  recorder
       .def(py::init(&OpenRecorder), py::arg("logdir"), py::arg("name"), py::arg("config_json"),
            py::arg("command_line"), py::arg("resume") = false, py::arg("queue_capacity") = size_t{1} << 22,
            py::arg("flush_interval") = 1.0, py::arg("extra_meta") = std::map<std::string, std::string>{},
@@ -206,7 +224,6 @@ void RegisterRecorder(py::module_& m) {
             return out;
           },
           "Stretches of steps [first, last] that lost points to a store fault, with its cause.")
-      .def("log_dict", &LogDict, py::arg("data"), py::arg("step"))
       .def_static(
           "read_tensors_as",
           [](py::object tensor_type) {
@@ -253,6 +270,7 @@ void RegisterRecorder(py::module_& m) {
         Status s = r.writer_status();
         return s.ok() ? std::string() : s.message();
       });
+  InstallMethods(recorder, kRecorderMethods);
 }
 
 }  // namespace trainscope::python

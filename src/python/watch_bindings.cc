@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "python/bindings.h"
+#include "python/direct_calls.h"
 #include "python/watch_args.h"
 #include "recorder/recorder.h"
 #include "watch/system_sampler.h"
@@ -155,6 +156,70 @@ SeriesKind KindByName(const std::string& name) {
   throw py::value_error("trainscope watch: unknown series kind '" + name + "'");
 }
 
+// recorder.log_scalar_ids(ids, values, step): one scalar per id at step (a direct call: every
+// watched step makes several).
+PyObject* LogScalarIds(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  Recorder* recorder = ValueOf<Recorder>(self);
+  if (recorder == nullptr) return nullptr;
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "Recorder.log_scalar_ids takes (ids, values, step)");
+    return nullptr;
+  }
+  const int64_t step = PyLong_AsLongLong(args[2]);
+  if (step == -1 && PyErr_Occurred()) return nullptr;
+  auto ids = py::reinterpret_steal<py::object>(PySequence_Fast(args[0], "log_scalar_ids: ids must be a sequence"));
+  auto values =
+      py::reinterpret_steal<py::object>(PySequence_Fast(args[1], "log_scalar_ids: values must be a sequence"));
+  if (!ids || !values) return nullptr;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(ids.ptr());
+  if (PySequence_Fast_GET_SIZE(values.ptr()) != n) {
+    PyErr_SetString(PyExc_ValueError, "trainscope watch: argument lists differ in length");
+    return nullptr;
+  }
+  PyObject** id_items = PySequence_Fast_ITEMS(ids.ptr());
+  PyObject** value_items = PySequence_Fast_ITEMS(values.ptr());
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    const unsigned long id = PyLong_AsUnsignedLong(id_items[i]);
+    if (id == static_cast<unsigned long>(-1) && PyErr_Occurred()) return nullptr;
+    if (id > UINT32_MAX) {
+      PyErr_SetString(PyExc_OverflowError, "log_scalar_ids: a series id over 2^32");
+      return nullptr;
+    }
+    const double value = PyFloat_AsDouble(value_items[i]);
+    if (value == -1.0 && PyErr_Occurred()) return nullptr;
+    recorder->LogScalar(static_cast<uint32_t>(id), step, value);
+  }
+  Py_RETURN_NONE;
+}
+
+// recorder.log_int_range(min_id, max_id, step, ptr, sizes, strides, int_code): a batch's labels.
+PyObject* LogIntRangeCall(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  Recorder* recorder = ValueOf<Recorder>(self);
+  if (recorder == nullptr) return nullptr;
+  FastArgs a("Recorder.log_int_range(min_id, max_id, step, ptr, sizes, strides, int_code)", args, nargs, 7, 7);
+  uint32_t min_id = 0, max_id = 0;
+  int64_t step = 0, int_code = 0;
+  uint64_t ptr = 0;
+  thread_local std::vector<int64_t> sizes, strides;
+  if (!a.ok() || !a.Id(0, &min_id) || !a.Id(1, &max_id) || !a.Int(2, &step) || !a.Unsigned(3, &ptr) ||
+      !a.Ints(4, &sizes) || !a.Ints(5, &strides) || !a.Int(6, &int_code)) {
+    return nullptr;
+  }
+  return Guard([&] {
+    LogIntRange(*recorder, min_id, max_id, step, static_cast<uintptr_t>(ptr), sizes, strides,
+                static_cast<int>(int_code));
+    Py_RETURN_NONE;
+  });
+}
+
+PyMethodDef kRecorderWatchMethods[] = {
+    {"log_int_range", AsMethod(LogIntRangeCall), METH_FASTCALL,
+     "log_int_range(min_id, max_id, step, ptr, sizes, strides, int_code): the smallest and largest of the integer "
+     "tensor at ptr (sizes and strides in elements)."},
+    {"log_scalar_ids", AsMethod(LogScalarIds), METH_FASTCALL,
+     "log_scalar_ids(ids, values, step): the scalar values[i] of series ids[i] at step."},
+    {nullptr, nullptr, 0, nullptr}};
+
 }  // namespace
 
 void RegisterHostExecutor(py::module_& m);  // watch_host_bindings.cc
@@ -166,6 +231,7 @@ void RegisterWatch(py::module_& m) {
   // These extend the Recorder class registered by recorder_bindings.cc.
   auto recorder = py::reinterpret_borrow<py::object>(m.attr("Recorder"));
   auto def = [&](const char* name, py::cpp_function f) { py::setattr(recorder, name, f); };
+  InstallMethods(recorder, kRecorderWatchMethods);
   def("series", py::cpp_function(
                     [](Recorder& r, const std::string& tag, const std::string& kind) {
                       uint32_t id = 0;
@@ -175,13 +241,6 @@ void RegisterWatch(py::module_& m) {
                     },
                     py::is_method(recorder), py::arg("tag"), py::arg("kind"),
                     "The id of a series for the log_* calls below; ValueError for a bad tag."));
-  def("log_scalar_ids", py::cpp_function(
-                            [](Recorder& r, const std::vector<uint32_t>& ids, const std::vector<double>& values,
-                               int64_t step) {
-                              CheckLengths(ids.size(), {values.size()});
-                              for (size_t i = 0; i < ids.size(); ++i) r.LogScalar(ids[i], step, values[i]);
-                            },
-                            py::is_method(recorder), py::arg("ids"), py::arg("values"), py::arg("step")));
   def("log_packed_stats", py::cpp_function(&LogPackedStats, py::is_method(recorder), py::arg("step"),
                                            py::arg("ids"), py::arg("rows"), py::arg("hists")));
   def("log_vector_id", py::cpp_function(
@@ -205,9 +264,6 @@ void RegisterWatch(py::module_& m) {
                        },
                        py::is_method(recorder), py::arg("steps"), py::arg("phases"), py::arg("starts"),
                        py::arg("durations")));
-  def("log_int_range", py::cpp_function(&LogIntRange, py::is_method(recorder), py::arg("min_id"), py::arg("max_id"),
-                                        py::arg("step"), py::arg("ptr"), py::arg("sizes"), py::arg("strides"),
-                                        py::arg("int_code")));
   def("set_meta", py::cpp_function([](Recorder& r, const std::string& key,
                                       const std::string& value) { r.SetMeta(key, value); },
                                    py::is_method(recorder), py::arg("key"), py::arg("value")));

@@ -26,8 +26,10 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "python/direct_calls.h"
 #include "recorder/recorder.h"
 
 namespace py = pybind11;
@@ -57,14 +59,14 @@ class StepCore {
 
   // ---- phases ----
 
-  void Start(const std::string& phase) {
+  void Start(std::string_view phase) {
     Phase& p = PhaseOf(phase);
     p.open = true;
     p.wall = Wall();
     p.start = Monotonic();
   }
 
-  void Stop(const std::string& phase) {
+  void Stop(std::string_view phase) {
     const int index = Find(phase);
     if (index < 0 || !phases_[index].open) return;
     Phase& p = phases_[index];
@@ -74,14 +76,14 @@ class StepCore {
     AddSeconds(index, seconds);
   }
 
-  bool IsOpen(const std::string& phase) const {
+  bool IsOpen(std::string_view phase) const {
     const int index = Find(phase);
     return index >= 0 && phases_[index].open;
   }
 
   // A phase timed elsewhere: of this step, or of an earlier one (a device timing that
   // landed late: its own step's time/<phase>, logged now).
-  void AddPhase(const std::string& phase, double start_wall, double seconds, py::object step_arg) {
+  void AddPhase(std::string_view phase, double start_wall, double seconds, py::object step_arg) {
     const int index = Index(phase);
     const int64_t current = CurrentStep();
     const int64_t step = step_arg.is_none() ? current : step_arg.cast<int64_t>();
@@ -195,19 +197,19 @@ class StepCore {
 
   double SelfNow() const { return ClockSeconds(self_clock_); }
 
-  int Find(const std::string& phase) const {
+  int Find(std::string_view phase) const {
     for (size_t i = 0; i < phases_.size(); ++i) {
       if (phases_[i].name == phase) return static_cast<int>(i);
     }
     return -1;
   }
-  int Index(const std::string& phase) {
+  int Index(std::string_view phase) {
     int index = Find(phase);
     if (index >= 0) return index;
-    phases_.push_back(Phase{phase});
+    phases_.push_back(Phase{std::string(phase)});
     return static_cast<int>(phases_.size()) - 1;
   }
-  Phase& PhaseOf(const std::string& phase) { return phases_[Index(phase)]; }
+  Phase& PhaseOf(std::string_view phase) { return phases_[Index(phase)]; }
 
   void AddSeconds(int index, double seconds) {
     Phase& p = phases_[index];
@@ -253,9 +255,10 @@ class GuardedHook {
     if (!PySet_Check(off_.ptr())) throw py::type_error("GuardedHook: failures.off must be a set");
   }
 
-  py::object Call(const py::args& args, const py::kwargs& kwargs) {
+  // kwargs may be null (none given).
+  py::object Call(PyObject* args, PyObject* kwargs) {
     if (fn.is_none()) return py::none();
-    return core_->CallGuarded(off_.ptr(), part.ptr(), failures.ptr(), fn.ptr(), args.ptr(), kwargs.ptr());
+    return core_->CallGuarded(off_.ptr(), part.ptr(), failures.ptr(), fn.ptr(), args, kwargs);
   }
 
   py::object fn, part, failures;
@@ -280,42 +283,160 @@ class GuardedHook {
   py::object off_;  // failures.off: the parts switched off
 };
 
+// ---- the per-step calls without pybind11's dispatcher (python/direct_calls.h) ----
+
+// The phase name of a one-argument method (start, stop, is_open): the str's own UTF-8, no copy.
+bool PhaseArgument(const char* method, PyObject* const* args, Py_ssize_t nargs, std::string_view* phase) {
+  Py_ssize_t size = 0;
+  const char* text = nargs == 1 && PyUnicode_Check(args[0]) ? PyUnicode_AsUTF8AndSize(args[0], &size) : nullptr;
+  if (text == nullptr) {
+    if (!PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "StepCore.%s takes one str (the phase)", method);
+    return false;
+  }
+  *phase = std::string_view(text, static_cast<size_t>(size));
+  return true;
+}
+
+PyObject* CoreStart(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  StepCore* core = ValueOf<StepCore>(self);
+  std::string_view phase;
+  if (core == nullptr || !PhaseArgument("start", args, nargs, &phase)) return nullptr;
+  core->Start(phase);
+  Py_RETURN_NONE;
+}
+
+PyObject* CoreStop(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  StepCore* core = ValueOf<StepCore>(self);
+  std::string_view phase;
+  if (core == nullptr || !PhaseArgument("stop", args, nargs, &phase)) return nullptr;
+  return Guard([&] {
+    core->Stop(phase);  // reads the run's step: may raise
+    Py_RETURN_NONE;
+  });
+}
+
+PyObject* CoreIsOpen(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  StepCore* core = ValueOf<StepCore>(self);
+  std::string_view phase;
+  if (core == nullptr || !PhaseArgument("is_open", args, nargs, &phase)) return nullptr;
+  return PyBool_FromLong(core->IsOpen(phase));
+}
+
+PyObject* CoreEnter(PyObject* self, PyObject* /*unused*/) {
+  StepCore* core = ValueOf<StepCore>(self);
+  if (core == nullptr) return nullptr;
+  core->Enter();
+  Py_RETURN_NONE;
+}
+
+PyObject* CoreLeave(PyObject* self, PyObject* /*unused*/) {
+  StepCore* core = ValueOf<StepCore>(self);
+  if (core == nullptr) return nullptr;
+  core->Leave();
+  Py_RETURN_NONE;
+}
+
+PyObject* CoreTake(PyObject* self, PyObject* /*unused*/) {
+  StepCore* core = ValueOf<StepCore>(self);
+  return core == nullptr ? nullptr : PyFloat_FromDouble(core->Take());
+}
+
+// core.call(failures, part, fn, *args, **kwargs): fn as a GuardedHook calls it.
+PyObject* CoreCall(PyObject* self, PyObject* args, PyObject* kwargs) {
+  StepCore* core = ValueOf<StepCore>(self);
+  if (core == nullptr) return nullptr;
+  if (PyTuple_GET_SIZE(args) < 3) {
+    PyErr_SetString(PyExc_TypeError, "StepCore.call takes (failures, part, fn, *args, **kwargs)");
+    return nullptr;
+  }
+  return Guard([&] {
+    PyObject* failures = PyTuple_GET_ITEM(args, 0);
+    py::object off = py::handle(failures).attr("off");
+    py::object rest = py::reinterpret_steal<py::object>(PyTuple_GetSlice(args, 3, PyTuple_GET_SIZE(args)));
+    if (!rest) throw py::error_already_set();
+    return core->CallGuarded(off.ptr(), PyTuple_GET_ITEM(args, 1), failures, PyTuple_GET_ITEM(args, 2), rest.ptr(),
+                             kwargs)
+        .release()
+        .ptr();
+  });
+}
+
+// add_phase(phase, start_wall, seconds, step=None)
+PyObject* CoreAddPhase(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  StepCore* core = ValueOf<StepCore>(self);
+  if (core == nullptr) return nullptr;
+  FastArgs a("StepCore.add_phase(phase, start_wall, seconds, step=None)", args, nargs, 3, 4);
+  std::string_view phase;
+  double start_wall = 0, seconds = 0;
+  if (!a.ok() || !a.Str(0, &phase) || !a.Double(1, &start_wall) || !a.Double(2, &seconds)) return nullptr;
+  return Guard([&] {
+    core->AddPhase(phase, start_wall, seconds, a.size() == 4 ? py::reinterpret_borrow<py::object>(a.Object(3)) : py::none());
+    Py_RETURN_NONE;
+  });
+}
+
+// close(step, ended, started, device_timed)
+PyObject* CoreClose(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  StepCore* core = ValueOf<StepCore>(self);
+  if (core == nullptr) return nullptr;
+  FastArgs a("StepCore.close(step, ended, started, device_timed)", args, nargs, 4, 4);
+  int64_t step = 0;
+  bool device_timed = false;
+  if (!a.ok() || !a.Int(0, &step) || !a.Bool(3, &device_timed)) return nullptr;
+  return Guard([&] {
+    core->Close(step, py::reinterpret_borrow<py::object>(a.Object(1)), py::reinterpret_borrow<py::object>(a.Object(2)),
+                device_timed);
+    Py_RETURN_NONE;
+  });
+}
+
+PyMethodDef kStepCoreMethods[] = {
+    {"start", AsMethod(CoreStart), METH_FASTCALL,
+     "start(phase): the phase's span begins (host wall and monotonic clocks)."},
+    {"stop", AsMethod(CoreStop), METH_FASTCALL,
+     "stop(phase): its span ends; its seconds join the step's time/<phase> (nothing if not open)."},
+    {"is_open", AsMethod(CoreIsOpen), METH_FASTCALL,
+     "is_open(phase) -> bool"},
+    {"add_phase", AsMethod(CoreAddPhase), METH_FASTCALL,
+     "add_phase(phase, start_wall, seconds, step=None): a phase timed elsewhere, of this step or an earlier one."},
+    {"close", AsMethod(CoreClose), METH_FASTCALL,
+     "close(step, ended, started, device_timed): the step's spans, time/<phase>, time/step and time/other."},
+    {"enter", CoreEnter, METH_NOARGS, "trainscope's own time: a call begins (outermost calls count)."},
+    {"leave", CoreLeave, METH_NOARGS, "trainscope's own time: the call ends."},
+    {"take", CoreTake, METH_NOARGS, "trainscope's own seconds since the last take (an open call counts up to now)."},
+    {"call", AsMethod(CoreCall), METH_VARARGS | METH_KEYWORDS,
+     "call(failures, part, fn, *args, **kwargs): fn as a GuardedHook calls it (skipped once part failed, a "
+     "failure reported)."},
+    {nullptr, nullptr, 0, nullptr}};
+
+// A GuardedHook as torch calls it: CPython's own call slot, with the args it made.
+PyObject* CallHook(PyObject* self, PyObject* args, PyObject* kwargs) {
+  GuardedHook* hook = ValueOf<GuardedHook>(self);
+  if (hook == nullptr) return nullptr;
+  return Guard([&] { return hook->Call(args, kwargs).release().ptr(); });
+}
+
 }  // namespace
 
 // Called by RegisterWatch (watch_bindings.cc).
 void RegisterStepCore(py::module_& m) {
-  py::class_<StepCore, std::shared_ptr<StepCore>>(m, "StepCore")
+  py::class_<StepCore, std::shared_ptr<StepCore>> step_core(m, "StepCore");
+  step_core
       .def(py::init<Recorder&, py::object, py::object, bool>(), py::arg("recorder"), py::arg("run_ref"),
            py::arg("time_id"), py::arg("thread_clock") = false, py::keep_alive<1, 2>())
-      .def("start", &StepCore::Start, py::arg("phase"))
-      .def("stop", &StepCore::Stop, py::arg("phase"))
-      .def("is_open", &StepCore::IsOpen, py::arg("phase"))
-      .def("add_phase", &StepCore::AddPhase, py::arg("phase"), py::arg("start_wall"), py::arg("seconds"),
-           py::arg("step") = py::none())
       .def_property_readonly("has_phase_seconds", &StepCore::HasPhaseSeconds)
-      .def("close", &StepCore::Close, py::arg("step"), py::arg("ended"), py::arg("started"),
-           py::arg("device_timed"))
       // The host timer's side of PhaseTimer's interface: nothing in flight.
       .def_property_readonly("pending", [](const StepCore&) { return false; })
       .def("collect", [](const StepCore&, bool) {}, py::arg("wait") = false)
-      .def("enter", &StepCore::Enter)
-      .def("leave", &StepCore::Leave)
-      .def("take", &StepCore::Take)
       .def("reset_self_time", &StepCore::ResetSelfTime)
       .def("on_gc", &StepCore::OnGc, py::arg("phase"), py::arg("info"))
       .def_readwrite("depth", &StepCore::depth_)
       .def_readwrite("seconds", &StepCore::seconds_)
-      .def_readwrite("own_gc", &StepCore::own_gc_)
-      .def(
-          "call",
-          [](StepCore& core, const py::object& failures, const py::object& part, const py::object& fn,
-             const py::args& args, const py::kwargs& kwargs) {
-            py::object off = failures.attr("off");
-            return core.CallGuarded(off.ptr(), part.ptr(), failures.ptr(), fn.ptr(), args.ptr(), kwargs.ptr());
-          },
-          "fn(*args, **kwargs) as a GuardedHook calls it (skipped once part failed, a failure reported).");
+      .def_readwrite("own_gc", &StepCore::own_gc_);
+  InstallMethods(step_core, kStepCoreMethods);
   py::class_<GuardedHook>(m, "GuardedHook", py::custom_type_setup([](PyHeapTypeObject* heap_type) {
                             PyTypeObject* type = &heap_type->ht_type;
+                            type->tp_call = CallHook;
                             type->tp_flags |= Py_TPFLAGS_HAVE_GC;
                             type->tp_traverse = [](PyObject* self, visitproc visit, void* arg) {
                               Py_VISIT(Py_TYPE(self));
@@ -335,7 +456,6 @@ void RegisterStepCore(py::module_& m) {
                           }))
       .def(py::init<py::object, py::object, py::object, std::shared_ptr<StepCore>>(), py::arg("fn"),
            py::arg("part"), py::arg("failures"), py::arg("core"))
-      .def("__call__", &GuardedHook::Call)
       .def_readwrite("fn", &GuardedHook::fn)
       .def_readonly("part", &GuardedHook::part)
       .def_readonly("failures", &GuardedHook::failures)

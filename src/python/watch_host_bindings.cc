@@ -22,6 +22,7 @@
 #include <tuple>
 #include <vector>
 
+#include "python/direct_calls.h"
 #include "python/watch_args.h"
 #include "recorder/recorder.h"
 #include "watch/helper_thread.h"
@@ -485,6 +486,90 @@ class HostWorker {
   std::shared_ptr<HelperThread> helper_;
 };
 
+// ---- the per-step calls without pybind11's dispatcher (python/direct_calls.h) ----
+
+// worker.submit_gradients(step, plan, params, dtypes, strided, histogram, units, norm_id,
+// always_norm, scalar_ids, scalar_values, rss_id, inputs, inputs_kept) -> Ticket or None
+PyObject* WorkerSubmitGradients(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  HostWorker* worker = ValueOf<HostWorker>(self);
+  if (worker == nullptr) return nullptr;
+  FastArgs a("HostWorker.submit_gradients(step, plan, params, dtypes, strided, histogram, units, norm_id, "
+             "always_norm, scalar_ids, scalar_values, rss_id, inputs, inputs_kept)",
+             args, nargs, 14, 14);
+  int64_t step = 0;
+  uint32_t norm_id = 0, rss_id = 0;
+  bool histogram = false, units = false, always_norm = false;
+  if (!a.ok() || !a.Int(0, &step) || !a.Bool(5, &histogram) || !a.Bool(6, &units) || !a.Id(7, &norm_id) ||
+      !a.Bool(8, &always_norm) || !a.Id(11, &rss_id)) {
+    return nullptr;
+  }
+  return Guard([&] {
+    auto plan = py::cast<std::shared_ptr<StatsPlan>>(a.Object(1));
+    auto params = py::reinterpret_borrow<py::list>(a.Object(2));
+    auto dtypes = py::reinterpret_borrow<py::list>(a.Object(3));
+    auto inputs_kept = py::reinterpret_borrow<py::list>(a.Object(13));
+    if (!PyList_Check(a.Object(2)) || !PyList_Check(a.Object(3)) || !PyList_Check(a.Object(13))) {
+      throw py::type_error("submit_gradients: params, dtypes and inputs_kept must be lists");
+    }
+    return worker
+        ->SubmitGradients(py::reinterpret_borrow<py::object>(self), step, std::move(plan), params, dtypes,
+                          py::reinterpret_borrow<py::object>(a.Object(4)), histogram, units, norm_id, always_norm,
+                          py::cast<std::vector<uint32_t>>(a.Object(9)), py::cast<std::vector<double>>(a.Object(10)),
+                          rss_id, py::cast<std::vector<HostWorker::Record>>(a.Object(12)), inputs_kept)
+        .release()
+        .ptr();
+  });
+}
+
+PyObject* TicketDone(PyObject* self, PyObject* /*unused*/) {
+  Ticket* ticket = ValueOf<Ticket>(self);
+  return ticket == nullptr ? nullptr : PyBool_FromLong(ticket->Done());
+}
+
+PyObject* TicketWait(PyObject* self, PyObject* /*unused*/) {
+  Ticket* ticket = ValueOf<Ticket>(self);
+  if (ticket == nullptr) return nullptr;
+  return Guard([&] {
+    const auto [sum_squares, nan, inf] = ticket->Wait();
+    return Py_BuildValue("(dKK)", sum_squares, static_cast<unsigned long long>(nan),
+                         static_cast<unsigned long long>(inf));
+  });
+}
+
+// capture_record(series_id, tensor, code, kind, histogram, flat, strided)
+PyObject* CaptureRecordCall(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  FastArgs a("capture_record(series_id, tensor, code, kind, histogram, flat, strided)", args, nargs, 7, 7);
+  uint32_t series_id = 0;
+  int64_t code = 0, kind = 0;
+  bool histogram = false, flat = false;
+  if (!a.ok() || !a.Id(0, &series_id) || !a.Int(2, &code) || !a.Int(3, &kind) || !a.Bool(4, &histogram) ||
+      !a.Bool(5, &flat)) {
+    return nullptr;
+  }
+  return Guard([&] {
+    return CaptureRecord(series_id, a.Object(1), static_cast<int>(code), static_cast<int>(kind), histogram, flat,
+                         a.Object(6))
+        .release()
+        .ptr();
+  });
+}
+
+PyMethodDef kWorkerMethods[] = {
+    {"submit_gradients", AsMethod(WorkerSubmitGradients), METH_FASTCALL,
+     "The statistics of each planned parameter's .grad (read here), the step's scalars and inputs: a Ticket, or "
+     "None when a gradient does not fit the plan."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyMethodDef kTicketMethods[] = {
+    {"done", TicketDone, METH_NOARGS, "Whether the job has finished."},
+    {"wait", TicketWait, METH_NOARGS, "Waits for the job, lets its tensors go; (sum of squares, nan, inf) of a stats job."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyMethodDef kCaptureRecord = {
+    "capture_record", AsMethod(CaptureRecordCall), METH_FASTCALL,
+    "capture_record(series_id, tensor, code, kind, histogram, flat, strided): (record, tensor) of a strided host "
+    "tensor as the host worker's activation jobs read it, or None."};
+
 }  // namespace
 
 // Called by RegisterWatch (watch_bindings.cc).
@@ -499,15 +584,14 @@ void RegisterHostExecutor(py::module_& m) {
                     const std::vector<int>&>(),
            py::arg("weight_ids"), py::arg("update_ids"), py::arg("ratio_ids"), py::arg("numels"), py::arg("dtypes"))
       .def("__len__", &WeightPlan::size);
-  py::class_<Ticket>(m, "Ticket")
-      .def("done", &Ticket::Done)
-      .def("wait", &Ticket::Wait, "Waits for the job, lets its tensors go; (sum of squares, nan, inf) of a stats job.")
-      .def("log_activations", &Ticket::LogActivations, py::arg("keep"))
+  py::class_<Ticket> ticket(m, "Ticket");
+  ticket.def("log_activations", &Ticket::LogActivations, py::arg("keep"))
       .def_property_readonly("kept", &Ticket::Kept);
-  m.def("capture_record", &CaptureRecord, py::arg("series_id"), py::arg("tensor"), py::arg("code"), py::arg("kind"),
-        py::arg("histogram"), py::arg("flat"), py::arg("strided"),
-        "(record, tensor) of a strided host tensor as the host worker's activation jobs read it, or None.");
-  py::class_<HostWorker>(m, "HostWorker")
+  InstallMethods(ticket, kTicketMethods);
+  m.add_object("capture_record", py::reinterpret_steal<py::object>(
+                                     PyCFunction_NewEx(&kCaptureRecord, nullptr, m.attr("__name__").ptr())));
+  py::class_<HostWorker> worker(m, "HostWorker");
+  worker
       .def(py::init<Recorder&>(), py::arg("recorder"), py::keep_alive<1, 2>())
       .def(
           "submit_stats",
@@ -523,20 +607,6 @@ void RegisterHostExecutor(py::module_& m) {
           py::arg("norm_id") = 0, py::arg("scalar_ids") = std::vector<uint32_t>{},
           py::arg("scalar_values") = std::vector<double>{}, py::arg("rss_id") = 0, py::arg("kept") = py::none(),
           py::arg("inputs") = std::vector<HostWorker::Record>{})
-      .def(
-          "submit_gradients",
-          [](py::object self, int64_t step, std::shared_ptr<StatsPlan> plan, const py::list& params,
-             const py::list& dtypes, const py::object& strided, bool histogram, bool units, uint32_t norm_id,
-             bool always_norm, std::vector<uint32_t> scalar_ids, std::vector<double> scalar_values, uint32_t rss_id,
-             const std::vector<HostWorker::Record>& inputs, const py::list& inputs_kept) {
-            return self.cast<HostWorker&>().SubmitGradients(self, step, std::move(plan), params, dtypes, strided,
-                                                            histogram, units, norm_id, always_norm,
-                                                            std::move(scalar_ids), std::move(scalar_values), rss_id,
-                                                            inputs, inputs_kept);
-          },
-          py::arg("step"), py::arg("plan"), py::arg("params"), py::arg("dtypes"), py::arg("strided"),
-          py::arg("histogram"), py::arg("units"), py::arg("norm_id"), py::arg("always_norm"), py::arg("scalar_ids"),
-          py::arg("scalar_values"), py::arg("rss_id"), py::arg("inputs"), py::arg("inputs_kept"))
       .def(
           "submit_weights",
           [](py::object self, int64_t step, std::shared_ptr<WeightPlan> plan, std::vector<uintptr_t> current,
@@ -563,6 +633,7 @@ void RegisterHostExecutor(py::module_& m) {
       .def("wait_all", &HostWorker::WaitAll)
       .def("pause", &HostWorker::Pause)
       .def("resume", &HostWorker::Resume);
+  InstallMethods(worker, kWorkerMethods);
 }
 
 }  // namespace trainscope::python

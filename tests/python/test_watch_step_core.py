@@ -109,6 +109,38 @@ def test_self_time_counts_outermost_calls_only(tmp_path):
     run.finish()
 
 
+def test_the_cores_direct_calls_check_their_arguments(tmp_path):
+    """start/stop/is_open/enter/leave/take/call and a hook's call bypass pybind11's dispatcher:
+    each checks what it is given itself."""
+    run = ts.init(tmp_path, "args")
+    core = run._step_clock().core
+    for call in (lambda: core.start(1), lambda: core.stop(), lambda: core.is_open("a", "b"),
+                 lambda: core.call(Failures(), "part"), lambda: core.take(1)):
+        with pytest.raises(TypeError):
+            call()
+    assert core.call(Failures(), "part", lambda a, b=0: a + b, 1, b=2) == 3
+    core.start("forward")
+    assert core.is_open("forward") and not core.is_open("backward")
+    core.stop("forward")
+    core.stop("never started")  # nothing to stop: no error
+    assert not core.is_open("forward")
+    bare = _core.GuardedHook.__new__(_core.GuardedHook)  # never initialised
+    with pytest.raises(TypeError, match="not initialised"):
+        bare(1)
+    rec = run._recorder
+    series = rec.series("check/direct", "scalar")
+    with pytest.raises(ValueError, match="differ in length"):
+        rec.log_scalar_ids([series], [], 0)
+    with pytest.raises(TypeError):
+        rec.log_scalar_ids([series], [1.0])
+    with pytest.raises(TypeError):
+        rec.log_scalar_ids([series], ["one"], 0)
+    rec.log_scalar_ids((series, series), [2, 0.5], 7)  # a tuple of ids, an int value
+    run.finish()
+    logged = ts.open_run(tmp_path / "args").scalars("check/direct")
+    assert logged["step"].tolist() == [7, 7] and logged["value"].tolist() == [2.0, 0.5]
+
+
 def test_a_failing_guarded_hook_switches_its_part_off_and_never_raises(tmp_path, capfd):
     run = ts.init(tmp_path, "fail")
     core = run._step_clock().core
