@@ -212,6 +212,34 @@ PyObject* LogIntRangeCall(PyObject* self, PyObject* const* args, Py_ssize_t narg
   });
 }
 
+// thread_usage(): (minor page faults, kernel CPU seconds) of the calling thread, each step.
+PyObject* ThreadUsage(PyObject* /*module*/, PyObject* /*unused*/) {
+  uint64_t faults = 0;
+  double kernel_seconds = 0;
+  if (!watch::ThreadFaultsAndKernelSeconds(&faults, &kernel_seconds)) Py_RETURN_NONE;
+  return Py_BuildValue("(Kd)", static_cast<unsigned long long>(faults), kernel_seconds);
+}
+
+PyMethodDef kThreadUsage = {
+    "thread_usage", ThreadUsage, METH_NOARGS,
+    "(minor page faults, kernel CPU seconds) of the calling thread so far; None where the system has no per-thread "
+    "usage. getrusage(RUSAGE_THREAD) without building Python's 16-field struct_rusage."};
+
+// sampler.set_step(step): each step.
+PyObject* SamplerSetStep(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  auto* sampler = ValueOf<watch::SystemSampler>(self);
+  if (sampler == nullptr) return nullptr;
+  FastArgs a("SystemSampler.set_step(step)", args, nargs, 1, 1);
+  int64_t step = 0;
+  if (!a.ok() || !a.Int(0, &step)) return nullptr;
+  sampler->SetStep(step);
+  Py_RETURN_NONE;
+}
+
+PyMethodDef kSamplerMethods[] = {
+    {"set_step", AsMethod(SamplerSetStep), METH_FASTCALL, "set_step(step): the step the next samples belong to."},
+    {nullptr, nullptr, 0, nullptr}};
+
 PyMethodDef kRecorderWatchMethods[] = {
     {"log_int_range", AsMethod(LogIntRangeCall), METH_FASTCALL,
      "log_int_range(min_id, max_id, step, ptr, sizes, strides, int_code): the smallest and largest of the integer "
@@ -281,25 +309,17 @@ void RegisterWatch(py::module_& m) {
       "step_rss_bytes", [] { return watch::RecentProcessRssBytes(watch::kStepRssMaxAgeSeconds); },
       "rss_bytes() as a step logs it: the last reading while it is under step_rss_max_age seconds old.");
   m.attr("step_rss_max_age") = watch::kStepRssMaxAgeSeconds;
-  m.def(
-      "thread_usage",
-      []() -> py::object {
-        uint64_t faults = 0;
-        double kernel_seconds = 0;
-        if (!watch::ThreadFaultsAndKernelSeconds(&faults, &kernel_seconds)) return py::none();
-        return py::make_tuple(faults, kernel_seconds);
-      },
-      "(minor page faults, kernel CPU seconds) of the calling thread so far; None where the "
-      "system has no per-thread usage. getrusage(RUSAGE_THREAD) without building Python's "
-      "16-field struct_rusage.");
+  m.add_object("thread_usage", py::reinterpret_steal<py::object>(
+                                   PyCFunction_NewEx(&kThreadUsage, nullptr, m.attr("__name__").ptr())));
 
-  py::class_<watch::SystemSampler>(m, "SystemSampler")
+  py::class_<watch::SystemSampler> sampler(m, "SystemSampler");
+  sampler
       .def(py::init<Recorder*, double>(), py::arg("recorder"), py::arg("interval_seconds"),
            py::keep_alive<1, 2>())
-      .def("set_step", &watch::SystemSampler::SetStep, py::arg("step"))
       .def("sample_once", &watch::SystemSampler::SampleOnce, py::call_guard<py::gil_scoped_release>())
       .def("stop", &watch::SystemSampler::Stop, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("gpu_count", &watch::SystemSampler::gpu_count);
+  InstallMethods(sampler, kSamplerMethods);
 }
 
 }  // namespace trainscope::python

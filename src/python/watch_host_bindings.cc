@@ -554,7 +554,78 @@ PyObject* CaptureRecordCall(PyObject* /*module*/, PyObject* const* args, Py_ssiz
   });
 }
 
+// worker.submit_activations(step, records, kept=None) -> Ticket
+PyObject* WorkerSubmitActivations(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  HostWorker* worker = ValueOf<HostWorker>(self);
+  if (worker == nullptr) return nullptr;
+  FastArgs a("HostWorker.submit_activations(step, records, kept=None)", args, nargs, 2, 3);
+  int64_t step = 0;
+  if (!a.ok() || !a.Int(0, &step)) return nullptr;
+  return Guard([&] {
+    py::object kept = a.size() == 3 ? py::reinterpret_borrow<py::object>(a.Object(2)) : py::none();
+    return py::cast(worker->SubmitActivations(py::reinterpret_borrow<py::object>(self), step,
+                                              py::cast<std::vector<HostWorker::Record>>(a.Object(1)), std::move(kept)))
+        .release()
+        .ptr();
+  });
+}
+
+// worker.submit_weights(step, plan, current, previous, histogram, kept=None) -> Ticket
+PyObject* WorkerSubmitWeights(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  HostWorker* worker = ValueOf<HostWorker>(self);
+  if (worker == nullptr) return nullptr;
+  FastArgs a("HostWorker.submit_weights(step, plan, current, previous, histogram, kept=None)", args, nargs, 5, 6);
+  int64_t step = 0;
+  bool histogram = false;
+  if (!a.ok() || !a.Int(0, &step) || !a.Bool(4, &histogram)) return nullptr;
+  return Guard([&] {
+    py::object kept = a.size() == 6 ? py::reinterpret_borrow<py::object>(a.Object(5)) : py::none();
+    return py::cast(worker->SubmitWeights(py::reinterpret_borrow<py::object>(self), step,
+                                          py::cast<std::shared_ptr<WeightPlan>>(a.Object(1)),
+                                          py::cast<std::vector<uintptr_t>>(a.Object(2)),
+                                          py::cast<std::vector<uintptr_t>>(a.Object(3)), histogram, std::move(kept)))
+        .release()
+        .ptr();
+  });
+}
+
+// worker.submit_copies(dst, src, bytes, kept=None) -> Ticket
+PyObject* WorkerSubmitCopies(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  HostWorker* worker = ValueOf<HostWorker>(self);
+  if (worker == nullptr) return nullptr;
+  FastArgs a("HostWorker.submit_copies(dst, src, bytes, kept=None)", args, nargs, 3, 4);
+  if (!a.ok()) return nullptr;
+  return Guard([&] {
+    py::object kept = a.size() == 4 ? py::reinterpret_borrow<py::object>(a.Object(3)) : py::none();
+    return py::cast(worker->SubmitCopies(py::reinterpret_borrow<py::object>(self),
+                                         py::cast<std::vector<uintptr_t>>(a.Object(0)),
+                                         py::cast<std::vector<uintptr_t>>(a.Object(1)),
+                                         py::cast<std::vector<uint64_t>>(a.Object(2)), std::move(kept)))
+        .release()
+        .ptr();
+  });
+}
+
+// ticket.log_activations(keep)
+PyObject* TicketLogActivations(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  Ticket* ticket = ValueOf<Ticket>(self);
+  if (ticket == nullptr) return nullptr;
+  FastArgs a("Ticket.log_activations(keep)", args, nargs, 1, 1);
+  if (!a.ok()) return nullptr;
+  return Guard([&] {
+    ticket->LogActivations(py::cast<std::vector<bool>>(a.Object(0)));
+    Py_RETURN_NONE;
+  });
+}
+
 PyMethodDef kWorkerMethods[] = {
+    {"submit_activations", AsMethod(WorkerSubmitActivations), METH_FASTCALL,
+     "One forward's module outputs and inputs (records as capture_record makes them): a Ticket whose "
+     "log_activations logs their statistics."},
+    {"submit_weights", AsMethod(WorkerSubmitWeights), METH_FASTCALL,
+     "The weight/update pass: current[i] the weights, previous[i] their snapshot (refreshed): a Ticket."},
+    {"submit_copies", AsMethod(WorkerSubmitCopies), METH_FASTCALL,
+     "memcpy of each src[i] into dst[i] (the weight snapshots): a Ticket."},
     {"submit_gradients", AsMethod(WorkerSubmitGradients), METH_FASTCALL,
      "The statistics of each planned parameter's .grad (read here), the step's scalars and inputs: a Ticket, or "
      "None when a gradient does not fit the plan."},
@@ -562,6 +633,8 @@ PyMethodDef kWorkerMethods[] = {
 
 PyMethodDef kTicketMethods[] = {
     {"done", TicketDone, METH_NOARGS, "Whether the job has finished."},
+    {"log_activations", AsMethod(TicketLogActivations), METH_FASTCALL,
+     "log_activations(keep): waits, then logs the results whose keep flag is set."},
     {"wait", TicketWait, METH_NOARGS, "Waits for the job, lets its tensors go; (sum of squares, nan, inf) of a stats job."},
     {nullptr, nullptr, 0, nullptr}};
 
@@ -585,8 +658,7 @@ void RegisterHostExecutor(py::module_& m) {
            py::arg("weight_ids"), py::arg("update_ids"), py::arg("ratio_ids"), py::arg("numels"), py::arg("dtypes"))
       .def("__len__", &WeightPlan::size);
   py::class_<Ticket> ticket(m, "Ticket");
-  ticket.def("log_activations", &Ticket::LogActivations, py::arg("keep"))
-      .def_property_readonly("kept", &Ticket::Kept);
+  ticket.def_property_readonly("kept", &Ticket::Kept);
   InstallMethods(ticket, kTicketMethods);
   m.add_object("capture_record", py::reinterpret_steal<py::object>(
                                      PyCFunction_NewEx(&kCaptureRecord, nullptr, m.attr("__name__").ptr())));
@@ -607,29 +679,6 @@ void RegisterHostExecutor(py::module_& m) {
           py::arg("norm_id") = 0, py::arg("scalar_ids") = std::vector<uint32_t>{},
           py::arg("scalar_values") = std::vector<double>{}, py::arg("rss_id") = 0, py::arg("kept") = py::none(),
           py::arg("inputs") = std::vector<HostWorker::Record>{})
-      .def(
-          "submit_weights",
-          [](py::object self, int64_t step, std::shared_ptr<WeightPlan> plan, std::vector<uintptr_t> current,
-             std::vector<uintptr_t> previous, bool histogram, py::object kept) {
-            return self.cast<HostWorker&>().SubmitWeights(self, step, std::move(plan), std::move(current),
-                                                          std::move(previous), histogram, std::move(kept));
-          },
-          py::arg("step"), py::arg("plan"), py::arg("current"), py::arg("previous"), py::arg("histogram"),
-          py::arg("kept") = py::none())
-      .def(
-          "submit_copies",
-          [](py::object self, std::vector<uintptr_t> dst, std::vector<uintptr_t> src, std::vector<uint64_t> bytes,
-             py::object kept) {
-            return self.cast<HostWorker&>().SubmitCopies(self, std::move(dst), std::move(src), std::move(bytes),
-                                                         std::move(kept));
-          },
-          py::arg("dst"), py::arg("src"), py::arg("bytes"), py::arg("kept") = py::none())
-      .def(
-          "submit_activations",
-          [](py::object self, int64_t step, const std::vector<HostWorker::Record>& records, py::object kept) {
-            return self.cast<HostWorker&>().SubmitActivations(self, step, records, std::move(kept));
-          },
-          py::arg("step"), py::arg("records"), py::arg("kept") = py::none())
       .def("wait_all", &HostWorker::WaitAll)
       .def("pause", &HostWorker::Pause)
       .def("resume", &HostWorker::Resume);

@@ -20,7 +20,7 @@ import torch
 
 import trainscope.watch as facade  # first_tensor is looked up there per call: tests patch it
 from trainscope._watch.ops import OpsRecorder
-from trainscope._watch.plan import INT_CODES, PLAIN, activation_kind
+from trainscope._watch.plan import DTYPE_BYTES, INT_CODES, PLAIN, activation_kind
 
 _INT_DTYPES = tuple(INT_CODES)
 # Module outputs held for one helper job at most (a forward's end submits the rest): a
@@ -179,7 +179,7 @@ class ForwardCapture:
                 self._module_order.append(name)
             if self._act_step is not None:
                 out = facade._first_tensor(output)
-                if out is not None and out.is_floating_point():
+                if out is not None:  # a floating one is measured (_capture)
                     self._capture(name, tag, out, kind, self.schedule.at(self._act_step).histogram)
             return None
 
@@ -219,7 +219,8 @@ class ForwardCapture:
         if not self._act_batch:
             self._act_batch_step = self.run._step  # the outputs' step, whenever the batch is submitted
         self._act_batch.append((name, item, tensor._version))
-        self._act_batch_bytes += tensor.numel() * tensor.element_size()
+        record = item[0]  # (series, address, numel, dtype code, ...): executors.py
+        self._act_batch_bytes += record[2] * DTYPE_BYTES[record[3]]
         if self._act_batch_bytes >= ACTIVATION_BATCH_BYTES:
             self._submit_activation_batch()
 

@@ -19,6 +19,7 @@ import torch
 
 # dtype codes of src/watch/tensor_passes.h
 DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
+DTYPE_BYTES = (4, 8, 2, 2)  # an element's bytes, by dtype code
 INT_CODES = {torch.int64: 0, torch.int32: 1, torch.int16: 2, torch.int8: 3, torch.uint8: 4}  # watch_bindings.cc
 
 # Activation kinds of watch_host_bindings.cc
