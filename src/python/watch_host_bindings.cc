@@ -220,30 +220,45 @@ TensorStats ActivationStats(const ActivationJob& j, const void* data) {
   return s;
 }
 
-// A module output or model input as Python describes it: (id, ptr, numel, dtype, outer,
-// units, inner, kind, histogram, sizes, strides).
-using ActivationRecord = std::tuple<uint32_t, uintptr_t, uint64_t, int, uint64_t, uint64_t, uint64_t, int, bool,
-                                    std::vector<int64_t>, std::vector<int64_t>>;
-
-// Checked before any job is queued: a bad record raises ValueError on the training thread.
-std::vector<ActivationJob> ActivationJobs(const std::vector<ActivationRecord>& records) {
+// Module outputs or model inputs as Python describes them (capture_record): a sequence of
+// (id, ptr, numel, dtype, outer, units, inner, kind, histogram, sizes, strides). Read with
+// CPython's calls (one a step at least: pybind11's tuple casters cost ~1 us a record); checked
+// before any job is queued: a bad record raises on the training thread.
+std::vector<ActivationJob> ActivationJobs(py::handle records) {
+  auto seq = py::reinterpret_steal<py::object>(PySequence_Fast(records.ptr(), "activation records: a sequence"));
+  if (!seq) throw py::error_already_set();
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
   std::vector<ActivationJob> jobs;
-  jobs.reserve(records.size());
-  for (const ActivationRecord& r : records) {
-    ActivationJob j{std::get<0>(r), std::get<1>(r), std::get<2>(r), ToDType(std::get<3>(r)), std::get<4>(r),
-                    std::get<5>(r), std::get<6>(r), std::get<7>(r), std::get<8>(r), {}, {}};
+  jobs.reserve(static_cast<size_t>(n));
+  for (Py_ssize_t r = 0; r < n; ++r) {
+    PyObject* record = PySequence_Fast_GET_ITEM(seq.ptr(), r);
+    if (!PyTuple_Check(record)) throw py::type_error("trainscope watch: an activation record is a tuple");
+    FastArgs a("activation record (id, ptr, numel, dtype, outer, units, inner, kind, histogram, sizes, strides)",
+               reinterpret_cast<PyTupleObject*>(record)->ob_item, PyTuple_GET_SIZE(record), 11, 11);
+    ActivationJob j{};
+    int64_t dtype = 0, kind = 0;
+    uint64_t ptr = 0;
+    std::vector<int64_t> sizes, strides;
+    if (!a.ok() || !a.Id(0, &j.id) || !a.Unsigned(1, &ptr) || !a.Unsigned(2, &j.numel) || !a.Int(3, &dtype) ||
+        !a.Unsigned(4, &j.outer) || !a.Unsigned(5, &j.units) || !a.Unsigned(6, &j.inner) || !a.Int(7, &kind) ||
+        !a.Bool(8, &j.histogram) || !a.Ints(9, &sizes) || !a.Ints(10, &strides)) {
+      throw py::error_already_set();
+    }
+    j.ptr = static_cast<uintptr_t>(ptr);
+    j.dtype = ToDType(static_cast<int>(dtype));
+    j.kind = static_cast<int>(kind);
     if (j.kind == watch::kDeadUnits && j.outer * j.units * j.inner != j.numel) {
       throw py::value_error("trainscope watch: activation layout does not match its size");
     }
-    if (!std::get<10>(r).empty()) {
-      CheckStrided(std::get<9>(r), std::get<10>(r));
+    if (!strides.empty()) {
+      CheckStrided(sizes, strides);
       int64_t count = 1;
-      for (int64_t size : std::get<9>(r)) count *= size;
+      for (int64_t size : sizes) count *= size;
       if (static_cast<uint64_t>(count) != j.numel) {
         throw py::value_error("trainscope watch: activation sizes do not match its numel");
       }
-      j.sizes = std::get<9>(r);
-      j.strides = std::get<10>(r);
+      j.sizes = std::move(sizes);
+      j.strides = std::move(strides);
     }
     jobs.push_back(std::move(j));
   }
@@ -316,7 +331,6 @@ py::object CaptureRecord(uint32_t series_id, py::handle tensor, int code, int ki
 // The host executor's C++ half: every pass a job on the helper thread, every submit a Ticket.
 class HostWorker {
  public:
-  using Record = ActivationRecord;
 
   // Logs into recorder, which Python keeps alive as long as this worker (keep_alive on the
   // constructor; the tickets hold the worker).
@@ -335,35 +349,45 @@ class HostWorker {
   py::object SubmitGradients(py::object self, int64_t step, std::shared_ptr<StatsPlan> plan, const py::list& params,
                              const py::list& dtypes, const py::object& strided, bool histogram, bool units,
                              uint32_t norm_id, bool always_norm, std::vector<uint32_t> scalar_ids,
-                             std::vector<double> scalar_values, uint32_t rss_id, const std::vector<Record>& inputs,
+                             std::vector<double> scalar_values, uint32_t rss_id, py::handle inputs,
                              const py::list& inputs_kept) {
     // Interned once and never freed: a static py::str would be released after the interpreter.
-    static const py::handle grad = PyUnicode_InternFromString("grad"), layout = PyUnicode_InternFromString("layout"),
-                            dtype = PyUnicode_InternFromString("dtype"), is_cpu = PyUnicode_InternFromString("is_cpu"),
-                            numel = PyUnicode_InternFromString("numel"),
-                            is_contiguous = PyUnicode_InternFromString("is_contiguous"),
-                            contiguous = PyUnicode_InternFromString("contiguous"),
-                            data_ptr = PyUnicode_InternFromString("data_ptr");
+    static PyObject *const grad = PyUnicode_InternFromString("grad"), *const layout = PyUnicode_InternFromString("layout"),
+                    *const dtype = PyUnicode_InternFromString("dtype"), *const is_cpu = PyUnicode_InternFromString("is_cpu"),
+                    *const numel = PyUnicode_InternFromString("numel"),
+                    *const is_contiguous = PyUnicode_InternFromString("is_contiguous"),
+                    *const contiguous = PyUnicode_InternFromString("contiguous"),
+                    *const data_ptr = PyUnicode_InternFromString("data_ptr");
+    // A new reference, or an error raised.
+    auto get = [](PyObject* result) {
+      if (result == nullptr) throw py::error_already_set();
+      return py::reinterpret_steal<py::object>(result);
+    };
     CheckLengths(plan->size(), {params.size(), dtypes.size()});
     std::vector<uintptr_t> ptrs(plan->size(), 0);
     py::list kept;
     bool any = false;
     for (size_t i = 0; i < plan->size(); ++i) {
-      py::object g = params[i].attr(grad);
-      if (g.is_none() || g.attr(layout).ptr() != strided.ptr()) continue;
-      if (g.attr(dtype).ptr() != PyList_GET_ITEM(dtypes.ptr(), i) || !g.attr(is_cpu).cast<bool>() ||
-          g.attr(numel)().cast<uint64_t>() != plan->numels[i]) {
+      py::object g = get(PyObject_GetAttr(PyList_GET_ITEM(params.ptr(), i), grad));
+      if (g.is_none() || get(PyObject_GetAttr(g.ptr(), layout)).ptr() != strided.ptr()) continue;
+      if (get(PyObject_GetAttr(g.ptr(), dtype)).ptr() != PyList_GET_ITEM(dtypes.ptr(), i) ||
+          get(PyObject_GetAttr(g.ptr(), is_cpu)).ptr() != Py_True ||
+          PyLong_AsUnsignedLongLong(get(PyObject_CallMethodNoArgs(g.ptr(), numel)).ptr()) != plan->numels[i]) {
+        if (PyErr_Occurred()) throw py::error_already_set();
         return py::none();
       }
-      if (!g.attr(is_contiguous)().cast<bool>()) g = g.attr(contiguous)();
-      ptrs[i] = g.attr(data_ptr)().cast<uintptr_t>();
+      if (get(PyObject_CallMethodNoArgs(g.ptr(), is_contiguous)).ptr() != Py_True) {
+        g = get(PyObject_CallMethodNoArgs(g.ptr(), contiguous));
+      }
+      ptrs[i] = static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(get(PyObject_CallMethodNoArgs(g.ptr(), data_ptr)).ptr()));
+      if (PyErr_Occurred()) throw py::error_already_set();
       kept.append(g);
       any = true;
     }
     for (const py::handle t : inputs_kept) kept.append(t);
     return py::cast(SubmitStats(std::move(self), step, std::move(plan), std::move(ptrs), histogram, units,
                                 (any || always_norm) ? norm_id : 0, std::move(scalar_ids), std::move(scalar_values),
-                                rss_id, std::move(kept), inputs));
+                                rss_id, std::move(kept), ActivationJobs(inputs)));
   }
 
   // inputs: the step's model inputs (activation records), measured and logged in the same
@@ -371,10 +395,9 @@ class HostWorker {
   std::unique_ptr<Ticket> SubmitStats(py::object self, int64_t step, std::shared_ptr<StatsPlan> plan,
                                       std::vector<uintptr_t> ptrs, bool histogram, bool units, uint32_t norm_id,
                                       std::vector<uint32_t> scalar_ids, std::vector<double> scalar_values,
-                                      uint32_t rss_id, py::object kept, const std::vector<Record>& inputs) {
+                                      uint32_t rss_id, py::object kept, std::vector<ActivationJob> input_jobs) {
     CheckLengths(plan->size(), {ptrs.size()});
     CheckLengths(scalar_ids.size(), {scalar_values.size()});
-    std::vector<ActivationJob> input_jobs = ActivationJobs(inputs);
     uint64_t bytes = JobBytes(input_jobs);
     for (size_t i = 0; i < ptrs.size(); ++i) {
       if (ptrs[i]) bytes += plan->numels[i] * ElementSize(plan->dtypes[i]);
@@ -434,8 +457,7 @@ class HostWorker {
   // One forward's module outputs and inputs: records of (id, ptr, numel, dtype, outer, units,
   // inner, kind, histogram, sizes, strides); the results wait in the ticket for
   // Ticket.log_activations.
-  std::unique_ptr<Ticket> SubmitActivations(py::object self, int64_t step, const std::vector<Record>& records,
-                                            py::object kept) {
+  std::unique_ptr<Ticket> SubmitActivations(py::object self, int64_t step, py::handle records, py::object kept) {
     std::vector<ActivationJob> jobs = ActivationJobs(records);
     auto state = NewState(step);
     state->activations.resize(jobs.size());
@@ -515,7 +537,7 @@ PyObject* WorkerSubmitGradients(PyObject* self, PyObject* const* args, Py_ssize_
         ->SubmitGradients(py::reinterpret_borrow<py::object>(self), step, std::move(plan), params, dtypes,
                           py::reinterpret_borrow<py::object>(a.Object(4)), histogram, units, norm_id, always_norm,
                           py::cast<std::vector<uint32_t>>(a.Object(9)), py::cast<std::vector<double>>(a.Object(10)),
-                          rss_id, py::cast<std::vector<HostWorker::Record>>(a.Object(12)), inputs_kept)
+                          rss_id, a.Object(12), inputs_kept)
         .release()
         .ptr();
   });
@@ -564,7 +586,7 @@ PyObject* WorkerSubmitActivations(PyObject* self, PyObject* const* args, Py_ssiz
   return Guard([&] {
     py::object kept = a.size() == 3 ? py::reinterpret_borrow<py::object>(a.Object(2)) : py::none();
     return py::cast(worker->SubmitActivations(py::reinterpret_borrow<py::object>(self), step,
-                                              py::cast<std::vector<HostWorker::Record>>(a.Object(1)), std::move(kept)))
+                                              a.Object(1), std::move(kept)))
         .release()
         .ptr();
   });
@@ -669,16 +691,16 @@ void RegisterHostExecutor(py::module_& m) {
           "submit_stats",
           [](py::object self, int64_t step, std::shared_ptr<StatsPlan> plan, std::vector<uintptr_t> ptrs,
              bool histogram, bool units, uint32_t norm_id, std::vector<uint32_t> scalar_ids,
-             std::vector<double> scalar_values, uint32_t rss_id, py::object kept,
-             const std::vector<HostWorker::Record>& inputs) {
+             std::vector<double> scalar_values, uint32_t rss_id, py::object kept, const py::list& inputs) {
             return self.cast<HostWorker&>().SubmitStats(self, step, std::move(plan), std::move(ptrs), histogram,
                                                         units, norm_id, std::move(scalar_ids),
-                                                        std::move(scalar_values), rss_id, std::move(kept), inputs);
+                                                        std::move(scalar_values), rss_id, std::move(kept),
+                                                        ActivationJobs(inputs));
           },
           py::arg("step"), py::arg("plan"), py::arg("ptrs"), py::arg("histogram"), py::arg("units"),
           py::arg("norm_id") = 0, py::arg("scalar_ids") = std::vector<uint32_t>{},
           py::arg("scalar_values") = std::vector<double>{}, py::arg("rss_id") = 0, py::arg("kept") = py::none(),
-          py::arg("inputs") = std::vector<HostWorker::Record>{})
+          py::arg("inputs") = py::list())
       .def("wait_all", &HostWorker::WaitAll)
       .def("pause", &HostWorker::Pause)
       .def("resume", &HostWorker::Resume);

@@ -78,7 +78,19 @@ def test_a_plan_and_its_pointers_must_agree_before_anything_is_read(tmp_path):
         worker.submit_stats(0, plan_of(rec, [t]), [t.data_ptr(), t.data_ptr()], False, False)
     with pytest.raises(ValueError, match="unknown dtype code 9"):
         _core.StatsPlan([1], [10], [9], [], [])
+    # Activation records are read field by field: a malformed one raises before any job is queued.
+    record, _ = _core.capture_record(rec.series("act/t", "tensor_stats"), t, 0, 0, False, True, torch.strided)
+    assert record[2] == 10 and record[1] == t.data_ptr()
+    for bad, error in (([record[:10]], TypeError), ([list(record)], TypeError), (record, TypeError),
+                       ([record[:3] + (9,) + record[4:]], ValueError),  # dtype code
+                       ([record[:4] + (2, 3, 1, 1) + record[8:]], ValueError),  # dead units: 2 x 3 != 10 values
+                       ([record[:9] + ((5, 3),) + ((1, 5),)], ValueError)):  # sizes of 15, not 10
+        with pytest.raises(error):
+            worker.submit_activations(0, bad, [t])
+    ticket = worker.submit_activations(0, [record], [t])
+    ticket.log_activations([True])
     run.finish()
+    assert ts.open_run(tmp_path / "bad").tensor_stats("act/t")[0]["numel"] == 10
 
 
 def test_a_job_smaller_than_the_wake_runs_on_the_submitting_thread_only_when_the_helper_is_idle(tmp_path):
