@@ -192,26 +192,6 @@ PyObject* LogScalarIds(PyObject* self, PyObject* const* args, Py_ssize_t nargs) 
   Py_RETURN_NONE;
 }
 
-// recorder.log_int_range(min_id, max_id, step, ptr, sizes, strides, int_code): a batch's labels.
-PyObject* LogIntRangeCall(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  Recorder* recorder = ValueOf<Recorder>(self);
-  if (recorder == nullptr) return nullptr;
-  FastArgs a("Recorder.log_int_range(min_id, max_id, step, ptr, sizes, strides, int_code)", args, nargs, 7, 7);
-  uint32_t min_id = 0, max_id = 0;
-  int64_t step = 0, int_code = 0;
-  uint64_t ptr = 0;
-  thread_local std::vector<int64_t> sizes, strides;
-  if (!a.ok() || !a.Id(0, &min_id) || !a.Id(1, &max_id) || !a.Int(2, &step) || !a.Unsigned(3, &ptr) ||
-      !a.Ints(4, &sizes) || !a.Ints(5, &strides) || !a.Int(6, &int_code)) {
-    return nullptr;
-  }
-  return Guard([&] {
-    LogIntRange(*recorder, min_id, max_id, step, static_cast<uintptr_t>(ptr), sizes, strides,
-                static_cast<int>(int_code));
-    Py_RETURN_NONE;
-  });
-}
-
 // thread_usage(): (minor page faults, kernel CPU seconds) of the calling thread, each step.
 PyObject* ThreadUsage(PyObject* /*module*/, PyObject* /*unused*/) {
   uint64_t faults = 0;
@@ -240,10 +220,46 @@ PyMethodDef kSamplerMethods[] = {
     {"set_step", AsMethod(SamplerSetStep), METH_FASTCALL, "set_step(step): the step the next samples belong to."},
     {nullptr, nullptr, 0, nullptr}};
 
+// recorder.log_label_range(min_id, max_id, step, tensor, int_code, strided) -> bool: the
+// range of an integer host tensor (a batch's labels), its layout read here; False (nothing
+// logged) when it is not a strided host tensor.
+PyObject* LogLabelRange(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  static PyObject *const is_cpu = PyUnicode_InternFromString("is_cpu"), *const layout = PyUnicode_InternFromString("layout"),
+                  *const data_ptr = PyUnicode_InternFromString("data_ptr"), *const size = PyUnicode_InternFromString("size"),
+                  *const stride = PyUnicode_InternFromString("stride");
+  Recorder* recorder = ValueOf<Recorder>(self);
+  if (recorder == nullptr) return nullptr;
+  FastArgs a("Recorder.log_label_range(min_id, max_id, step, tensor, int_code, strided)", args, nargs, 6, 6);
+  uint32_t min_id = 0, max_id = 0;
+  int64_t step = 0, int_code = 0;
+  if (!a.ok() || !a.Id(0, &min_id) || !a.Id(1, &max_id) || !a.Int(2, &step) || !a.Int(4, &int_code)) return nullptr;
+  return Guard([&] {
+    PyObject* tensor = a.Object(3);
+    auto get = [](PyObject* result) {
+      if (result == nullptr) throw py::error_already_set();
+      return py::reinterpret_steal<py::object>(result);
+    };
+    if (get(PyObject_GetAttr(tensor, is_cpu)).ptr() != Py_True || get(PyObject_GetAttr(tensor, layout)).ptr() != a.Object(5)) {
+      Py_RETURN_FALSE;
+    }
+    const auto ptr = static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(get(PyObject_CallMethodNoArgs(tensor, data_ptr)).ptr()));
+    if (PyErr_Occurred()) throw py::error_already_set();
+    PyObject* shape[2] = {get(PyObject_CallMethodNoArgs(tensor, size)).release().ptr(),
+                          get(PyObject_CallMethodNoArgs(tensor, stride)).release().ptr()};
+    auto sizes_object = py::reinterpret_steal<py::object>(shape[0]);
+    auto strides_object = py::reinterpret_steal<py::object>(shape[1]);
+    FastArgs layout_args("Recorder.log_label_range: the tensor's size() and stride()", shape, 2, 2, 2);
+    thread_local std::vector<int64_t> sizes, strides;
+    if (!layout_args.Ints(0, &sizes) || !layout_args.Ints(1, &strides)) throw py::error_already_set();
+    LogIntRange(*recorder, min_id, max_id, step, ptr, sizes, strides, static_cast<int>(int_code));
+    Py_RETURN_TRUE;
+  });
+}
+
 PyMethodDef kRecorderWatchMethods[] = {
-    {"log_int_range", AsMethod(LogIntRangeCall), METH_FASTCALL,
-     "log_int_range(min_id, max_id, step, ptr, sizes, strides, int_code): the smallest and largest of the integer "
-     "tensor at ptr (sizes and strides in elements)."},
+    {"log_label_range", AsMethod(LogLabelRange), METH_FASTCALL,
+     "log_label_range(min_id, max_id, step, tensor, int_code, strided) -> bool: the smallest and largest of an "
+     "integer host tensor (strided: torch.strided), read in place; False when it is not one."},
     {"log_scalar_ids", AsMethod(LogScalarIds), METH_FASTCALL,
      "log_scalar_ids(ids, values, step): the scalar values[i] of series ids[i] at step."},
     {nullptr, nullptr, 0, nullptr}};

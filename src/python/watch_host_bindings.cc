@@ -345,12 +345,12 @@ class HostWorker {
   // in a Python loop): None (nothing queued) when a gradient does not fit the plan (not a
   // host tensor of dtypes[i] and the planned size): the watcher plans again. A missing or
   // sparse gradient is skipped; the global norm is logged only if one was read, or
-  // always_norm. inputs (with their tensors in inputs_kept) as SubmitStats's.
+  // always_norm. inputs: the step's model inputs as the watcher holds them, [(name, (record,
+  // tensor))], measured in the same job (SubmitStats).
   py::object SubmitGradients(py::object self, int64_t step, std::shared_ptr<StatsPlan> plan, const py::list& params,
                              const py::list& dtypes, const py::object& strided, bool histogram, bool units,
                              uint32_t norm_id, bool always_norm, std::vector<uint32_t> scalar_ids,
-                             std::vector<double> scalar_values, uint32_t rss_id, py::handle inputs,
-                             const py::list& inputs_kept) {
+                             std::vector<double> scalar_values, uint32_t rss_id, py::handle inputs) {
     // Interned once and never freed: a static py::str would be released after the interpreter.
     static PyObject *const grad = PyUnicode_InternFromString("grad"), *const layout = PyUnicode_InternFromString("layout"),
                     *const dtype = PyUnicode_InternFromString("dtype"), *const is_cpu = PyUnicode_InternFromString("is_cpu"),
@@ -384,10 +384,19 @@ class HostWorker {
       kept.append(g);
       any = true;
     }
-    for (const py::handle t : inputs_kept) kept.append(t);
+    py::list records;
+    for (const py::handle input : inputs) {  // (name, (record, tensor)): what capture_record made
+      if (!PyTuple_Check(input.ptr()) || PyTuple_GET_SIZE(input.ptr()) != 2 ||
+          !PyTuple_Check(PyTuple_GET_ITEM(input.ptr(), 1)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(input.ptr(), 1)) != 2) {
+        throw py::type_error("submit_gradients: inputs are (name, (record, tensor)) pairs");
+      }
+      PyObject* item = PyTuple_GET_ITEM(input.ptr(), 1);
+      records.append(PyTuple_GET_ITEM(item, 0));
+      kept.append(PyTuple_GET_ITEM(item, 1));
+    }
     return py::cast(SubmitStats(std::move(self), step, std::move(plan), std::move(ptrs), histogram, units,
                                 (any || always_norm) ? norm_id : 0, std::move(scalar_ids), std::move(scalar_values),
-                                rss_id, std::move(kept), ActivationJobs(inputs)));
+                                rss_id, std::move(kept), ActivationJobs(records)));
   }
 
   // inputs: the step's model inputs (activation records), measured and logged in the same
@@ -511,13 +520,13 @@ class HostWorker {
 // ---- the per-step calls without pybind11's dispatcher (python/direct_calls.h) ----
 
 // worker.submit_gradients(step, plan, params, dtypes, strided, histogram, units, norm_id,
-// always_norm, scalar_ids, scalar_values, rss_id, inputs, inputs_kept) -> Ticket or None
+// always_norm, scalar_ids, scalar_values, rss_id, inputs) -> Ticket or None
 PyObject* WorkerSubmitGradients(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   HostWorker* worker = ValueOf<HostWorker>(self);
   if (worker == nullptr) return nullptr;
   FastArgs a("HostWorker.submit_gradients(step, plan, params, dtypes, strided, histogram, units, norm_id, "
-             "always_norm, scalar_ids, scalar_values, rss_id, inputs, inputs_kept)",
-             args, nargs, 14, 14);
+             "always_norm, scalar_ids, scalar_values, rss_id, inputs)",
+             args, nargs, 13, 13);
   int64_t step = 0;
   uint32_t norm_id = 0, rss_id = 0;
   bool histogram = false, units = false, always_norm = false;
@@ -527,17 +536,15 @@ PyObject* WorkerSubmitGradients(PyObject* self, PyObject* const* args, Py_ssize_
   }
   return Guard([&] {
     auto plan = py::cast<std::shared_ptr<StatsPlan>>(a.Object(1));
-    auto params = py::reinterpret_borrow<py::list>(a.Object(2));
-    auto dtypes = py::reinterpret_borrow<py::list>(a.Object(3));
-    auto inputs_kept = py::reinterpret_borrow<py::list>(a.Object(13));
-    if (!PyList_Check(a.Object(2)) || !PyList_Check(a.Object(3)) || !PyList_Check(a.Object(13))) {
-      throw py::type_error("submit_gradients: params, dtypes and inputs_kept must be lists");
+    if (!PyList_Check(a.Object(2)) || !PyList_Check(a.Object(3))) {
+      throw py::type_error("submit_gradients: params and dtypes must be lists");
     }
     return worker
-        ->SubmitGradients(py::reinterpret_borrow<py::object>(self), step, std::move(plan), params, dtypes,
+        ->SubmitGradients(py::reinterpret_borrow<py::object>(self), step, std::move(plan),
+                          py::reinterpret_borrow<py::list>(a.Object(2)), py::reinterpret_borrow<py::list>(a.Object(3)),
                           py::reinterpret_borrow<py::object>(a.Object(4)), histogram, units, norm_id, always_norm,
                           py::cast<std::vector<uint32_t>>(a.Object(9)), py::cast<std::vector<double>>(a.Object(10)),
-                          rss_id, a.Object(12), inputs_kept)
+                          rss_id, a.Object(12))
         .release()
         .ptr();
   });

@@ -77,13 +77,9 @@ class HostExecutor:
         """stats() of each planned parameter's own .grad, read by the C++ core (no Python loop
         over the parameters); the global norm only if a gradient was read, or always_norm.
         inputs: [(name, captured item)] as the watcher holds them."""
-        records, tensors = [], []
-        for _, (record, tensor) in inputs:  # a loop, not two comprehensions: each is a frame a step
-            records.append(record)
-            tensors.append(tensor)
         return self.worker.submit_gradients(step, plan.grads, plan.params, plan.dtypes, torch.strided, histogram,
-                                            units, plan.norm_id, always_norm, list(scalar_ids), list(scalar_values),
-                                            rss_id, records, tensors)
+                                            units, plan.norm_id, always_norm, scalar_ids, scalar_values, rss_id,
+                                            inputs)
 
     def weights(self, step, plan, histogram):
         found = _host_pointers(plan.params, plan.expect)

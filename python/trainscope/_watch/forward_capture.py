@@ -314,14 +314,14 @@ class ForwardCapture:
 
     def log_label_range(self, tensor, step):
         code = INT_CODES.get(tensor.dtype)
-        if tensor.is_cpu and code is not None and tensor.layout is torch.strided:
-            # The C++ scan: torch.aminmax's dispatch path is cold at a step's start (0.35 ms
-            # measured in the training loop, against 12 us warm).
-            ids = self._label_ids
-            if ids is None:
-                ids = self._label_ids = (self._series("input", "label_min"), self._series("input", "label_max"))
-            self.rec.log_int_range(ids[0], ids[1], step, tensor.data_ptr(), tensor.size(), tensor.stride(), code)
-        elif not tensor.is_cpu:  # on its device; the values go with the run's deferred copies
+        ids = self._label_ids
+        if ids is None:
+            ids = self._label_ids = (self._series("input", "label_min"), self._series("input", "label_max"))
+        # A host tensor: the C++ scan, in place (torch.aminmax's dispatch path is cold at a
+        # step's start: 0.35 ms measured in the training loop, against 12 us warm).
+        if code is not None and self.rec.log_label_range(ids[0], ids[1], step, tensor, code, torch.strided):
+            return
+        if not tensor.is_cpu:  # on its device; the values go with the run's deferred copies
             lo, hi = torch.aminmax(tensor.detach())
             self.run.log({self.tag("input", "label_min"): lo, self.tag("input", "label_max"): hi}, step=step)
 
