@@ -44,6 +44,8 @@ class StepPasses:
         self._grads_after_step = False  # optimizer.step(closure): the gradients exist after it
         self.without_grad = None    # meta params_without_grad of this model: none at every step looked at
         self._grad_checks = 0
+        self._zeroed_id = None      # the series of train/grad_zeroed, once asked
+        self._rss_id = None         # the series of mem/rss, once asked
 
     # ---- backward ----
 
@@ -85,6 +87,12 @@ class StepPasses:
         """run.data() fetches a batch: a backward timed since the last forward ends here."""
         if self.timer.is_open("backward"):
             self._call_guarded("forward", self.timer.stop, "backward")
+
+    def _zeroed_series(self):
+        found = self._zeroed_id
+        if found is None:
+            found = self._zeroed_id = self._series("train", "grad_zeroed")
+        return found
 
     # ---- gradients while they are hot (a special path: see docs/watch.md) ----
 
@@ -180,7 +188,8 @@ class StepPasses:
         """The wrapper around optimizer.step (torch 1.13, guard mode)."""
         self.self_time.enter()
         try:
-            skip = self._step_begin(_closure_of(self.optimizer, args, kwargs) is not None)
+            # the bound method's wrapper gets step's own arguments: (closure) or closure=...
+            skip = self._step_begin((args[0] if args else kwargs.get("closure")) is not None)
             result = None
             if skip:
                 self.rec.log_scalar(self.tag("guard", "skipped_step"), 1.0, self.run._step)
@@ -257,11 +266,12 @@ class StepPasses:
                 self.failures.report("gradients", error)
                 skip = False
         step = self.run._step
-        if self._weights_due is not None or (self.schedule.weights_at(step) and self._snapshot_step != step - 1):
+        if self._weights_due is not None or (self._snapshot_step != step - 1 and self.schedule.at(step).weights):
             # no training forward came since the last step: the jobs _weights_beside starts
             self._call_guarded("weights", self._weights_beside, step)
         if not skip:
-            self._wait_weights()  # the pass and the snapshots read the weights from before this update
+            if self._weight_tickets:  # the pass and the snapshots read the weights from before this update
+                self._wait_weights()
             self.timer.start("optimizer")
             if closure:
                 self._stepping = True
@@ -372,7 +382,7 @@ class StepPasses:
             # held at its end is gone (set to None, a new one made).
             sentinel = self._sentinel
             zeroed = self._zeroed or sentinel is None or sentinel[0].grad is not sentinel[1]
-            ids.append(self._series("train", "grad_zeroed"))
+            ids.append(self._zeroed_id or self._zeroed_series())
             values.append(1.0 if zeroed else 0.0)
             self._queue_lr(step)
         nonfinite = False
@@ -411,7 +421,8 @@ class StepPasses:
             scaled = [None if g is None else (g.double() * inverse).to(g.dtype) for g in self.plan.gradients()]
         rss_id = 0
         if self.memory and self.primary and self.plan.on_host and self._overlap:  # read on the helper too (see _on_step_end)
-            rss_id = self._series("mem", "rss")
+            rss_id = self._rss_id or self._series("mem", "rss")
+            self._rss_id = rss_id
             self._rss_step = step
         inputs = self._take_inputs() if self._inputs else ()
         host = self._host
@@ -547,7 +558,7 @@ class StepPasses:
         """The last sampled step's weight pass, and the snapshot of the weights that step's
         update will change if its update is sampled: jobs beside the forward (or the step)."""
         self._submit_weight_pass()
-        if self.schedule.weights_at(step) and self._snapshot_step != step - 1:
+        if self._snapshot_step != step - 1 and self.schedule.at(step).weights:
             self._refresh_snapshots(wait=False)
             self._snapshot_step = step - 1
 

@@ -393,7 +393,7 @@ class Watcher(ForwardCapture, StepPasses):
             zeroed, self._manual_zeroed = self._manual_zeroed, None
             self._zeroed = False  # the next step's zero_grad() is its own
             if zeroed is not None and due.grads:  # logged with the gradient pass, in its one call
-                zeroed_ids, zeroed_values = [self._series("train", "grad_zeroed")], [float(zeroed)]
+                zeroed_ids, zeroed_values = [self._zeroed_id or self._zeroed_series()], [float(zeroed)]
         if self.optimizer is None and due.grads and self.plan is not None:
             # No optimizer to hook: the gradients of this step's backward, now.
             ticket, _ = self._gradient_pass(step, due, zeroed_ids, zeroed_values)
@@ -413,10 +413,8 @@ class Watcher(ForwardCapture, StepPasses):
             return
         if self.timer.pending:
             self.timer.collect(wait=False)
-        ids, values = [], []
         census = self.census
-        if self.memory:
-            ids, values = census.memory(with_rss=self._rss_step != step)
+        ids, values = census.memory(with_rss=self._rss_step != step) if self.memory else ([], [])
         if census.every and step % census.every == 0 and census.due(step):  # due()'s first test, without its frame
             census_ids, counts = census.take(step)
             ids += census_ids
