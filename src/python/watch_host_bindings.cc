@@ -224,44 +224,43 @@ TensorStats ActivationStats(const ActivationJob& j, const void* data) {
 // (id, ptr, numel, dtype, outer, units, inner, kind, histogram, sizes, strides). Read with
 // CPython's calls (one a step at least: pybind11's tuple casters cost ~1 us a record); checked
 // before any job is queued: a bad record raises on the training thread.
+ActivationJob ActivationJobOf(PyObject* record) {
+  if (!PyTuple_Check(record)) throw py::type_error("trainscope watch: an activation record is a tuple");
+  FastArgs a("activation record (id, ptr, numel, dtype, outer, units, inner, kind, histogram, sizes, strides)",
+             reinterpret_cast<PyTupleObject*>(record)->ob_item, PyTuple_GET_SIZE(record), 11, 11);
+  ActivationJob j{};
+  int64_t dtype = 0, kind = 0;
+  uint64_t ptr = 0;
+  if (!a.ok() || !a.Id(0, &j.id) || !a.Unsigned(1, &ptr) || !a.Unsigned(2, &j.numel) || !a.Int(3, &dtype) ||
+      !a.Unsigned(4, &j.outer) || !a.Unsigned(5, &j.units) || !a.Unsigned(6, &j.inner) || !a.Int(7, &kind) ||
+      !a.Bool(8, &j.histogram) || !a.Ints(10, &j.strides)) {
+    throw py::error_already_set();
+  }
+  j.ptr = static_cast<uintptr_t>(ptr);
+  j.dtype = ToDType(static_cast<int>(dtype));
+  j.kind = static_cast<int>(kind);
+  if (j.kind == watch::kDeadUnits && j.outer * j.units * j.inner != j.numel) {
+    throw py::value_error("trainscope watch: activation layout does not match its size");
+  }
+  if (!j.strides.empty()) {  // sizes are read only for a strided tensor: a contiguous one is numel values
+    if (!a.Ints(9, &j.sizes)) throw py::error_already_set();
+    CheckStrided(j.sizes, j.strides);
+    int64_t count = 1;
+    for (int64_t size : j.sizes) count *= size;
+    if (static_cast<uint64_t>(count) != j.numel) {
+      throw py::value_error("trainscope watch: activation sizes do not match its numel");
+    }
+  }
+  return j;
+}
+
 std::vector<ActivationJob> ActivationJobs(py::handle records) {
   auto seq = py::reinterpret_steal<py::object>(PySequence_Fast(records.ptr(), "activation records: a sequence"));
   if (!seq) throw py::error_already_set();
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
   std::vector<ActivationJob> jobs;
   jobs.reserve(static_cast<size_t>(n));
-  for (Py_ssize_t r = 0; r < n; ++r) {
-    PyObject* record = PySequence_Fast_GET_ITEM(seq.ptr(), r);
-    if (!PyTuple_Check(record)) throw py::type_error("trainscope watch: an activation record is a tuple");
-    FastArgs a("activation record (id, ptr, numel, dtype, outer, units, inner, kind, histogram, sizes, strides)",
-               reinterpret_cast<PyTupleObject*>(record)->ob_item, PyTuple_GET_SIZE(record), 11, 11);
-    ActivationJob j{};
-    int64_t dtype = 0, kind = 0;
-    uint64_t ptr = 0;
-    std::vector<int64_t> sizes, strides;
-    if (!a.ok() || !a.Id(0, &j.id) || !a.Unsigned(1, &ptr) || !a.Unsigned(2, &j.numel) || !a.Int(3, &dtype) ||
-        !a.Unsigned(4, &j.outer) || !a.Unsigned(5, &j.units) || !a.Unsigned(6, &j.inner) || !a.Int(7, &kind) ||
-        !a.Bool(8, &j.histogram) || !a.Ints(9, &sizes) || !a.Ints(10, &strides)) {
-      throw py::error_already_set();
-    }
-    j.ptr = static_cast<uintptr_t>(ptr);
-    j.dtype = ToDType(static_cast<int>(dtype));
-    j.kind = static_cast<int>(kind);
-    if (j.kind == watch::kDeadUnits && j.outer * j.units * j.inner != j.numel) {
-      throw py::value_error("trainscope watch: activation layout does not match its size");
-    }
-    if (!strides.empty()) {
-      CheckStrided(sizes, strides);
-      int64_t count = 1;
-      for (int64_t size : sizes) count *= size;
-      if (static_cast<uint64_t>(count) != j.numel) {
-        throw py::value_error("trainscope watch: activation sizes do not match its numel");
-      }
-      j.sizes = std::move(sizes);
-      j.strides = std::move(strides);
-    }
-    jobs.push_back(std::move(j));
-  }
+  for (Py_ssize_t r = 0; r < n; ++r) jobs.push_back(ActivationJobOf(PySequence_Fast_GET_ITEM(seq.ptr(), r)));
   return jobs;
 }
 
@@ -384,19 +383,19 @@ class HostWorker {
       kept.append(g);
       any = true;
     }
-    py::list records;
+    std::vector<ActivationJob> input_jobs;
     for (const py::handle input : inputs) {  // (name, (record, tensor)): what capture_record made
       if (!PyTuple_Check(input.ptr()) || PyTuple_GET_SIZE(input.ptr()) != 2 ||
           !PyTuple_Check(PyTuple_GET_ITEM(input.ptr(), 1)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(input.ptr(), 1)) != 2) {
         throw py::type_error("submit_gradients: inputs are (name, (record, tensor)) pairs");
       }
       PyObject* item = PyTuple_GET_ITEM(input.ptr(), 1);
-      records.append(PyTuple_GET_ITEM(item, 0));
+      input_jobs.push_back(ActivationJobOf(PyTuple_GET_ITEM(item, 0)));
       kept.append(PyTuple_GET_ITEM(item, 1));
     }
     return py::cast(SubmitStats(std::move(self), step, std::move(plan), std::move(ptrs), histogram, units,
                                 (any || always_norm) ? norm_id : 0, std::move(scalar_ids), std::move(scalar_values),
-                                rss_id, std::move(kept), ActivationJobs(records)));
+                                rss_id, std::move(kept), std::move(input_jobs)));
   }
 
   // inputs: the step's model inputs (activation records), measured and logged in the same
