@@ -172,6 +172,31 @@ class Ticket {
   py::object kept_;
 };
 
+// A ticket as Python holds it: a plain CPython object owning its Ticket (made once per job:
+// pybind11's instance registry cost ~0.8 us a ticket in the training loop).
+struct TicketObject {
+  PyObject_HEAD
+  Ticket* ticket;
+};
+
+PyTypeObject* ticket_type = nullptr;  // made by RegisterHostExecutor, kept for the process
+
+py::object WrapTicket(std::unique_ptr<Ticket> ticket) {
+  TicketObject* object = PyObject_New(TicketObject, ticket_type);
+  if (object == nullptr) throw py::error_already_set();
+  object->ticket = ticket.release();
+  return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(object));
+}
+
+Ticket* TicketOf(PyObject* self) { return reinterpret_cast<TicketObject*>(self)->ticket; }
+
+void DeallocTicket(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  delete TicketOf(self);  // waits for its job first (Ticket's destructor)
+  PyObject_Free(self);
+  Py_DECREF(type);
+}
+
 // The statistics of plan's tensors at ptrs (0: none this time), logged; returns the totals.
 Totals StatsPass(Recorder& recorder, int64_t step, const StatsPlan& plan, const std::vector<uintptr_t>& ptrs,
                  bool histogram, bool units) {
@@ -393,7 +418,7 @@ class HostWorker {
       input_jobs.push_back(ActivationJobOf(PyTuple_GET_ITEM(item, 0)));
       kept.append(PyTuple_GET_ITEM(item, 1));
     }
-    return py::cast(SubmitStats(std::move(self), step, std::move(plan), std::move(ptrs), histogram, units,
+    return WrapTicket(SubmitStats(std::move(self), step, std::move(plan), std::move(ptrs), histogram, units,
                                 (any || always_norm) ? norm_id : 0, std::move(scalar_ids), std::move(scalar_values),
                                 rss_id, std::move(kept), std::move(input_jobs)));
   }
@@ -550,13 +575,11 @@ PyObject* WorkerSubmitGradients(PyObject* self, PyObject* const* args, Py_ssize_
 }
 
 PyObject* TicketDone(PyObject* self, PyObject* /*unused*/) {
-  Ticket* ticket = ValueOf<Ticket>(self);
-  return ticket == nullptr ? nullptr : PyBool_FromLong(ticket->Done());
+  return PyBool_FromLong(TicketOf(self)->Done());
 }
 
 PyObject* TicketWait(PyObject* self, PyObject* /*unused*/) {
-  Ticket* ticket = ValueOf<Ticket>(self);
-  if (ticket == nullptr) return nullptr;
+  Ticket* ticket = TicketOf(self);
   return Guard([&] {
     const auto [sum_squares, nan, inf] = ticket->Wait();
     return Py_BuildValue("(dKK)", sum_squares, static_cast<unsigned long long>(nan),
@@ -591,7 +614,7 @@ PyObject* WorkerSubmitActivations(PyObject* self, PyObject* const* args, Py_ssiz
   if (!a.ok() || !a.Int(0, &step)) return nullptr;
   return Guard([&] {
     py::object kept = a.size() == 3 ? py::reinterpret_borrow<py::object>(a.Object(2)) : py::none();
-    return py::cast(worker->SubmitActivations(py::reinterpret_borrow<py::object>(self), step,
+    return WrapTicket(worker->SubmitActivations(py::reinterpret_borrow<py::object>(self), step,
                                               a.Object(1), std::move(kept)))
         .release()
         .ptr();
@@ -608,7 +631,7 @@ PyObject* WorkerSubmitWeights(PyObject* self, PyObject* const* args, Py_ssize_t 
   if (!a.ok() || !a.Int(0, &step) || !a.Bool(4, &histogram)) return nullptr;
   return Guard([&] {
     py::object kept = a.size() == 6 ? py::reinterpret_borrow<py::object>(a.Object(5)) : py::none();
-    return py::cast(worker->SubmitWeights(py::reinterpret_borrow<py::object>(self), step,
+    return WrapTicket(worker->SubmitWeights(py::reinterpret_borrow<py::object>(self), step,
                                           py::cast<std::shared_ptr<WeightPlan>>(a.Object(1)),
                                           py::cast<std::vector<uintptr_t>>(a.Object(2)),
                                           py::cast<std::vector<uintptr_t>>(a.Object(3)), histogram, std::move(kept)))
@@ -625,7 +648,7 @@ PyObject* WorkerSubmitCopies(PyObject* self, PyObject* const* args, Py_ssize_t n
   if (!a.ok()) return nullptr;
   return Guard([&] {
     py::object kept = a.size() == 4 ? py::reinterpret_borrow<py::object>(a.Object(3)) : py::none();
-    return py::cast(worker->SubmitCopies(py::reinterpret_borrow<py::object>(self),
+    return WrapTicket(worker->SubmitCopies(py::reinterpret_borrow<py::object>(self),
                                          py::cast<std::vector<uintptr_t>>(a.Object(0)),
                                          py::cast<std::vector<uintptr_t>>(a.Object(1)),
                                          py::cast<std::vector<uint64_t>>(a.Object(2)), std::move(kept)))
@@ -636,8 +659,7 @@ PyObject* WorkerSubmitCopies(PyObject* self, PyObject* const* args, Py_ssize_t n
 
 // ticket.log_activations(keep)
 PyObject* TicketLogActivations(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  Ticket* ticket = ValueOf<Ticket>(self);
-  if (ticket == nullptr) return nullptr;
+  Ticket* ticket = TicketOf(self);
   FastArgs a("Ticket.log_activations(keep)", args, nargs, 1, 1);
   if (!a.ok()) return nullptr;
   return Guard([&] {
@@ -666,6 +688,22 @@ PyMethodDef kTicketMethods[] = {
     {"wait", TicketWait, METH_NOARGS, "Waits for the job, lets its tensors go; (sum of squares, nan, inf) of a stats job."},
     {nullptr, nullptr, 0, nullptr}};
 
+PyObject* TicketKept(PyObject* self, void* /*closure*/) { return TicketOf(self)->Kept().release().ptr(); }
+
+PyGetSetDef kTicketGetSet[] = {
+    {"kept", TicketKept, nullptr, "The tensors the job reads (None once waited for).", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+PyType_Slot kTicketSlots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(DeallocTicket)},
+    {Py_tp_methods, kTicketMethods},
+    {Py_tp_getset, kTicketGetSet},
+    {Py_tp_doc, const_cast<char*>("One job of the host worker: done(), wait(), log_activations(keep), kept. Made by "
+                                  "the worker's submit calls only.")},
+    {0, nullptr}};
+
+PyType_Spec kTicketSpec = {"trainscope._core.Ticket", sizeof(TicketObject), 0, Py_TPFLAGS_DEFAULT, kTicketSlots};
+
 PyMethodDef kCaptureRecord = {
     "capture_record", AsMethod(CaptureRecordCall), METH_FASTCALL,
     "capture_record(series_id, tensor, code, kind, histogram, flat, strided): (record, tensor) of a strided host "
@@ -685,9 +723,10 @@ void RegisterHostExecutor(py::module_& m) {
                     const std::vector<int>&>(),
            py::arg("weight_ids"), py::arg("update_ids"), py::arg("ratio_ids"), py::arg("numels"), py::arg("dtypes"))
       .def("__len__", &WeightPlan::size);
-  py::class_<Ticket> ticket(m, "Ticket");
-  ticket.def_property_readonly("kept", &Ticket::Kept);
-  InstallMethods(ticket, kTicketMethods);
+  ticket_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kTicketSpec));
+  if (ticket_type == nullptr) throw py::error_already_set();
+  ticket_type->tp_new = nullptr;  // made by the worker only: Ticket() raises TypeError
+  m.add_object("Ticket", py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(ticket_type)));
   m.add_object("capture_record", py::reinterpret_steal<py::object>(
                                      PyCFunction_NewEx(&kCaptureRecord, nullptr, m.attr("__name__").ptr())));
   py::class_<HostWorker> worker(m, "HostWorker");
@@ -698,10 +737,9 @@ void RegisterHostExecutor(py::module_& m) {
           [](py::object self, int64_t step, std::shared_ptr<StatsPlan> plan, std::vector<uintptr_t> ptrs,
              bool histogram, bool units, uint32_t norm_id, std::vector<uint32_t> scalar_ids,
              std::vector<double> scalar_values, uint32_t rss_id, py::object kept, const py::list& inputs) {
-            return self.cast<HostWorker&>().SubmitStats(self, step, std::move(plan), std::move(ptrs), histogram,
-                                                        units, norm_id, std::move(scalar_ids),
-                                                        std::move(scalar_values), rss_id, std::move(kept),
-                                                        ActivationJobs(inputs));
+            return WrapTicket(self.cast<HostWorker&>().SubmitStats(
+                self, step, std::move(plan), std::move(ptrs), histogram, units, norm_id, std::move(scalar_ids),
+                std::move(scalar_values), rss_id, std::move(kept), ActivationJobs(inputs)));
           },
           py::arg("step"), py::arg("plan"), py::arg("ptrs"), py::arg("histogram"), py::arg("units"),
           py::arg("norm_id") = 0, py::arg("scalar_ids") = std::vector<uint32_t>{},

@@ -89,6 +89,8 @@ def test_a_plan_and_its_pointers_must_agree_before_anything_is_read(tmp_path):
             worker.submit_activations(0, bad, [t])
     ticket = worker.submit_activations(0, [record], [t])
     ticket.log_activations([True])
+    with pytest.raises(TypeError):
+        _core.Ticket()  # a ticket is the worker's to make
     run.finish()
     assert ts.open_run(tmp_path / "bad").tensor_stats("act/t")[0]["numel"] == 10
 

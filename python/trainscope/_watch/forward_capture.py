@@ -131,7 +131,7 @@ class ForwardCapture:
             self._order_recorded = True
             self._models.add_module_order([self.namespace + name for name in dict.fromkeys(self._module_order)])
         if torch.is_grad_enabled() and not self._stepping:
-            out = facade._first_tensor(output)
+            out = output if isinstance(output, torch.Tensor) else facade._first_tensor(output)
             if out is not None and out.requires_grad:
                 # Backward is timed from here to the next optimizer step, forward, batch
                 # fetch or step end: the loss and whatever the loop does before the step
