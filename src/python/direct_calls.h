@@ -41,6 +41,12 @@ PyObject* Guard(Body&& body) {
   return nullptr;
 }
 
+// The new reference a CPython call returned, or the error it raised, thrown (for Guard).
+inline pybind11::object Owned(PyObject* result) {
+  if (result == nullptr) throw pybind11::error_already_set();
+  return pybind11::reinterpret_steal<pybind11::object>(result);
+}
+
 // defs (ended by a null name) as methods of cls. The table must outlive the class.
 inline void InstallMethods(const pybind11::object& cls, PyMethodDef* defs) {
   for (PyMethodDef* def = defs; def->ml_name != nullptr; ++def) {

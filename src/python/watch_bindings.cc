@@ -224,9 +224,11 @@ PyMethodDef kSamplerMethods[] = {
 // range of an integer host tensor (a batch's labels), its layout read here; False (nothing
 // logged) when it is not a strided host tensor.
 PyObject* LogLabelRange(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  static PyObject *const is_cpu = PyUnicode_InternFromString("is_cpu"), *const layout = PyUnicode_InternFromString("layout"),
-                  *const data_ptr = PyUnicode_InternFromString("data_ptr"), *const size = PyUnicode_InternFromString("size"),
-                  *const stride = PyUnicode_InternFromString("stride");
+  static PyObject* const is_cpu = PyUnicode_InternFromString("is_cpu");
+  static PyObject* const layout = PyUnicode_InternFromString("layout");
+  static PyObject* const data_ptr = PyUnicode_InternFromString("data_ptr");
+  static PyObject* const size = PyUnicode_InternFromString("size");
+  static PyObject* const stride = PyUnicode_InternFromString("stride");
   Recorder* recorder = ValueOf<Recorder>(self);
   if (recorder == nullptr) return nullptr;
   FastArgs a("Recorder.log_label_range(min_id, max_id, step, tensor, int_code, strided)", args, nargs, 6, 6);
@@ -235,17 +237,15 @@ PyObject* LogLabelRange(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
   if (!a.ok() || !a.Id(0, &min_id) || !a.Id(1, &max_id) || !a.Int(2, &step) || !a.Int(4, &int_code)) return nullptr;
   return Guard([&] {
     PyObject* tensor = a.Object(3);
-    auto get = [](PyObject* result) {
-      if (result == nullptr) throw py::error_already_set();
-      return py::reinterpret_steal<py::object>(result);
-    };
-    if (get(PyObject_GetAttr(tensor, is_cpu)).ptr() != Py_True || get(PyObject_GetAttr(tensor, layout)).ptr() != a.Object(5)) {
+    if (Owned(PyObject_GetAttr(tensor, is_cpu)).ptr() != Py_True ||
+        Owned(PyObject_GetAttr(tensor, layout)).ptr() != a.Object(5)) {
       Py_RETURN_FALSE;
     }
-    const auto ptr = static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(get(PyObject_CallMethodNoArgs(tensor, data_ptr)).ptr()));
+    const auto ptr =
+        static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(Owned(PyObject_CallMethodNoArgs(tensor, data_ptr)).ptr()));
     if (PyErr_Occurred()) throw py::error_already_set();
-    PyObject* shape[2] = {get(PyObject_CallMethodNoArgs(tensor, size)).release().ptr(),
-                          get(PyObject_CallMethodNoArgs(tensor, stride)).release().ptr()};
+    PyObject* shape[2] = {Owned(PyObject_CallMethodNoArgs(tensor, size)).release().ptr(),
+                          Owned(PyObject_CallMethodNoArgs(tensor, stride)).release().ptr()};
     auto sizes_object = py::reinterpret_steal<py::object>(shape[0]);
     auto strides_object = py::reinterpret_steal<py::object>(shape[1]);
     FastArgs layout_args("Recorder.log_label_range: the tensor's size() and stride()", shape, 2, 2, 2);

@@ -376,34 +376,32 @@ class HostWorker {
                              uint32_t norm_id, bool always_norm, std::vector<uint32_t> scalar_ids,
                              std::vector<double> scalar_values, uint32_t rss_id, py::handle inputs) {
     // Interned once and never freed: a static py::str would be released after the interpreter.
-    static PyObject *const grad = PyUnicode_InternFromString("grad"), *const layout = PyUnicode_InternFromString("layout"),
-                    *const dtype = PyUnicode_InternFromString("dtype"), *const is_cpu = PyUnicode_InternFromString("is_cpu"),
-                    *const numel = PyUnicode_InternFromString("numel"),
-                    *const is_contiguous = PyUnicode_InternFromString("is_contiguous"),
-                    *const contiguous = PyUnicode_InternFromString("contiguous"),
-                    *const data_ptr = PyUnicode_InternFromString("data_ptr");
-    // A new reference, or an error raised.
-    auto get = [](PyObject* result) {
-      if (result == nullptr) throw py::error_already_set();
-      return py::reinterpret_steal<py::object>(result);
-    };
+    static PyObject* const grad = PyUnicode_InternFromString("grad");
+    static PyObject* const layout = PyUnicode_InternFromString("layout");
+    static PyObject* const dtype = PyUnicode_InternFromString("dtype");
+    static PyObject* const is_cpu = PyUnicode_InternFromString("is_cpu");
+    static PyObject* const numel = PyUnicode_InternFromString("numel");
+    static PyObject* const is_contiguous = PyUnicode_InternFromString("is_contiguous");
+    static PyObject* const contiguous = PyUnicode_InternFromString("contiguous");
+    static PyObject* const data_ptr = PyUnicode_InternFromString("data_ptr");
     CheckLengths(plan->size(), {params.size(), dtypes.size()});
     std::vector<uintptr_t> ptrs(plan->size(), 0);
     py::list kept;
     bool any = false;
     for (size_t i = 0; i < plan->size(); ++i) {
-      py::object g = get(PyObject_GetAttr(PyList_GET_ITEM(params.ptr(), i), grad));
-      if (g.is_none() || get(PyObject_GetAttr(g.ptr(), layout)).ptr() != strided.ptr()) continue;
-      if (get(PyObject_GetAttr(g.ptr(), dtype)).ptr() != PyList_GET_ITEM(dtypes.ptr(), i) ||
-          get(PyObject_GetAttr(g.ptr(), is_cpu)).ptr() != Py_True ||
-          PyLong_AsUnsignedLongLong(get(PyObject_CallMethodNoArgs(g.ptr(), numel)).ptr()) != plan->numels[i]) {
+      py::object g = Owned(PyObject_GetAttr(PyList_GET_ITEM(params.ptr(), i), grad));
+      if (g.is_none() || Owned(PyObject_GetAttr(g.ptr(), layout)).ptr() != strided.ptr()) continue;
+      if (Owned(PyObject_GetAttr(g.ptr(), dtype)).ptr() != PyList_GET_ITEM(dtypes.ptr(), i) ||
+          Owned(PyObject_GetAttr(g.ptr(), is_cpu)).ptr() != Py_True ||
+          PyLong_AsUnsignedLongLong(Owned(PyObject_CallMethodNoArgs(g.ptr(), numel)).ptr()) != plan->numels[i]) {
         if (PyErr_Occurred()) throw py::error_already_set();
         return py::none();
       }
-      if (get(PyObject_CallMethodNoArgs(g.ptr(), is_contiguous)).ptr() != Py_True) {
-        g = get(PyObject_CallMethodNoArgs(g.ptr(), contiguous));
+      if (Owned(PyObject_CallMethodNoArgs(g.ptr(), is_contiguous)).ptr() != Py_True) {
+        g = Owned(PyObject_CallMethodNoArgs(g.ptr(), contiguous));
       }
-      ptrs[i] = static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(get(PyObject_CallMethodNoArgs(g.ptr(), data_ptr)).ptr()));
+      ptrs[i] =
+          static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(Owned(PyObject_CallMethodNoArgs(g.ptr(), data_ptr)).ptr()));
       if (PyErr_Occurred()) throw py::error_already_set();
       kept.append(g);
       any = true;
@@ -685,7 +683,8 @@ PyMethodDef kTicketMethods[] = {
     {"done", TicketDone, METH_NOARGS, "Whether the job has finished."},
     {"log_activations", AsMethod(TicketLogActivations), METH_FASTCALL,
      "log_activations(keep): waits, then logs the results whose keep flag is set."},
-    {"wait", TicketWait, METH_NOARGS, "Waits for the job, lets its tensors go; (sum of squares, nan, inf) of a stats job."},
+    {"wait", TicketWait, METH_NOARGS,
+     "Waits for the job, lets its tensors go; (sum of squares, nan, inf) of a stats job."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyObject* TicketKept(PyObject* self, void* /*closure*/) { return TicketOf(self)->Kept().release().ptr(); }
