@@ -78,6 +78,10 @@ class FastArgs {
   bool ok() const { return ok_; }
   Py_ssize_t size() const { return nargs_; }
   PyObject* Object(Py_ssize_t i) const { return args_[i]; }
+  // Argument i, or None when the call stopped before it (a trailing argument that defaults to None).
+  pybind11::object OrNone(Py_ssize_t i) const {
+    return i < nargs_ ? pybind11::reinterpret_borrow<pybind11::object>(args_[i]) : pybind11::none();
+  }
 
   bool Int(Py_ssize_t i, int64_t* out) const {
     *out = PyLong_AsLongLong(args_[i]);

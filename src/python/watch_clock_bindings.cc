@@ -370,8 +370,7 @@ PyObject* CoreAddPhase(PyObject* self, PyObject* const* args, Py_ssize_t nargs) 
   double start_wall = 0, seconds = 0;
   if (!a.ok() || !a.Str(0, &phase) || !a.Double(1, &start_wall) || !a.Double(2, &seconds)) return nullptr;
   return Guard([&] {
-    py::object step = a.size() == 4 ? py::reinterpret_borrow<py::object>(a.Object(3)) : py::none();
-    core->AddPhase(phase, start_wall, seconds, std::move(step));
+    core->AddPhase(phase, start_wall, seconds, a.OrNone(3));
     Py_RETURN_NONE;
   });
 }

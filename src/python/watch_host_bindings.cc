@@ -611,7 +611,7 @@ PyObject* WorkerSubmitActivations(PyObject* self, PyObject* const* args, Py_ssiz
   int64_t step = 0;
   if (!a.ok() || !a.Int(0, &step)) return nullptr;
   return Guard([&] {
-    py::object kept = a.size() == 3 ? py::reinterpret_borrow<py::object>(a.Object(2)) : py::none();
+    py::object kept = a.OrNone(2);
     return WrapTicket(worker->SubmitActivations(py::reinterpret_borrow<py::object>(self), step,
                                               a.Object(1), std::move(kept)))
         .release()
@@ -628,7 +628,7 @@ PyObject* WorkerSubmitWeights(PyObject* self, PyObject* const* args, Py_ssize_t 
   bool histogram = false;
   if (!a.ok() || !a.Int(0, &step) || !a.Bool(4, &histogram)) return nullptr;
   return Guard([&] {
-    py::object kept = a.size() == 6 ? py::reinterpret_borrow<py::object>(a.Object(5)) : py::none();
+    py::object kept = a.OrNone(5);
     return WrapTicket(worker->SubmitWeights(py::reinterpret_borrow<py::object>(self), step,
                                           py::cast<std::shared_ptr<WeightPlan>>(a.Object(1)),
                                           py::cast<std::vector<uintptr_t>>(a.Object(2)),
@@ -645,7 +645,7 @@ PyObject* WorkerSubmitCopies(PyObject* self, PyObject* const* args, Py_ssize_t n
   FastArgs a("HostWorker.submit_copies(dst, src, bytes, kept=None)", args, nargs, 3, 4);
   if (!a.ok()) return nullptr;
   return Guard([&] {
-    py::object kept = a.size() == 4 ? py::reinterpret_borrow<py::object>(a.Object(3)) : py::none();
+    py::object kept = a.OrNone(3);
     return WrapTicket(worker->SubmitCopies(py::reinterpret_borrow<py::object>(self),
                                          py::cast<std::vector<uintptr_t>>(a.Object(0)),
                                          py::cast<std::vector<uintptr_t>>(a.Object(1)),
